@@ -1,0 +1,128 @@
+"""What every benchmark adapter offers the agent loop.
+
+A benchmark adapter knows its benchmark and nothing of memory, models or Ray: it loads
+tasks, gives each episode an isolated environment, turns model output into validated
+tool calls, executes them and scores the finished episode with the benchmark's own
+checker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One validated call: a function of the task with literal arguments only.
+
+    `args` are positional literals, `kwargs` keyword literals. `source` is the canonical
+    Python rendering (``name(a, b=1)``) rebuilt from the parsed values, never the
+    model's raw text.
+    """
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    call_id: str | None = None
+
+    @property
+    def source(self) -> str:
+        parts = [repr(a) for a in self.args]
+        parts += [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.name}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class RejectedCall:
+    """A piece of model output that looked like a call but was not allowed to run."""
+
+    raw: str
+    reason: str
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """What one model response asks the environment to do."""
+
+    calls: tuple[ToolCall, ...] = ()
+    rejected: tuple[RejectedCall, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.calls and not self.rejected
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The observation for one call (executed or rejected)."""
+
+    call: str  # canonical source, or the raw text of a rejected call
+    content: str
+    error: str | None = None  # set when the call was rejected or failed
+    function: str | None = None  # function name, when known
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark task as the agent sees it."""
+
+    task_id: str
+    benchmark: str
+    turns: tuple[str, ...]  # the user message of each turn, in order
+    tools: tuple[dict[str, Any], ...]  # OpenAI `tools` entries for native tool calling
+    function_docs: tuple[dict[str, Any], ...]  # the benchmark's own docs (prompt format)
+    group_id: str | None = None  # scenario/group used for group-aware splits
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Score:
+    success: bool
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+class Environment(Protocol):
+    """One isolated episode of one task."""
+
+    task: Task
+
+    def system_prompt(self, action_format: str) -> str:
+        """The benchmark's system prompt for `native` tool calling or the `prompt` format."""
+
+    def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
+        """OpenAI-style `tool_calls` (name + JSON arguments) -> validated calls."""
+
+    def parse_text(self, text: str) -> ParsedAction:
+        """The benchmark's prompt format (e.g. ``[f(a=1), g()]``) -> validated calls."""
+
+    def step(self, action: ParsedAction) -> list[ToolResult]:
+        """Execute the validated calls in order; rejected ones come back as errors."""
+
+    def end_turn(self) -> None:
+        """The current user turn is over (the model stopped calling functions)."""
+
+    def score(self) -> Score:
+        """Score the episode with the benchmark's own checker."""
+
+    def close(self) -> None:
+        """Release every resource of this episode (instances, caches)."""
+
+
+class Benchmark(Protocol):
+    """A benchmark adapter: its tasks and a fresh environment per episode."""
+
+    name: str
+    max_steps_per_turn: int
+
+    def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
+        """Tasks in the benchmark's canonical order, optionally restricted."""
+
+    def make_env(self, task: Task, episode_tag: str) -> Environment:
+        """A new isolated environment; `episode_tag` is unique per episode attempt."""
+
+    def oracle_turns(self, task: Task) -> list[list[str]]:
+        """The ground-truth call strings per turn (for the labelled oracle teacher)."""

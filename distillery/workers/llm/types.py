@@ -1,0 +1,46 @@
+"""Records the LLM layer hands to agents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class InfraError(RuntimeError):
+    """The model could not be reached or kept failing (transport, timeout, 5xx, auth).
+
+    Never a student failure: the episode is retried and, if it persists, recorded as
+    `infra_error` and excluded from scoring.
+    """
+
+
+class RequestRejected(RuntimeError):
+    """The server refused this particular request (HTTP 400, e.g. context too long).
+
+    The model's own limits, so it ends the episode and is scored like any failure.
+    """
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """One chat completion as the agent loop needs it."""
+
+    text: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"id","name","arguments"}
+    usage: Usage = Usage()
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    attempts: int = 1
+    endpoint: str | None = None  # base_url that answered
