@@ -63,6 +63,7 @@ class ToolResult:
     error: str | None = None  # set when the call was rejected or failed
     function: str | None = None  # function name, when known
     call_id: str | None = None
+    rejected: bool = False  # never reached the executor (failed validation)
 
 
 @dataclass(frozen=True)

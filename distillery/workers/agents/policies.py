@@ -1,0 +1,95 @@
+"""Who produces the assistant messages of an episode: an LLM, or the labelled oracle."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from distillery.workers.llm.types import ChatResult
+
+
+class EpisodePolicy(Protocol):
+    """Produces the next assistant message of one episode."""
+
+    action_format: str  # native | prompt
+
+    async def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> ChatResult: ...
+
+    async def close(self) -> None: ...
+
+
+class ChatBackend(Protocol):
+    """What an LLM policy needs from the LLM layer (a router over server replicas)."""
+
+    async def chat(self, episode_id: str, messages: list[dict[str, Any]], **kwargs: Any) -> ChatResult: ...
+
+    def end_episode(self, episode_id: str) -> None: ...
+
+
+class LlmPolicy:
+    """A model behind an OpenAI-compatible endpoint, kept on one replica per episode."""
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        episode_id: str,
+        action_format: str,
+        temperature: float,
+        max_tokens: int,
+        seed: int | None,
+    ) -> None:
+        self._backend = backend
+        self._episode_id = episode_id
+        self.action_format = action_format
+        self._sampling = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+
+    async def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> ChatResult:
+        kwargs: dict[str, Any] = dict(self._sampling)
+        if self.action_format == "native" and tools:
+            kwargs["tools"] = tools
+        return await self._backend.chat(self._episode_id, messages, **kwargs)
+
+    async def close(self) -> None:
+        self._backend.end_episode(self._episode_id)
+
+
+class OraclePolicy:
+    """Replays the benchmark's ground-truth calls, one call per step, then ends the turn.
+
+    It is an upper bound labelled as `oracle` everywhere, not a model: it lets the whole
+    pipeline (episodes, checker, memory building) run offline. It writes the
+    benchmark's prompt format (ground truth has positional arguments that native tool
+    calls cannot carry), so its calls go through the same parsing and validation as
+    any model output.
+    """
+
+    action_format = "prompt"
+
+    def __init__(self, ground_truth: list[list[str]]) -> None:
+        self._turns = ground_truth
+        self._cursor: tuple[int, int] = (-1, 0)
+        self._calls = 0
+
+    async def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> ChatResult:
+        # The turn is the number of user turns seen so far; observation messages in the
+        # prompt format are also `user` messages, so they are marked and skipped.
+        turn = sum(1 for m in messages if m["role"] == "user" and not m.get("name")) - 1
+        done_turn, index = self._cursor
+        if turn != done_turn:
+            index = 0
+        calls = self._turns[turn] if 0 <= turn < len(self._turns) else []
+        self._calls += 1
+        if index >= len(calls):
+            self._cursor = (turn, index)
+            return ChatResult(text="", endpoint="oracle")
+        self._cursor = (turn, index + 1)
+        return ChatResult(text=f"[{calls[index]}]", endpoint="oracle")
+
+    async def close(self) -> None:
+        return None
+

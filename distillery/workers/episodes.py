@@ -1,0 +1,235 @@
+"""Runs many episodes concurrently (asyncio) and persists each one as it finishes.
+
+`EpisodeRunner` is plain Python so it can be tested without Ray; `EpisodeWorker` is
+the same thing as a Ray actor (an async actor: its concurrency is the number of
+episodes in flight). An infrastructure failure is retried with a fresh environment
+and, if it persists, recorded as `infra_error` / `timeout` with `success=None`:
+never scored as a student failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from distillery.workers.agents.loop import EpisodeOutcome, run_agent_loop
+from distillery.workers.agents.policies import ChatBackend, EpisodePolicy, LlmPolicy, OraclePolicy
+from distillery.workers.envs.base import Benchmark, Score, Task
+from distillery.workers.envs.registry import make_benchmark
+from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.types import InfraError
+from distillery.workers.trajectories import EpisodeRecord, messages_to_json, write_episode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentJob:
+    """Everything a worker needs to play one agent on a benchmark split."""
+
+    run_id: str
+    stage: str  # collect | evaluate
+    role: str  # teacher | student
+    model: ModelConfig
+    benchmark: str
+    episodes_dir: str
+    benchmark_options: dict[str, Any] = field(default_factory=dict)
+    max_steps_per_turn: int | None = None  # None -> the benchmark's official limit
+    episode_timeout_s: float = 1800.0
+    episode_retries: int = 2
+    retry_backoff_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What the driver needs for progress and metrics (the full record is on disk)."""
+
+    task_id: str
+    success: bool | None
+    termination: str
+    total_steps: int
+    tokens_in: int
+    tokens_out: int
+    wall_s: float
+    attempts: int
+    error_type: str | None
+    error_message: str | None
+
+    @classmethod
+    def of(cls, record: EpisodeRecord) -> EpisodeSummary:
+        return cls(
+            task_id=record.task_id,
+            success=record.success,
+            termination=record.termination,
+            total_steps=record.total_steps,
+            tokens_in=record.tokens_in,
+            tokens_out=record.tokens_out,
+            wall_s=record.wall_s,
+            attempts=record.attempts,
+            error_type=record.error_type,
+            error_message=record.error_message,
+        )
+
+
+def make_chat_backend(model: ModelConfig, endpoints: list[str]) -> ChatBackend:
+    from distillery.workers.llm.router import RoutedChat
+
+    return RoutedChat.from_config(model, endpoints)
+
+
+class EpisodeRunner:
+    def __init__(
+        self,
+        job: AgentJob,
+        endpoints: list[str] | None = None,
+        chat_backend: ChatBackend | None = None,
+    ) -> None:
+        self.job = job
+        self.benchmark: Benchmark = make_benchmark(job.benchmark, **job.benchmark_options)
+        self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
+        self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
+        if job.model.backend == "oracle":
+            self._chat = None
+        else:
+            self._chat = chat_backend or make_chat_backend(job.model, endpoints or [])
+
+    def _policy(self, task: Task, episode_id: str) -> EpisodePolicy:
+        if self._chat is None:
+            return OraclePolicy(self.benchmark.oracle_turns(task))
+        m = self.job.model
+        return LlmPolicy(self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed)
+
+    async def run_task(self, task_id: str) -> EpisodeSummary:
+        """Play one task (retrying infrastructure failures) and persist the record."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise ValueError(f"task {task_id!r} is not in benchmark {self.job.benchmark!r}")
+        started = time.time()
+        attempts = 0
+        failure = ("infra_error", "")
+        while attempts <= self.job.episode_retries:
+            attempts += 1
+            episode_id = f"{self.job.role}-{task_id}-{uuid.uuid4().hex[:12]}"
+            try:
+                record = await self._attempt(task, episode_id, started, attempts)
+            except InfraError as exc:
+                failure = ("infra_error", f"{type(exc).__name__}: {exc}")
+            except TimeoutError:
+                failure = ("timeout", f"episode exceeded {self.job.episode_timeout_s:.0f} s")
+            except Exception as exc:  # a bug in an adapter or policy is not the student's
+                failure = ("infra_error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            else:
+                write_episode(self.job.episodes_dir, record)
+                return EpisodeSummary.of(record)
+            log.warning("episode %s attempt %d failed: %s", task_id, attempts, failure[1][:300])
+            if attempts <= self.job.episode_retries:
+                await asyncio.sleep(self.job.retry_backoff_s * attempts)
+        record = self._unscored_record(task, episode_id, started, attempts, *failure)
+        write_episode(self.job.episodes_dir, record)
+        return EpisodeSummary.of(record)
+
+    async def _attempt(
+        self, task: Task, episode_id: str, started: float, attempts: int
+    ) -> EpisodeRecord:
+        env = self.benchmark.make_env(task, episode_id)
+        policy = self._policy(task, episode_id)
+        try:
+            async with asyncio.timeout(self.job.episode_timeout_s):
+                outcome = await run_agent_loop(env, policy, self._max_steps)
+            score = env.score()
+        finally:
+            await policy.close()
+            env.close()
+        return self._record(task, episode_id, started, attempts, outcome, score)
+
+    def _base_fields(self, task: Task, episode_id: str, started: float, attempts: int) -> dict:
+        m = self.job.model
+        finished = time.time()
+        return dict(
+            run_id=self.job.run_id,
+            stage=self.job.stage,
+            role=self.job.role,
+            agent=m.name,
+            model=m.model or m.name,
+            backend=m.backend,
+            action_format="prompt" if m.backend == "oracle" else m.action_format,
+            benchmark=self.job.benchmark,
+            task_id=task.task_id,
+            group_id=task.group_id,
+            n_turns=len(task.turns),
+            wall_s=finished - started,
+            started_at=started,
+            finished_at=finished,
+            attempts=attempts,
+            episode_id=episode_id,
+        )
+
+    def _record(
+        self,
+        task: Task,
+        episode_id: str,
+        started: float,
+        attempts: int,
+        outcome: EpisodeOutcome,
+        score: Score,
+    ) -> EpisodeRecord:
+        error_message = score.error_message
+        if outcome.rejection:
+            error_message = f"request rejected: {outcome.rejection}"
+        return EpisodeRecord(
+            **self._base_fields(task, episode_id, started, attempts),
+            success=score.success,
+            error_type=score.error_type,
+            error_message=error_message,
+            termination=outcome.termination,
+            steps_per_turn=outcome.steps_per_turn,
+            total_steps=sum(outcome.steps_per_turn),
+            n_llm_calls=outcome.n_llm_calls,
+            tokens_in=outcome.tokens_in,
+            tokens_out=outcome.tokens_out,
+            llm_latency_s=outcome.llm_latency_s,
+            steps=outcome.steps,
+            messages_json=messages_to_json(outcome.messages),
+        )
+
+    def _unscored_record(
+        self,
+        task: Task,
+        episode_id: str,
+        started: float,
+        attempts: int,
+        termination: str,
+        message: str,
+    ) -> EpisodeRecord:
+        return EpisodeRecord(
+            **self._base_fields(task, episode_id, started, attempts),
+            success=None,
+            error_type=termination,
+            error_message=message[:4000],
+            termination=termination,
+            steps_per_turn=[],
+            total_steps=0,
+            n_llm_calls=0,
+            tokens_in=0,
+            tokens_out=0,
+            llm_latency_s=0.0,
+        )
+
+
+class EpisodeWorkerImpl:
+    """Ray actor body: one EpisodeRunner per agent job, many episodes in flight."""
+
+    def __init__(self, job: AgentJob, endpoints: list[str] | None = None) -> None:
+        logging.basicConfig(level=logging.WARNING)
+        self._runner = EpisodeRunner(job, endpoints)
+
+    async def run_task(self, task_id: str) -> EpisodeSummary:
+        return await self._runner.run_task(task_id)
+
+    def ready(self) -> bool:
+        return True

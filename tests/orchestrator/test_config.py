@@ -1,0 +1,82 @@
+import pytest
+from hydra import compose, initialize_config_module
+
+from distillery.orchestrator.cli import rewrite_role_overrides
+from distillery.orchestrator.config import ConfigError, to_config
+
+
+def _compose(*overrides: str):
+    with initialize_config_module(config_module="distillery.conf", version_base=None):
+        return compose(config_name="config", overrides=rewrite_role_overrides(list(overrides)))
+
+
+def test_defaults_are_the_quickstart():
+    cfg = to_config(_compose())
+    assert cfg.experiment.name == "quickstart"
+    assert cfg.teacher.backend == "oracle"
+    assert cfg.student.backend == "llama_cpp"
+    assert cfg.benchmark.name == "bfcl_multi_turn_base"
+    assert cfg.benchmark.limit == 3
+
+
+def test_role_overrides_select_model_configs():
+    cfg = to_config(_compose("student=qwen3_4b", "teacher=gpt5_mini", "benchmark.limit=7"))
+    assert cfg.student.model == "Qwen/Qwen3-4B"
+    assert cfg.student.backend == "vllm"
+    assert cfg.teacher.api_key_env == "OPENAI_API_KEY"
+    assert cfg.benchmark.limit == 7
+
+
+def test_external_endpoint_contract():
+    cfg = to_config(
+        _compose(
+            "student.backend=external",
+            "student.base_url=http://127.0.0.1:9/v1",
+            "student.model=my-model",
+            "student.api_key_env=MY_KEY",
+        )
+    )
+    assert cfg.student.backend == "external"
+    assert cfg.student.base_url == "http://127.0.0.1:9/v1"
+    assert cfg.student.api_key_env == "MY_KEY"
+
+
+def test_rewrite_only_touches_role_groups():
+    argv = ["student=a,b", "student.model=x", "+teacher=y", "benchmark.limit=2"]
+    assert rewrite_role_overrides(argv) == [
+        "model@student=a,b",
+        "student.model=x",
+        "+model@teacher=y",
+        "benchmark.limit=2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("benchmark.limit=0", "benchmark.limit"),
+        ("student.temperature=5", "student.temperature"),
+        ("student.backend=warp_drive", "student.backend"),
+        ("benchmark.name=nope", "benchmark.name"),
+        ("cluster.num_workers=0", "cluster.num_workers"),
+    ],
+)
+def test_bad_values_name_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        to_config(_compose(override))
+    assert str(err.value).startswith(f"invalid config at {key}")
+
+
+def test_typo_is_an_unknown_key():
+    with pytest.raises(ConfigError, match=r"student.temprature: unknown key"):
+        to_config(_compose("+student.temprature=0.3"))
+
+
+def test_external_without_url_fails_naming_student():
+    with pytest.raises(ConfigError, match=r"^invalid config at student: .*base_url"):
+        to_config(_compose("student.backend=external", "student.model=m"))
+
+
+def test_external_group_requires_url():
+    with pytest.raises(ConfigError, match=r"student"):
+        to_config(_compose("student=external"))
