@@ -106,7 +106,9 @@ def to_config(cfg: DictConfig | dict[str, Any]) -> DistilleryConfig:
         try:
             data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         except MissingMandatoryValue as exc:
-            raise ConfigError(f"invalid config at {exc.full_key}: required value is missing (???)") from None
+            raise ConfigError(
+                f"invalid config at {exc.full_key}: required value is missing (???)"
+            ) from None
         except Exception as exc:  # interpolation errors carry the key already
             raise ConfigError(f"invalid config: {exc}") from None
     else:

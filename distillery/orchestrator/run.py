@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -22,6 +23,15 @@ from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerI
 from distillery.workers.llm.config import ModelConfig
 
 STAGE_OF_ROLE: dict[str, str] = {"teacher": "collect", "student": "evaluate"}
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """One agent's episodes plus what running them cost the orchestrator."""
+
+    summaries: list[EpisodeSummary]
+    wall_s: float
+    worker_cpu_s: float
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
                 retry_backoff_s=cfg.agent.retry_backoff_s,
             )
             with served(model) as endpoints:
-                summaries = run_agent(job, endpoints, task_ids, cfg.cluster, progress)
+                summaries = run_agent(job, endpoints, task_ids, cfg.cluster, progress).summaries
             metrics = agent_metrics(summaries)
             child_tags = {
                 **tags,
@@ -120,7 +130,7 @@ def run_agent(
     task_ids: list[str],
     cluster: ClusterConfig,
     progress: bool = True,
-) -> list[EpisodeSummary]:
+) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight."""
     import ray
 
@@ -139,6 +149,8 @@ def run_agent(
         for _ in range(n_workers)
     ]
     ray.get([w.ready.remote() for w in workers])
+    cpu_before = sum(ray.get([w.cpu_time_s.remote() for w in workers]))
+    started = time.perf_counter()
 
     pending = list(reversed(task_ids))
     busy = [0] * n_workers
@@ -166,12 +178,15 @@ def run_agent(
                 wins = sum(1 for s in summaries if s.success)
                 infra = sum(1 for s in summaries if s.success is None)
                 bar.set_postfix(success=wins, infra_errors=infra)
+        wall_s = time.perf_counter() - started
+        worker_cpu_s = sum(ray.get([w.cpu_time_s.remote() for w in workers])) - cpu_before
     finally:
         bar.close()
         for w in workers:
             ray.kill(w)
     order = {t: i for i, t in enumerate(task_ids)}
-    return sorted(summaries, key=lambda s: order[s.task_id])
+    ordered = sorted(summaries, key=lambda s: order[s.task_id])
+    return AgentRun(ordered, wall_s, worker_cpu_s)
 
 
 def results_frame(summaries: list[EpisodeSummary]) -> pd.DataFrame:

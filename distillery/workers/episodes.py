@@ -102,7 +102,9 @@ class EpisodeRunner:
         if self._chat is None:
             return OraclePolicy(self.benchmark.oracle_turns(task))
         m = self.job.model
-        return LlmPolicy(self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed)
+        return LlmPolicy(
+            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed
+        )
 
     async def run_task(self, task_id: str) -> EpisodeSummary:
         """Play one task (retrying infrastructure failures) and persist the record."""
@@ -233,3 +235,7 @@ class EpisodeWorkerImpl:
 
     def ready(self) -> bool:
         return True
+
+    def cpu_time_s(self) -> float:
+        """CPU seconds this worker process has used (for overhead accounting)."""
+        return time.process_time()

@@ -26,8 +26,12 @@ def test_percentile_interpolates():
 
 def _ep(success, termination="done", steps=3, wall=1.0):
     return SimpleNamespace(
-        success=success, termination=termination, total_steps=steps,
-        tokens_in=10, tokens_out=2, wall_s=wall,
+        success=success,
+        termination=termination,
+        total_steps=steps,
+        tokens_in=10,
+        tokens_out=2,
+        wall_s=wall,
     )
 
 
@@ -44,8 +48,10 @@ def test_infra_errors_are_not_scored():
 
 def test_secrets_never_reach_params():
     params = safe_params(
-        {"student": {"api_key_env": "OPENAI_API_KEY", "api_key": "sk-live", "model": "m"},
-         "tracking": {"token": "abc"}}
+        {
+            "student": {"api_key_env": "OPENAI_API_KEY", "api_key": "sk-live", "model": "m"},
+            "tracking": {"token": "abc"},
+        }
     )
     assert params["student.api_key_env"] == "OPENAI_API_KEY"
     assert params["student.api_key"] == "<redacted>"

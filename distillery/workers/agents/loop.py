@@ -153,4 +153,3 @@ def _step_record(
         latency_s=result.latency_s,
         endpoint=result.endpoint,
     )
-

@@ -22,7 +22,9 @@ class EpisodePolicy(Protocol):
 class ChatBackend(Protocol):
     """What an LLM policy needs from the LLM layer (a router over server replicas)."""
 
-    async def chat(self, episode_id: str, messages: list[dict[str, Any]], **kwargs: Any) -> ChatResult: ...
+    async def chat(
+        self, episode_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> ChatResult: ...
 
     def end_episode(self, episode_id: str) -> None: ...
 
@@ -92,4 +94,3 @@ class OraclePolicy:
 
     async def close(self) -> None:
         return None
-

@@ -1,0 +1,171 @@
+"""The whole slice on local Ray: config -> episodes against a scripted OpenAI-compatible
+server (real HTTP) -> Parquet -> MLflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
+from mlflow.tracking import MlflowClient
+
+from distillery.orchestrator.cli import rewrite_role_overrides
+from distillery.orchestrator.config import to_config
+from distillery.orchestrator.run import run_experiment
+from distillery.workers.trajectories import read_episodes
+from tests.support.openai_stub import run_stub_server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    yield
+    ray.shutdown()
+
+
+def _config(tmp_path: Path, *overrides: str):
+    with initialize_config_module(config_module="distillery.conf", version_base=None):
+        cfg = compose(
+            config_name="config",
+            overrides=rewrite_role_overrides(
+                [
+                    f"output_dir={tmp_path / 'runs'}",
+                    f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                    "agent.retry_backoff_s=0",
+                    *overrides,
+                ]
+            ),
+        )
+    return to_config(cfg)
+
+
+def _student(url: str, fmt: str = "prompt") -> list[str]:
+    return [
+        "student=external",
+        f"student.base_url={url}",
+        "student.model=scripted",
+        f"student.action_format={fmt}",
+        "student.max_retries=1",
+        "student.retry_backoff_s=0",
+    ]
+
+
+def test_oracle_teacher_and_scripted_student_land_in_parquet_and_mlflow(tmp_path, ray_local):
+    with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
+        cfg = _config(tmp_path, "benchmark.limit=3", *_student(url, "native"))
+        result = run_experiment(cfg, progress=False)
+
+    assert result.task_ids == ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
+    teacher, student = result.agents
+    assert teacher.role == "teacher" and teacher.model.name == "oracle"
+    for agent in (teacher, student):
+        records = read_episodes(agent.episodes_dir)
+        assert sorted(r.task_id for r in records) == result.task_ids
+        assert all(r.success for r in records), [r.error_message for r in records]
+        assert all(r.termination == "done" for r in records)
+        assert agent.metrics["success_rate"] == 1.0
+        assert agent.metrics["n_tasks"] == 3
+
+    student_records = read_episodes(student.episodes_dir)
+    first = next(r for r in student_records if r.task_id == "multi_turn_base_0")
+    assert first.stage == "evaluate" and first.role == "student"
+    assert first.action_format == "native"
+    assert first.steps_per_turn == [3, 2, 1, 4]  # one ground-truth call per step
+    assert first.total_steps == 10
+    assert first.n_llm_calls == 14  # each turn ends with one call-free answer
+    assert first.tokens_in > 0 and first.tokens_out > 0
+    assert first.steps[0].calls[0].call == "cd(folder='document')"
+    messages = json.loads(first.messages_json)
+    assert [m["role"] for m in messages[:4]] == ["system", "user", "assistant", "tool"]
+
+    teacher_records = read_episodes(teacher.episodes_dir)
+    assert all(r.tokens_in == 0 for r in teacher_records)  # the oracle is no model
+    assert all(r.stage == "collect" and r.agent == "oracle" for r in teacher_records)
+
+    client = MlflowClient(cfg.tracking_uri)
+    exp = client.get_experiment_by_name("distillery")
+    runs = client.search_runs([exp.experiment_id])
+    parent = next(r for r in runs if r.info.run_id == result.parent_run_id)
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(c.data.tags["role"] for c in children) == ["student", "teacher"]
+    child = next(c for c in children if c.data.tags["role"] == "student")
+    for key in (
+        "success_rate",
+        "success_rate_ci_low",
+        "success_rate_ci_high",
+        "n_tasks",
+        "mean_steps",
+        "tokens_in",
+        "tokens_out",
+        "latency_p50_s",
+        "latency_p95_s",
+        "infra_errors",
+    ):
+        assert key in child.data.metrics, key
+    assert child.data.metrics["success_rate"] == 1.0
+    assert child.data.metrics["success_rate_ci_low"] < 1.0
+    assert child.data.params["student.base_url"] == url
+    artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
+    assert {"results.csv", "results.json", "trajectories"} <= artifacts
+    table = pd.read_csv(client.download_artifacts(child.info.run_id, "results.csv"))
+    assert list(table["task_id"]) == result.task_ids
+
+
+def test_text_format_failures_and_hostile_calls_are_scored_not_executed(tmp_path, ray_local):
+    marker = Path("/tmp/distillery_pwned")
+    marker.unlink(missing_ok=True)
+    with run_stub_server(script="tests.support.bfcl_scripts:hostile_text") as url:
+        cfg = _config(tmp_path, "benchmark.limit=2", "experiment.agents=[student]", *_student(url))
+        result = run_experiment(cfg, progress=False)
+    assert not marker.exists()
+    (student,) = result.agents
+    records = read_episodes(student.episodes_dir)
+    assert len(records) == 2
+    for record in records:
+        assert record.success is False
+        assert record.termination == "done"
+        rejected = record.steps[0].calls[0]
+        assert rejected.rejected and rejected.error
+    assert student.metrics["success_rate"] == 0.0
+    assert student.metrics["infra_errors"] == 0
+
+
+def test_step_limit_ends_the_episode(tmp_path, ray_local):
+    with run_stub_server(script="tests.support.bfcl_scripts:loop_forever_text") as url:
+        cfg = _config(
+            tmp_path,
+            "benchmark.limit=1",
+            "benchmark.max_steps_per_turn=3",
+            "experiment.agents=[student]",
+            *_student(url),
+        )
+        result = run_experiment(cfg, progress=False)
+    (record,) = read_episodes(result.agents[0].episodes_dir)
+    assert record.termination == "step_limit"
+    assert record.steps_per_turn == [3]
+    assert record.success is False
+    assert record.error_type == "multi_turn:force_terminated"
+
+
+def test_a_server_that_stays_down_is_an_infra_error_not_a_failure(tmp_path, ray_local):
+    with run_stub_server(script="tests.support.bfcl_scripts:server_error") as url:
+        cfg = _config(
+            tmp_path,
+            "benchmark.limit=2",
+            "experiment.agents=[student]",
+            "agent.episode_retries=1",
+            *_student(url),
+        )
+        result = run_experiment(cfg, progress=False)
+    (student,) = result.agents
+    records = read_episodes(student.episodes_dir)
+    assert [r.termination for r in records] == ["infra_error", "infra_error"]
+    assert all(r.success is None and r.attempts == 2 for r in records)
+    assert student.metrics["infra_errors"] == 2
+    assert student.metrics["n_scored"] == 0

@@ -1,0 +1,86 @@
+"""Scripted BFCL players for the OpenAI-compatible stub server.
+
+Each script is stateless: it finds the task from the first user message and the
+position in the episode from the messages, then answers like a model would. They run
+inside the stub server process, so state must be derivable from the request alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from typing import Any
+
+OBSERVATION_NAME = "tool_results"
+
+
+@functools.cache
+def _tasks_by_first_turn() -> dict[str, Any]:
+    from distillery.workers.envs.registry import make_benchmark
+
+    bench = make_benchmark("bfcl_multi_turn_base")
+    return {t.turns[0]: (t, bench.oracle_turns(t)) for t in bench.load_tasks()}
+
+
+def _position(messages: list[dict[str, Any]]) -> tuple[Any, list[list[str]], int, int]:
+    """(task, ground truth, turn index, calls already made in this turn)."""
+    users = [m for m in messages if m["role"] == "user" and m.get("name") != OBSERVATION_NAME]
+    task, truth = _tasks_by_first_turn()[users[0]["content"]]
+    turn = len(users) - 1
+    last_user = max(i for i, m in enumerate(messages) if m in users)
+    made = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
+    return task, truth, turn, made
+
+
+def replay_text(request: dict[str, Any]) -> dict[str, Any]:
+    """A perfect student in BFCL's prompt format: one ground-truth call per step."""
+    _, truth, turn, made = _position(request["messages"])
+    calls = truth[turn]
+    if made < len(calls):
+        return {"content": f"[{calls[made]}]"}
+    return {"content": "I have completed the request."}
+
+
+def replay_native(request: dict[str, Any]) -> dict[str, Any]:
+    """A perfect student with native tool calls (positional args named from the docs)."""
+    _, truth, turn, made = _position(request["messages"])
+    calls = truth[turn]
+    if made >= len(calls):
+        return {"content": "Done."}
+    params = {
+        tool["function"]["name"]: list(tool["function"]["parameters"].get("properties", {}))
+        for tool in request.get("tools", [])
+    }
+    node = ast.parse(calls[made], mode="eval").body
+    name = node.func.id
+    arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+    for index, arg in enumerate(node.args):
+        arguments[params[name][index]] = ast.literal_eval(arg)
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def first_turn_only_text(request: dict[str, Any]) -> dict[str, Any]:
+    """Solves the first turn, then gives up: the checker must fail it."""
+    _, truth, turn, made = _position(request["messages"])
+    if turn == 0 and made < len(truth[0]):
+        return {"content": f"[{truth[0][made]}]"}
+    return {"content": "Sorry, I cannot help with that."}
+
+
+def hostile_text(request: dict[str, Any]) -> dict[str, Any]:
+    """Tries to escape the sandbox once per turn, then stops."""
+    _, _, _, made = _position(request["messages"])
+    if made == 0:
+        return {"content": "[__import__('os').system('touch /tmp/distillery_pwned')]"}
+    return {"content": "ok"}
+
+
+def loop_forever_text(request: dict[str, Any]) -> dict[str, Any]:
+    """Never stops calling (pwd, or a rejected call where there is no file system):
+    the step limit must end the episode."""
+    return {"content": "[pwd()]"}
+
+
+def server_error(request: dict[str, Any]) -> dict[str, Any]:
+    """An endpoint that is down for good (HTTP 503)."""
+    return {"status": 503, "content": "overloaded"}
