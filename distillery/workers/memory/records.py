@@ -1,0 +1,97 @@
+"""AMD memory entries (paper section 3.2): Workflow, Subtask and Function memory.
+
+A memory method knows retrieval and injection and nothing of Ray. Every entry carries
+its provenance (`MemorySource`) so that retrieval can prove isolation: under
+`self_excluded` a task never sees an entry built from itself, under `cross_split` only
+entries from the memory split are visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+MemoryType = Literal["wf", "st", "fn"]
+Representation = Literal["text", "code"]
+MEMORY_TYPES: tuple[MemoryType, ...] = ("wf", "st", "fn")
+
+
+@dataclass(frozen=True)
+class MemorySource:
+    """Where an entry came from."""
+
+    task_id: str
+    group_id: str | None  # scenario / involved classes: the unit of group-aware splits
+    split: str  # e.g. "all", "memory" (cross_split's 70 %)
+    teacher: str  # model config name of the agent whose trajectory it is
+    episode_id: str
+
+
+@dataclass(frozen=True)
+class WorkflowMemory:
+    """One insight per successful trajectory; retrieved by the task instruction."""
+
+    memory_id: str
+    source: MemorySource
+    query: str  # the task's first user message: the retrieval key
+    text: str  # prose insight (2-4 sentences, < 120 words, names Class.method functions)
+    code: str  # the trajectory's masked calls, one per line: the `code` representation
+    functions: tuple[str, ...]  # functions the trajectory used
+    fallback: bool = False  # True when the deterministic insight replaced the LLM's
+
+    @property
+    def key_text(self) -> str:
+        return self.query
+
+
+@dataclass(frozen=True)
+class SegmentStep:
+    call: str  # masked canonical call, e.g. "cd(folder=<FOLDER>)"
+    observation: str  # sanitised, cut to 500 characters
+
+
+@dataclass(frozen=True)
+class SubtaskSegment:
+    """A labelled run of consecutive steps; retrieved by label + description."""
+
+    memory_id: str
+    source: MemorySource
+    index: int  # position in the trajectory's segmentation
+    label: str  # at most 5 words
+    description: str  # one sentence
+    steps: tuple[SegmentStep, ...]
+    text: str  # prose rendering of the steps (written by the builder LLM)
+    fallback: bool = False
+
+    @property
+    def key_text(self) -> str:
+        return f"{self.label}: {self.description}"
+
+    @property
+    def code(self) -> str:
+        return "\n".join(f"{s.call}\n# -> {s.observation}" for s in self.steps)
+
+
+@dataclass(frozen=True)
+class FunctionRecord:
+    """One successful call; looked up by exact function name, ranked by instruction."""
+
+    memory_id: str
+    source: MemorySource
+    function: str  # exact function name, the lookup key
+    call: str  # masked canonical call
+    result: str  # truncated observation
+    instruction: str  # the user message of the turn the call was made in (ranking key)
+    schema: dict[str, Any] = field(default_factory=dict)  # the function's doc
+    text: str = ""  # prose rendering (builder LLM), for the `text` representation
+
+    @property
+    def key_text(self) -> str:
+        return self.instruction
+
+    @property
+    def code(self) -> str:
+        return f"{self.call}\n# -> {self.result}"
+
+
+MemoryEntry = WorkflowMemory | SubtaskSegment | FunctionRecord
