@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from distillery.workers.agents.policies import EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
@@ -21,6 +21,18 @@ from distillery.workers.trajectories import CallRecord, StepRecord
 # Marks observation messages in the prompt format (they are `user` messages there), so
 # they can be told apart from real user turns.
 OBSERVATION_NAME = "tool_results"
+
+
+class EpisodeHooks(Protocol):
+    """Optional augmentation of an episode (e.g. a memory method); knows no env internals."""
+
+    async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
+        """The system prompt to use from this turn on (proactive injection)."""
+
+    async def after_step(
+        self, turn_index: int, user_text: str, observations: list[ToolResult]
+    ) -> list[ToolResult]:
+        """The observations as the model will see them (reactive injection)."""
 
 
 @dataclass
@@ -40,17 +52,22 @@ async def run_agent_loop(
     env: Environment,
     policy: EpisodePolicy,
     max_steps_per_turn: int,
-    system_prompt: str | None = None,
+    hooks: EpisodeHooks | None = None,
 ) -> EpisodeOutcome:
     """Play every turn of `env.task` with `policy`; the caller scores `env` afterwards."""
     task = env.task
     fmt = policy.action_format
     tools = list(task.tools) if fmt == "native" else None
-    prompt = env.system_prompt(fmt) if system_prompt is None else system_prompt
+    base_prompt = env.system_prompt(fmt)
     out = EpisodeOutcome(termination="done")
-    out.messages = [{"role": "system", "content": prompt}] if prompt else []
+    out.messages = [{"role": "system", "content": base_prompt}]
 
     for turn_index, user_text in enumerate(task.turns):
+        if hooks is not None:
+            out.messages[0] = {
+                "role": "system",
+                "content": await hooks.before_turn(turn_index, user_text, base_prompt),
+            }
         out.messages.append({"role": "user", "content": user_text})
         steps_in_turn = 0
         while True:
@@ -66,6 +83,8 @@ async def run_agent_loop(
             if action.empty:
                 break
             observations = env.step(action)
+            if hooks is not None:
+                observations = await hooks.after_step(turn_index, user_text, observations)
             out.messages.extend(_observation_messages(fmt, result, observations))
             out.steps.append(_step_record(turn_index, steps_in_turn, result, observations))
             steps_in_turn += 1
