@@ -1,0 +1,451 @@
+"""BFCL V3 multi-turn base: 200 stateful API tasks scored by bfcl-eval's own checker.
+
+Tasks, function docs and ground truth come from the data packaged with `bfcl-eval`;
+calls run on BFCL's own backends through its executor, and an episode is scored by its
+`multi_turn_checker`, in-process. Only light bfcl-eval modules are imported (constants,
+the multi-turn executor/checker and the backends need nothing beyond `mpmath`).
+
+BFCL's executor keeps each backend instance in its module's globals under
+``{model_name}_{test_id}_{class}_instance`` and `eval`s the call strings. So every
+episode gets its own model name (isolation), only canonical sources of validated calls
+ever reach the executor (see `calls.py`), and `close()` deletes every instance the
+episode created, the checker's ``_eval`` and ``_ground_truth_eval`` replays included.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import itertools
+import json
+import re
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from bfcl_eval.constants import default_prompts
+from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
+
+from distillery.workers.envs.base import ParsedAction, Score, Task, ToolCall, ToolResult
+from distillery.workers.envs.calls import (
+    DEFAULT_LIMITS,
+    CallLimits,
+    check_call,
+    parse_native_calls,
+    parse_text_calls,
+)
+
+BENCHMARK_NAME = "bfcl_multi_turn_base"
+CATEGORY = "multi_turn_base"
+DATA_FILE = "BFCL_v4_multi_turn_base.json"
+
+# BFCL appends this to every function description of Python categories
+# (bfcl_eval.utils._get_language_specific_hint); models are evaluated with it.
+PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
+
+# The prompt variant our "prompt" format reproduces: BFCL's default.
+PROMPT_VARIANT = (
+    "ret_fmt=python&tool_call_tag=False&func_doc_fmt=json&prompt_fmt=plaintext&style=classic"
+)
+
+EXECUTION_ERROR_PREFIX = "Error during execution:"
+
+NATIVE_SYSTEM_PROMPT = (
+    "You are an assistant that completes the user's requests by calling the provided "
+    "tools. At each turn, try your best to complete everything the user asked within "
+    "that turn: keep calling tools, and use their results, until the request is "
+    "fulfilled to the best of your ability. If no tool fits, or a required argument is "
+    "missing, say so instead of guessing. When you have nothing left to call, reply "
+    "without any tool call: that ends the turn."
+)
+
+# Name suffixes BFCL's executor appends to the model name (episode, checker replays).
+_INSTANCE_SUFFIXES = ("", "_eval", "_ground_truth_eval")
+_OPENAPI_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+
+# The executor and the checker are synchronous and never await, so asyncio episodes
+# cannot interleave inside them; the lock covers episodes driven from threads.
+_EXECUTOR_LOCK = threading.RLock()
+_EPISODE_COUNTER = itertools.count()
+
+
+# ------------------------------------------------------------------------ loading
+
+
+def _data_dir() -> Path:
+    return Path(str(resources.files("bfcl_eval") / "data"))
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _task_number(task_id: str) -> int:
+    return int(task_id.rsplit("_", 1)[1])
+
+
+@functools.cache
+def _class_docs(class_name: str) -> tuple[dict[str, Any], ...]:
+    path = _data_dir() / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
+    return tuple(_read_jsonl(path))
+
+
+def _function_docs(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The docs BFCL shows for `entry`: every function of its involved classes.
+
+    bfcl-eval's own harness (populate_test_cases_with_predefined_functions) offers them
+    all, `excluded_function` included, so the official numbers are comparable only if we
+    do the same.
+    """
+    docs = []
+    for class_name in entry["involved_classes"]:
+        for doc in _class_docs(class_name):
+            doc = copy.deepcopy(doc)
+            doc["description"] += PYTHON_HINT
+            docs.append(doc)
+    return docs
+
+
+def _openai_schema(schema: Any) -> Any:
+    """A BFCL parameter schema as JSON Schema: dict->object, float->number, tuple->array."""
+    if isinstance(schema, list):
+        return [_openai_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "type" and isinstance(value, str):
+            if value != "any":  # JSON Schema has no "any": no type means any
+                out[key] = _OPENAPI_TYPES.get(value, value)
+        elif key == "properties" and isinstance(value, dict):
+            out[key] = {name: _openai_schema(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+            out[key] = _openai_schema(value)
+        else:
+            out[key] = copy.deepcopy(value)  # descriptions, enums, defaults: data, not schema
+    return out
+
+
+def _openai_tool(doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": doc["name"],
+            "description": doc["description"],
+            "parameters": _openai_schema(doc["parameters"]),
+        },
+    }
+
+
+def _turn_text(messages: list[dict[str, Any]]) -> str:
+    return "\n\n".join(m["content"] for m in messages if m.get("role") == "user")
+
+
+def _build_task(entry: dict[str, Any], ground_truth: list[list[str]]) -> Task:
+    docs = _function_docs(entry)
+    classes = list(entry["involved_classes"])
+    return Task(
+        task_id=entry["id"],
+        benchmark=BENCHMARK_NAME,
+        turns=tuple(_turn_text(turn) for turn in entry["question"]),
+        tools=tuple(_openai_tool(doc) for doc in docs),
+        function_docs=tuple(docs),
+        group_id="+".join(sorted(classes)),
+        metadata={
+            "involved_classes": classes,
+            "initial_config": entry["initial_config"],
+            "ground_truth": ground_truth,
+            "excluded_function": list(entry.get("excluded_function", [])),
+        },
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[dict[str, dict[str, Any]], dict[str, list[list[str]]], tuple[Task, ...]]:
+    """(official entries by id, ground truth by id, tasks in id order), once per process."""
+    data = _data_dir()
+    entries = {e["id"]: e for e in _read_jsonl(data / DATA_FILE)}
+    answers = {
+        a["id"]: a["ground_truth"] for a in _read_jsonl(data / "possible_answer" / DATA_FILE)
+    }
+    missing = sorted(set(entries) - set(answers))
+    if missing:
+        raise RuntimeError(f"bfcl-eval data has no ground truth for {missing[:5]}")
+    ordered = sorted(entries, key=_task_number)
+    # Tasks get their own copies: the official entries stay pristine for scoring.
+    tasks = tuple(
+        _build_task(copy.deepcopy(entries[i]), copy.deepcopy(answers[i])) for i in ordered
+    )
+    return entries, answers, tasks
+
+
+# ------------------------------------------------------------------------ prompts
+
+
+def prompt_system_prompt(function_docs: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> str:
+    """BFCL's default prompting system prompt, assembled from bfcl-eval's own templates.
+
+    Mirrors `formulate_system_prompt` for `PROMPT_VARIANT` (python calls, no tool-call
+    tag, JSON docs, plaintext, classic style) without importing its heavy module.
+    """
+    style = default_prompts.PROMPT_STYLE_TEMPLATES["classic"]
+    tool_call_format = style["tool_call_no_tag"].format(
+        output_format=default_prompts.OUTPUT_FORMAT_MAPPING["python"],
+        param_types=default_prompts.PARAM_TYPE_MAPPING["python"],
+    )
+    available_tools = style["available_tools"].format(
+        format="json", functions=json.dumps(list(function_docs), indent=4)
+    )
+    return default_prompts.PROMPT_TEMPLATE_MAPPING["plaintext"].format(
+        persona=style["persona"],
+        task=style["task"],
+        tool_call_format=tool_call_format,
+        multiturn_behavior=style["multiturn_behavior"],
+        available_tools=available_tools,
+    )
+
+
+# -------------------------------------------------------------------- environment
+
+
+def _model_name(episode_tag: str) -> str:
+    """A name unique in this process, safe in the executor's global names."""
+    readable = re.sub(r"[^A-Za-z0-9_]", "_", episode_tag)[:48]
+    digest = hashlib.sha1(episode_tag.encode("utf-8")).hexdigest()[:8]
+    return f"distillery_{readable}_{digest}_{next(_EPISODE_COUNTER)}"
+
+
+def _result_error(content: str) -> str | None:
+    """The failure a tool result reports, if any (executor exception or backend error)."""
+    if content.startswith(EXECUTION_ERROR_PREFIX):
+        return content
+    if content.startswith("{"):
+        try:
+            payload = json.loads(content)
+        except ValueError:
+            return None
+        if isinstance(payload, dict) and payload.get("error"):
+            return str(payload["error"])
+    return None
+
+
+class BfclEnvironment:
+    """One isolated episode of one BFCL multi-turn task."""
+
+    def __init__(
+        self,
+        task: Task,
+        entry: dict[str, Any],
+        ground_truth: list[list[str]],
+        episode_tag: str,
+        limits: CallLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self.task = task
+        self.model_name = _model_name(episode_tag)
+        # Private copies: nothing the agent does to `task` can change what is scored.
+        self._entry = {
+            "id": entry["id"],
+            "initial_config": copy.deepcopy(entry["initial_config"]),
+            "involved_classes": list(entry["involved_classes"]),
+        }
+        self._ground_truth = copy.deepcopy(ground_truth)
+        # From the official docs, not `task`: a tampered Task must not widen what runs.
+        self._allowed = frozenset(doc["name"] for doc in _function_docs(entry))
+        self._limits = limits
+        self._turns: list[list[list[str]]] = []  # closed turns -> steps -> call sources
+        self._current: list[list[str]] = []
+        self._closed = False
+
+    # -- prompts and parsing
+
+    def system_prompt(self, action_format: str) -> str:
+        if action_format == "prompt":
+            return prompt_system_prompt(self.task.function_docs)
+        if action_format == "native":
+            return NATIVE_SYSTEM_PROMPT
+        raise ValueError(f"unknown action format {action_format!r}; use 'native' or 'prompt'")
+
+    def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
+        return parse_native_calls(tool_calls, self._allowed, self._limits)
+
+    def parse_text(self, text: str) -> ParsedAction:
+        return parse_text_calls(text, self._allowed, self._limits)
+
+    # -- acting
+
+    def step(self, action: ParsedAction) -> list[ToolResult]:
+        """Run the valid calls in order (results first), then report the rejected ones."""
+        self._require_open()
+        runnable: list[ToolCall] = []
+        refused: list[ToolResult] = []
+        for call in action.calls:
+            # Re-checked here too: a ParsedAction may have been built by hand.
+            reason = check_call(call, self._allowed, self._limits)
+            if reason is None:
+                runnable.append(call)
+            else:
+                name = call.name if isinstance(call.name, str) else "<invalid>"
+                refused.append(_rejection(f"{name[:80]}(...)", reason, call.call_id, None))
+        for rejected in action.rejected:
+            refused.append(_rejection(rejected.raw, rejected.reason, rejected.call_id, None))
+        return self._execute(runnable) + refused
+
+    def _execute(self, calls: list[ToolCall]) -> list[ToolResult]:
+        if not calls:
+            return []
+        sources = [call.source for call in calls]
+        with _EXECUTOR_LOCK:
+            outputs, _ = multi_turn_utils.execute_multi_turn_func_call(
+                func_call_list=sources,
+                initial_config=self._entry["initial_config"],
+                involved_classes=self._entry["involved_classes"],
+                model_name=self.model_name,
+                test_entry_id=self._entry["id"],
+                long_context=False,
+                is_evaL_run=False,
+            )
+        self._current.append(sources)
+        return [
+            ToolResult(
+                call=source,
+                content=output,
+                error=_result_error(output),
+                function=call.name,
+                call_id=call.call_id,
+            )
+            for call, source, output in zip(calls, sources, outputs, strict=True)
+        ]
+
+    def end_turn(self) -> None:
+        self._require_open()
+        if len(self._turns) >= len(self.task.turns):
+            raise RuntimeError(f"{self.task.task_id}: every turn is already closed")
+        self._turns.append(self._current)
+        self._current = []
+
+    # -- scoring and cleanup
+
+    def score(self) -> Score:
+        """The official verdict; an episode that did not close every turn is failed."""
+        expected = len(self._ground_truth)
+        if len(self._turns) < expected:
+            return Score(
+                success=False,
+                error_type="multi_turn:force_terminated",
+                error_message=(
+                    f"Model was force-terminated: {len(self._turns)} of {expected} turns "
+                    "were completed."
+                ),
+            )
+        # Like BFCL's decoder: steps that decoded to nothing are not steps.
+        decoded = [[step for step in turn if step] for turn in self._turns]
+        with _EXECUTOR_LOCK:
+            self._drop_instances(("_eval", "_ground_truth_eval"))  # a re-score starts fresh
+            try:
+                result = multi_turn_checker.multi_turn_checker(
+                    decoded,
+                    copy.deepcopy(self._ground_truth),
+                    copy.deepcopy(self._entry),
+                    CATEGORY,
+                    self.model_name,
+                )
+            except Exception as exc:  # a checker bug is reported, never raised
+                return Score(False, "checker_exception", f"{type(exc).__name__}: {exc}")
+            finally:
+                self._drop_instances(("_eval", "_ground_truth_eval"))
+        if result.get("valid"):
+            return Score(success=True)
+        message = result.get("error_message")
+        return Score(
+            success=False,
+            error_type=str(result.get("error_type") or "multi_turn:unknown_error"),
+            error_message=None if message is None else str(message),
+        )
+
+    def close(self) -> None:
+        with _EXECUTOR_LOCK:
+            self._drop_instances(_INSTANCE_SUFFIXES)
+        self._closed = True
+
+    def instance_names(self, suffixes: tuple[str, ...] = _INSTANCE_SUFFIXES) -> list[str]:
+        """The executor globals this episode may own (named exactly as BFCL names them)."""
+        names = []
+        for suffix in suffixes:
+            for class_name in self._entry["involved_classes"]:
+                raw = f"{self.model_name}{suffix}_{self._entry['id']}_{class_name}_instance"
+                names.append(re.sub(r"[-./:]", "_", raw))
+        return names
+
+    def _drop_instances(self, suffixes: tuple[str, ...]) -> None:
+        namespace = vars(multi_turn_utils)
+        for name in self.instance_names(suffixes):
+            namespace.pop(name, None)
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"environment of {self.task.task_id} is closed")
+
+    def __enter__(self) -> BfclEnvironment:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _rejection(raw: str, reason: str, call_id: str | None, function: str | None) -> ToolResult:
+    return ToolResult(
+        call=raw,
+        content=f"Error: call rejected, not executed: {reason}",
+        error=reason,
+        function=function,
+        call_id=call_id,
+        rejected=True,
+    )
+
+
+# ---------------------------------------------------------------------- benchmark
+
+
+class BfclMultiTurnBase:
+    """The `bfcl_multi_turn_base` benchmark adapter."""
+
+    name = BENCHMARK_NAME
+    max_steps_per_turn = default_prompts.MAXIMUM_STEP_LIMIT
+
+    def __init__(self, limits: CallLimits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+
+    def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
+        """Tasks in id order; treat them as read-only (they are shared per process)."""
+        _, _, tasks = _load()
+        selected = list(tasks)
+        if task_ids is not None:
+            known = {t.task_id for t in tasks}
+            unknown = [i for i in task_ids if i not in known]
+            if unknown:
+                raise ValueError(f"unknown {BENCHMARK_NAME} task ids: {unknown[:10]}")
+            wanted = set(task_ids)
+            selected = [t for t in selected if t.task_id in wanted]
+        if limit is not None:
+            if limit < 0:
+                raise ValueError(f"limit must be >= 0, got {limit}")
+            selected = selected[:limit]
+        return selected
+
+    def make_env(self, task: Task, episode_tag: str) -> BfclEnvironment:
+        entries, answers, _ = _load()
+        if task.task_id not in entries:
+            raise ValueError(f"unknown {BENCHMARK_NAME} task id {task.task_id!r}")
+        return BfclEnvironment(
+            task, entries[task.task_id], answers[task.task_id], episode_tag, self.limits
+        )
+
+    def oracle_turns(self, task: Task) -> list[list[str]]:
+        _, answers, _ = _load()
+        if task.task_id not in answers:
+            raise ValueError(f"unknown {BENCHMARK_NAME} task id {task.task_id!r}")
+        return [list(turn) for turn in answers[task.task_id]]
