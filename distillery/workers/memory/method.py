@@ -1,0 +1,282 @@
+"""The AMD student (paper Algorithm 1) as episode hooks: proactive Workflow + Subtask
+injection into the system prompt, reactive Function hints inside failing tool results.
+
+Knows retrieval and injection, nothing of Ray or of a benchmark's internals: it sees
+user turns, the system prompt and `ToolResult`s. Every hit's provenance is re-checked
+against the protocol's isolation rule and counted, so a run can prove its isolation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from distillery.workers.envs.base import ToolResult
+from distillery.workers.llm.types import ChatResult, Usage
+from distillery.workers.memory.config import RetrievalConfig
+from distillery.workers.memory.records import (
+    FunctionRecord,
+    MemorySource,
+    SubtaskSegment,
+    WorkflowMemory,
+)
+
+DECOMPOSE_PROMPT = """Break the given task into sequential subtasks.
+Rules:
+- Each subtask is a short description of one specific operation (at most 8 words).
+- Follow the order in which the operations must happen.
+- Reply with ONLY a JSON array of strings. At most {max_subtasks} subtasks.
+Example:
+Task: Move 'report.txt' from the documents folder into a new 'archive' folder, then post a tweet saying it is archived.
+["go to the documents folder", "create the archive folder", "move the report into archive", "post a tweet about the archive"]
+Task: {instruction}"""
+
+MEMORY_HEADER = (
+    "The following memory was distilled from a stronger agent's successful runs on "
+    "similar tasks. Use it as guidance; the user's request always takes precedence."
+)
+
+
+class Hit(Protocol):
+    entry: Any
+    score: float
+
+
+class MemoryLookup(Protocol):
+    """Retrieval over one memory bank per type, isolation applied for `task_id`."""
+
+    async def workflow(
+        self, query: str, task_id: str, k: int, threshold: float | None
+    ) -> list[Hit]: ...
+
+    async def subtasks(
+        self, queries: list[str], task_id: str, k: int, threshold: float | None
+    ) -> list[Hit]: ...
+
+    async def functions(
+        self, function: str, instruction: str, task_id: str, k: int, threshold: float | None
+    ) -> list[Hit]: ...
+
+
+IsolationCheck = Callable[[MemorySource], bool]
+AskModel = Callable[[list[dict[str, Any]]], Awaitable[ChatResult]]
+
+
+@dataclass
+class RetrievalLog:
+    """What was injected where, for the episode record and the isolation audit."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    checked: int = 0
+    violations: int = 0
+    decomposition: list[str] | None = None
+    decomposition_fallback: bool = False
+    usage: Usage = Usage()
+    llm_calls: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "retrievals": self.events,
+            "isolation_checked": self.checked,
+            "isolation_violations": self.violations,
+            "decomposition": self.decomposition,
+            "decomposition_fallback": self.decomposition_fallback,
+        }
+
+
+class AmdHooks:
+    """EpisodeHooks for one student episode with AMD memory."""
+
+    def __init__(
+        self,
+        task_id: str,
+        lookup: MemoryLookup,
+        config: RetrievalConfig,
+        allows: IsolationCheck,
+        ask_model: AskModel | None = None,
+        user_turns: list[str] | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.lookup = lookup
+        self.config = config
+        self.allows = allows
+        self.ask_model = ask_model
+        self.user_turns = user_turns or []
+        self.log = RetrievalLog()
+        self._workflow_block = ""
+        self._subtask_block = ""
+
+    # -- proactive injection -------------------------------------------------------
+
+    async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
+        cfg = self.config
+        if turn_index == 0 and "wf" in cfg.types:
+            hits = await self.lookup.workflow(
+                user_text, self.task_id, cfg.k("wf"), cfg.threshold("wf")
+            )
+            self._workflow_block = self._render_workflow(self._audit("wf", turn_index, hits))
+        if "st" in cfg.types:
+            if cfg.subtask_query == "per_turn":
+                hits = await self.lookup.subtasks(
+                    [user_text], self.task_id, cfg.k("st"), cfg.threshold("st")
+                )
+                self._subtask_block = self._render_subtasks(self._audit("st", turn_index, hits))
+            elif turn_index == 0:
+                labels = await self._decompose(user_text)
+                hits = await self.lookup.subtasks(
+                    labels, self.task_id, cfg.k("st"), cfg.threshold("st")
+                )
+                self._subtask_block = self._render_subtasks(self._audit("st", turn_index, hits))
+        block = self._memory_block()
+        return f"{block}\n\n{system_prompt}" if block else system_prompt
+
+    def _memory_block(self) -> str:
+        parts = [p for p in (self._workflow_block, self._subtask_block) if p]
+        if not parts:
+            return ""
+        block = "\n\n".join([MEMORY_HEADER, *parts])
+        cap = self.config.block_max_chars
+        if len(block) > cap:
+            block = block[: cap - 30].rstrip() + "\n[memory truncated]"
+        return block
+
+    def _render_workflow(self, hits: list[Hit]) -> str:
+        if not hits:
+            return ""
+        code = self.config.representation("wf") == "code"
+        bodies = []
+        for hit in hits:
+            entry: WorkflowMemory = hit.entry
+            bodies.append(entry.code if code else entry.text)
+        return "[Workflow]\n" + "\n\n".join(bodies)
+
+    def _render_subtasks(self, hits: list[Hit]) -> str:
+        if not hits:
+            return ""
+        code = self.config.representation("st") == "code"
+        bodies = []
+        for hit in hits:
+            seg: SubtaskSegment = hit.entry
+            body = seg.code if code or not seg.text else seg.text
+            bodies.append(f"[Subtask] {seg.label}: {seg.description}\n{body}")
+        return "\n\n".join(bodies)
+
+    async def _decompose(self, instruction: str) -> list[str]:
+        """The student's own decomposition (paper figure 15); one retry, then the user
+        turns seen so far serve as labels."""
+        if self.ask_model is None:
+            self.log.decomposition_fallback = True
+            self.log.decomposition = [instruction]
+            return [instruction]
+        prompt = DECOMPOSE_PROMPT.format(
+            max_subtasks=self.config.max_subtasks, instruction=instruction
+        )
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        for _ in range(2):
+            result = await self.ask_model(messages)
+            self.log.usage = self.log.usage + result.usage
+            self.log.llm_calls += 1
+            labels, problem = parse_subtask_labels(result.text, self.config.max_subtasks)
+            if labels:
+                self.log.decomposition = labels
+                return labels
+            messages += [
+                {"role": "assistant", "content": result.text},
+                {
+                    "role": "user",
+                    "content": f"Invalid answer: {problem}. Reply with ONLY a JSON array of strings.",
+                },
+            ]
+        self.log.decomposition_fallback = True
+        self.log.decomposition = [instruction]
+        return [instruction]
+
+    # -- reactive injection --------------------------------------------------------
+
+    async def after_step(
+        self, turn_index: int, user_text: str, observations: list[ToolResult]
+    ) -> list[ToolResult]:
+        if "fn" not in self.config.types:
+            return observations
+        out = []
+        for obs in observations:
+            if obs.error and obs.function:
+                hits = await self.lookup.functions(
+                    obs.function,
+                    user_text,
+                    self.task_id,
+                    self.config.k("fn"),
+                    self.config.threshold("fn"),
+                )
+                hits = self._audit("fn", turn_index, hits, function=obs.function)
+                if hits:
+                    obs = _with_content(obs, obs.content + "\n\n" + self._render_functions(hits))
+            out.append(obs)
+        return out
+
+    def _render_functions(self, hits: list[Hit]) -> str:
+        code = self.config.representation("fn") == "code"
+        lines = [f"[Function memory] How a successful agent called `{hits[0].entry.function}`:"]
+        for hit in hits:
+            rec: FunctionRecord = hit.entry
+            if code or not rec.text:
+                lines.append(
+                    f"Instruction: {rec.instruction}\nCall: {rec.call}\nResult: {rec.result}"
+                )
+            else:
+                lines.append(rec.text)
+        return "\n".join(lines)
+
+    # -- isolation audit -----------------------------------------------------------
+
+    def _audit(self, memory_type: str, turn: int, hits: list[Hit], **extra: Any) -> list[Hit]:
+        """Re-check every hit's provenance; a disallowed hit is counted and dropped."""
+        kept = []
+        for hit in hits:
+            self.log.checked += 1
+            source: MemorySource = hit.entry.source
+            allowed = self.allows(source)
+            if not allowed:
+                self.log.violations += 1
+            else:
+                kept.append(hit)
+            self.log.events.append(
+                {
+                    "type": memory_type,
+                    "turn": turn,
+                    "memory_id": hit.entry.memory_id,
+                    "source_task_id": source.task_id,
+                    "score": round(float(hit.score), 4),
+                    "allowed": allowed,
+                    **extra,
+                }
+            )
+        return kept
+
+
+def parse_subtask_labels(text: str, max_subtasks: int) -> tuple[list[str], str | None]:
+    """A JSON array of non-empty strings, at most `max_subtasks` (fences tolerated)."""
+    match = re.search(r"\[.*\]", text or "", re.DOTALL)
+    if not match:
+        return [], "no JSON array found"
+    try:
+        value = json.loads(match.group(0))
+    except json.JSONDecodeError as exc:
+        return [], f"invalid JSON ({exc.msg})"
+    if not isinstance(value, list) or not value:
+        return [], "expected a non-empty JSON array"
+    labels = [v.strip() for v in value if isinstance(v, str) and v.strip()]
+    if len(labels) != len(value):
+        return [], "every element must be a non-empty string"
+    if len(labels) > max_subtasks:
+        return [], f"{len(labels)} subtasks, at most {max_subtasks} allowed"
+    return labels, None
+
+
+def _with_content(obs: ToolResult, content: str) -> ToolResult:
+    from dataclasses import replace
+
+    return replace(obs, content=content)
