@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from distillery.workers.agents.loop import OBSERVATION_NAME
 from distillery.workers.llm.types import ChatResult, RequestRejected
 from distillery.workers.memory import prompts
 from distillery.workers.memory.masking import (
@@ -60,7 +61,6 @@ from distillery.workers.memory.records import (
 )
 from distillery.workers.trajectories import EpisodeRecord
 
-OBSERVATION_NAME = "tool_results"  # observation messages of the prompt format
 SEGMENT_OBSERVATION_CHARS = 500
 FUNCTION_RESULT_CHARS = 300
 PROMPT_OBSERVATION_CHARS = 300  # observations as shown to the builder LLM
@@ -88,6 +88,9 @@ class BuildStats:
     requests: Counter[str] = field(default_factory=Counter)
     retries: Counter[str] = field(default_factory=Counter)
     fallbacks: Counter[str] = field(default_factory=Counter)
+    # Built deterministically by design (no builder LLM configured, e.g. for the oracle
+    # teacher): not a failure, so not counted as a fallback.
+    deterministic: Counter[str] = field(default_factory=Counter)
     accepted: Counter[str] = field(default_factory=Counter)  # LLM answers used
     invalid: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -102,7 +105,15 @@ class BuildStats:
     def as_dict(self) -> dict[str, int]:
         """Flat metrics: ``{"wf.requests": 3, "invalid.wf:leak": 1, ...}``."""
         out: dict[str, int] = {}
-        for name in ("requests", "retries", "fallbacks", "accepted", "tokens_in", "tokens_out"):
+        for name in (
+            "requests",
+            "retries",
+            "fallbacks",
+            "deterministic",
+            "accepted",
+            "tokens_in",
+            "tokens_out",
+        ):
             for kind, count in sorted(getattr(self, name).items()):
                 out[f"{kind}.{name}"] = count
         for name in ("invalid", "skipped"):
@@ -314,7 +325,7 @@ class _LLMClient:
 
     def __init__(
         self,
-        llm: BuilderLLM,
+        llm: BuilderLLM | None,
         kind: str,
         stats: BuildStats,
         chat_kwargs: Mapping[str, Any] | None,
@@ -322,10 +333,16 @@ class _LLMClient:
         self.llm, self.kind, self.stats = llm, kind, stats
         self.chat_kwargs = dict(chat_kwargs or {})
 
+    def count_fallback(self) -> None:
+        counter = self.stats.deterministic if self.llm is None else self.stats.fallbacks
+        counter[self.kind] += 1
+
     async def ask(
         self, prompt: str, validate: Callable[[str], tuple[T | None, list[Violation]]]
     ) -> T | None:
         """The first valid answer's value, or None (the caller falls back)."""
+        if self.llm is None:
+            return None
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         for attempt in range(2):
             self.stats.requests[self.kind] += 1
@@ -537,7 +554,7 @@ class WorkflowBuilder:
 
     def __init__(
         self,
-        llm: BuilderLLM,
+        llm: BuilderLLM | None,
         *,
         docs_by_function: Mapping[str, Mapping[str, Any]] | None = None,
         class_of_function: Mapping[str, str] | None = None,
@@ -568,7 +585,7 @@ class WorkflowBuilder:
         insight = await self._client.ask(self.prompt(trajectory), self._validator(trajectory))
         fallback = insight is None
         if fallback:
-            self.stats.fallbacks[self.kind] += 1
+            self._client.count_fallback()
             insight = fallback_insight(trajectory)
         return WorkflowMemory(
             memory_id=f"wf:{episode.episode_id}",
@@ -808,7 +825,7 @@ class SubtaskBuilder:
 
     def __init__(
         self,
-        llm: BuilderLLM,
+        llm: BuilderLLM | None,
         max_segments: int = 6,
         *,
         docs_by_function: Mapping[str, Mapping[str, Any]] | None = None,
@@ -848,7 +865,7 @@ class SubtaskBuilder:
         )
         fallback = segments is None
         if segments is None:
-            self.stats.fallbacks[self.kind] += 1
+            self._client.count_fallback()
             segments = fallback_segmentation(trajectory, self.max_segments)
         source = trajectory.source(self.split, self.teacher)
         return [
@@ -1020,7 +1037,7 @@ class TextRenderer:
 
     def __init__(
         self,
-        llm: BuilderLLM,
+        llm: BuilderLLM | None,
         *,
         stats: BuildStats | None = None,
         chat_kwargs: Mapping[str, Any] | None = None,
@@ -1069,7 +1086,7 @@ class TextRenderer:
 
         text = await self._client.ask(prompt, validate)
         if text is None:
-            self.stats.fallbacks[self.kind] += 1
+            self._client.count_fallback()
         return text
 
 

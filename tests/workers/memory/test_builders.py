@@ -663,3 +663,14 @@ def test_text_renderer_for_function_records():
     assert rendered[1].text.startswith("mkdir was called for the request")
     assert "dir_name=<DIR_NAME>" in rendered[1].text
     assert "Parameters: folder (string, required)" in llm.prompt(0)
+
+
+def test_without_a_builder_llm_entries_are_built_deterministically():
+    stats = BuildStats()
+    episode = make_episode()
+    wf = run(wf_builder(None, stats=stats).build(episode))
+    segments = run(st_builder(None, stats=stats).build(episode))
+    assert wf is not None and wf.fallback and wf.text
+    assert segments and all(s.fallback for s in segments)
+    assert stats.deterministic["wf"] == 1 and stats.deterministic["st"] == 1
+    assert not stats.fallbacks and not stats.requests
