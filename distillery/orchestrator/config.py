@@ -11,12 +11,20 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from distillery.orchestrator.protocols import ProtocolConfig
 from distillery.workers.envs.registry import BENCHMARKS
 from distillery.workers.llm.config import ModelConfig
-
-Role = Literal["teacher", "student"]
+from distillery.workers.memory.config import MemoryConfig, RetrievalConfig
+from distillery.workers.memory.records import MEMORY_TYPES, MemoryType
 
 
 class _Frozen(BaseModel):
@@ -62,16 +70,26 @@ class TrackingConfig(_Frozen):
 class ExperimentConfig(_Frozen):
     name: str
     description: str = ""
-    # Which agents are run and logged as child runs, in order: the teacher collects on
-    # the split, the student is evaluated on it.
-    agents: tuple[Role, ...] = ("teacher", "student")
 
-    @field_validator("agents")
-    @classmethod
-    def _non_empty(cls, agents: tuple[str, ...]) -> tuple[str, ...]:
-        if not agents:
-            raise ValueError("at least one of teacher, student")
-        return agents
+
+MethodKind = Literal["zero_shot", "teacher", "amd", "student_memory"]
+
+
+class MethodConfig(_Frozen):
+    """One evaluated method = one MLflow child run.
+
+    zero_shot: the student alone. teacher: the teacher's own score on the evaluated
+    split. amd: the student with teacher memory of `types`. student_memory: the same,
+    with memory built from the student's own successful zero-shot runs (paper table 2).
+    """
+
+    kind: MethodKind
+    types: tuple[MemoryType, ...] = MEMORY_TYPES
+    retrieval: dict[str, Any] = Field(default_factory=dict)  # overrides of memory.retrieval
+
+    @property
+    def uses_memory(self) -> bool:
+        return self.kind in ("amd", "student_memory")
 
 
 class DistilleryConfig(_Frozen):
@@ -79,6 +97,11 @@ class DistilleryConfig(_Frozen):
     benchmark: BenchmarkConfig
     teacher: ModelConfig
     student: ModelConfig
+    methods: tuple[str, ...]  # names in method_catalog, each one MLflow child run
+    method_catalog: dict[str, MethodConfig]
+    protocol: ProtocolConfig = ProtocolConfig()
+    memory: MemoryConfig = MemoryConfig()
+    builder_models: dict[str, ModelConfig] = Field(default_factory=dict)
     agent: AgentConfig = AgentConfig()
     cluster: ClusterConfig = ClusterConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -86,8 +109,46 @@ class DistilleryConfig(_Frozen):
     run_name: str | None = None
     seed: int = 0
 
-    def model_for(self, role: Role) -> ModelConfig:
-        return self.teacher if role == "teacher" else self.student
+    @model_validator(mode="after")
+    def _methods_resolve(self) -> DistilleryConfig:
+        if not self.methods:
+            raise ValueError("methods: list at least one method, e.g. [teacher, zero_shot]")
+        for name in self.methods:
+            if name not in self.method_catalog:
+                known = ", ".join(sorted(self.method_catalog))
+                raise ValueError(f"methods: unknown method {name!r}; known: {known}")
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError("methods: a method is listed twice")
+        for name in self.methods:
+            self.retrieval_for(name)  # overrides must validate too
+        builder = self.memory.builder.model
+        if builder not in ("teacher", "none") and builder not in self.builder_models:
+            raise ValueError(
+                f"memory.builder.model: {builder!r} is neither teacher, none, nor a key of "
+                "builder_models"
+            )
+        return self
+
+    def method(self, name: str) -> MethodConfig:
+        return self.method_catalog[name]
+
+    def retrieval_for(self, name: str) -> RetrievalConfig:
+        method = self.method_catalog[name]
+        merged = {**self.memory.retrieval.model_dump(), **method.retrieval, "types": method.types}
+        try:
+            return RetrievalConfig.model_validate(merged)
+        except ValidationError as exc:
+            raise ValueError(f"method_catalog.{name}.retrieval: {_describe(exc)}") from None
+
+    def builder_model(self) -> ModelConfig | None:
+        """The model that writes memory entries; None: deterministic entries only (the
+        oracle teacher is no model, so it builds deterministically too)."""
+        choice = self.memory.builder.model
+        if choice == "none":
+            return None
+        if choice == "teacher":
+            return None if self.teacher.backend == "oracle" else self.teacher
+        return self.builder_models[choice]
 
     @property
     def tracking_uri(self) -> str:

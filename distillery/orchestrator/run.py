@@ -11,18 +11,19 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from tqdm import tqdm
 
-from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, Role
+from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, MethodConfig
 from distillery.orchestrator.metrics import agent_metrics
+from distillery.orchestrator.protocols import TaskSplit, split_tasks
 from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
+from distillery.workers.envs.base import Task
 from distillery.workers.envs.registry import make_benchmark
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.config import ModelConfig
-
-STAGE_OF_ROLE: dict[str, str] = {"teacher": "collect", "student": "evaluate"}
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,13 @@ class AgentRun:
 
 
 @dataclass(frozen=True)
-class AgentResult:
-    role: Role
+class MethodResult:
+    name: str
+    method: MethodConfig
+    role: str  # whose episodes: teacher | student
     model: ModelConfig
     episodes_dir: Path
-    summaries: list[EpisodeSummary]
+    summaries: list[EpisodeSummary]  # the evaluated split only
     metrics: dict[str, float]
     mlflow_run_id: str | None
 
@@ -48,10 +51,17 @@ class AgentResult:
 class RunResult:
     run_id: str
     run_dir: Path
-    task_ids: list[str]
-    agents: list[AgentResult]
+    split: TaskSplit
+    methods: list[MethodResult]
     parent_run_id: str | None
     tracking_uri: str
+
+    @property
+    def task_ids(self) -> list[str]:
+        return list(self.split.eval_ids)
+
+    def method(self, name: str) -> MethodResult:
+        return next(m for m in self.methods if m.name == name)
 
 
 def new_run_id(cfg: DistilleryConfig) -> str:
@@ -59,69 +69,136 @@ def new_run_id(cfg: DistilleryConfig) -> str:
     return cfg.run_name or f"{stamp}-{cfg.experiment.name}"
 
 
-def resolve_task_ids(cfg: DistilleryConfig) -> list[str]:
+def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
     """Load the split on the driver, so a bad task id fails before Ray starts."""
     bench = make_benchmark(cfg.benchmark.name)
     ids = list(cfg.benchmark.task_ids) if cfg.benchmark.task_ids else None
-    tasks = bench.load_tasks(limit=cfg.benchmark.limit, task_ids=ids)
-    return [t.task_id for t in tasks]
+    return bench.load_tasks(limit=cfg.benchmark.limit, task_ids=ids)
+
+
+class Experiment:
+    """One invocation: its stages share servers, episodes and memory banks."""
+
+    def __init__(self, cfg: DistilleryConfig, progress: bool = True) -> None:
+        self.cfg = cfg
+        self.progress = progress
+        tasks = resolve_tasks(cfg)
+        bench = make_benchmark(cfg.benchmark.name)
+        self.split = split_tasks(
+            [t.task_id for t in tasks],
+            cfg.protocol,
+            {t.task_id: t.group_id for t in tasks},
+            group_by_default=getattr(bench, "groups_are_scenarios", False),
+        )
+        self.run_id = new_run_id(cfg)
+        self.run_dir = Path(cfg.output_dir).resolve() / self.run_id
+        self._episodes: dict[tuple[str, str], dict[str, EpisodeSummary]] = {}
+
+    # -- stages --------------------------------------------------------------------
+
+    def play(
+        self,
+        role: str,
+        stage: str,
+        episodes_dir: Path,
+        task_ids: list[str],
+        memory: Any = None,
+    ) -> dict[str, EpisodeSummary]:
+        """Run `role`'s agent on the tasks not yet played in `episodes_dir`."""
+        key = (role, str(episodes_dir))
+        done = self._episodes.setdefault(key, {})
+        missing = [t for t in task_ids if t not in done]
+        if missing:
+            model = self.cfg.teacher if role == "teacher" else self.cfg.student
+            job = AgentJob(
+                run_id=self.run_id,
+                stage=stage,
+                role=role,
+                model=model,
+                benchmark=self.cfg.benchmark.name,
+                episodes_dir=str(episodes_dir),
+                max_steps_per_turn=self.cfg.benchmark.max_steps_per_turn,
+                episode_timeout_s=self.cfg.agent.episode_timeout_s,
+                episode_retries=self.cfg.agent.episode_retries,
+                retry_backoff_s=self.cfg.agent.retry_backoff_s,
+                memory=memory,
+            )
+            with served(model) as endpoints:
+                run = run_agent(job, endpoints, missing, self.cfg.cluster, self.progress)
+            done.update({s.task_id: s for s in run.summaries})
+        return {t: done[t] for t in task_ids}
+
+    def teacher_dir(self) -> Path:
+        return self.run_dir / "collect" / _slug(self.cfg.teacher.name) / "episodes"
+
+    def student_dir(self, method: str) -> Path:
+        return self.run_dir / "evaluate" / _slug(self.cfg.student.name) / method / "episodes"
+
+    def evaluate(self, name: str) -> tuple[str, Path, dict[str, EpisodeSummary]]:
+        method = self.cfg.method(name)
+        eval_ids = list(self.split.eval_ids)
+        if method.kind == "teacher":
+            return (
+                "teacher",
+                self.teacher_dir(),
+                self.play("teacher", "collect", self.teacher_dir(), eval_ids),
+            )
+        if method.kind == "zero_shot":
+            return (
+                "student",
+                self.student_dir("zero_shot"),
+                self.play("student", "evaluate", self.student_dir("zero_shot"), eval_ids),
+            )
+        raise ValueError(
+            f"method {name!r} ({method.kind}) needs the memory stage, which this build "
+            "does not wire yet"
+        )
 
 
 def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
-    task_ids = resolve_task_ids(cfg)
-    run_id = new_run_id(cfg)
-    run_dir = Path(cfg.output_dir).resolve() / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    exp = Experiment(cfg, progress)
+    exp.run_dir.mkdir(parents=True, exist_ok=True)
+    (exp.run_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
 
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment)
     params = safe_params(cfg.model_dump(mode="json"))
-    tags = {"distillery.run_id": run_id, "git_sha": git_sha(), "benchmark": cfg.benchmark.name}
-    results: list[AgentResult] = []
-    with tracker.parent(run_id, params, tags) as parent_id, ray_session(cfg.cluster):
-        for role in cfg.experiment.agents:
-            model = cfg.model_for(role)
-            episodes_dir = run_dir / STAGE_OF_ROLE[role] / _slug(model.name) / "episodes"
-            job = AgentJob(
-                run_id=run_id,
-                stage=STAGE_OF_ROLE[role],
-                role=role,
-                model=model,
-                benchmark=cfg.benchmark.name,
-                episodes_dir=str(episodes_dir),
-                max_steps_per_turn=cfg.benchmark.max_steps_per_turn,
-                episode_timeout_s=cfg.agent.episode_timeout_s,
-                episode_retries=cfg.agent.episode_retries,
-                retry_backoff_s=cfg.agent.retry_backoff_s,
-            )
-            with served(model) as endpoints:
-                summaries = run_agent(job, endpoints, task_ids, cfg.cluster, progress).summaries
+    tags = {
+        "distillery.run_id": exp.run_id,
+        "git_sha": git_sha(),
+        "benchmark": cfg.benchmark.name,
+        "protocol": cfg.protocol.name,
+        "teacher": cfg.teacher.name,
+        "student": cfg.student.name,
+    }
+    results: list[MethodResult] = []
+    with tracker.parent(exp.run_id, params, tags) as parent_id, ray_session(cfg.cluster):
+        for name in cfg.methods:
+            method = cfg.method(name)
+            role, episodes_dir, by_task = exp.evaluate(name)
+            summaries = [by_task[t] for t in exp.split.eval_ids]
             metrics = agent_metrics(summaries)
-            child_tags = {
-                **tags,
-                "role": role,
-                "stage": job.stage,
-                "agent": model.name,
-                "backend": model.backend,
-            }
+            model = cfg.teacher if role == "teacher" else cfg.student
+            child_tags = {**tags, "method": name, "method_kind": method.kind, "role": role}
             child_params = {
                 **params,
-                "role": role,
-                "agent.model": model.model or model.name,
-                "agent.backend": model.backend,
-                "agent.action_format": job.model.action_format,
-                "task_ids_sha": _hash_ids(task_ids),
+                "method": name,
+                "method.kind": method.kind,
+                "method.types": ",".join(method.types) if method.uses_memory else "",
+                "eval_task_ids_sha": exp.split.eval_ids_sha,
+                "eval_n_tasks": str(len(exp.split.eval_ids)),
             }
             child_id = tracker.log_agent(
-                run_name=f"{role}:{model.name}",
+                run_name=f"{name}:{model.name}",
                 params=child_params,
                 tags=child_tags,
                 metrics=metrics,
                 results=results_frame(summaries),
                 episodes_dir=episodes_dir if cfg.tracking.log_trajectories else None,
             )
-            results.append(AgentResult(role, model, episodes_dir, summaries, metrics, child_id))
-    return RunResult(run_id, run_dir, task_ids, results, parent_id, cfg.tracking_uri)
+            results.append(
+                MethodResult(name, method, role, model, episodes_dir, summaries, metrics, child_id)
+            )
+    return RunResult(exp.run_id, exp.run_dir, exp.split, results, parent_id, cfg.tracking_uri)
 
 
 def run_agent(
@@ -257,25 +334,26 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def _hash_ids(task_ids: list[str]) -> str:
-    import hashlib
-
-    return hashlib.sha256("\n".join(task_ids).encode()).hexdigest()[:16]
-
-
 def print_summary(result: RunResult) -> None:
+    split = result.split
     print()
-    print(f"run {result.run_id}: {len(result.task_ids)} tasks -> {result.run_dir}")
-    for agent in result.agents:
-        m = agent.metrics
+    print(
+        f"run {result.run_id}: {len(split.eval_ids)} evaluated tasks "
+        f"({len(split.memory_ids)} memory tasks) -> {result.run_dir}"
+    )
+    for m in result.methods:
+        x = m.metrics
         print(
-            f"  {agent.role:8s} {agent.model.name:20s} success {m['success_rate']:.1%} "
-            f"[95% CI {m['success_rate_ci_low']:.1%}-{m['success_rate_ci_high']:.1%}] "
-            f"n={int(m['n_scored'])} steps={m['mean_steps']:.1f} "
-            f"tokens={int(m['tokens_in'])}/{int(m['tokens_out'])} "
-            f"infra_errors={int(m['infra_errors'])}"
+            f"  {m.name:16s} {m.model.name:16s} success {x['success_rate']:6.1%} "
+            f"[95% CI {x['success_rate_ci_low']:.1%}-{x['success_rate_ci_high']:.1%}] "
+            f"n={int(x['n_scored'])} steps={x['mean_steps']:.1f} "
+            f"tokens={int(x['tokens_in'])}/{int(x['tokens_out'])} "
+            f"infra_errors={int(x['infra_errors'])}"
         )
-        print(f"           episodes: {agent.episodes_dir}")
+    print()
+    print("Episodes (Parquet, one file per episode):")
+    for path in sorted({str(m.episodes_dir) for m in result.methods}):
+        print(f"  {path}")
     print()
     print("Open the runs in MLflow:")
     print(f"  {ui_hint(result.tracking_uri)}")

@@ -43,6 +43,7 @@ class AgentJob:
     episode_timeout_s: float = 1800.0
     episode_retries: int = 2
     retry_backoff_s: float = 2.0
+    memory: Any = None  # a MemoryJob when the student reads memory
 
 
 @dataclass(frozen=True)

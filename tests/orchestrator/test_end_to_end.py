@@ -58,12 +58,15 @@ def _student(url: str, fmt: str = "prompt") -> list[str]:
 
 def test_oracle_teacher_and_scripted_student_land_in_parquet_and_mlflow(tmp_path, ray_local):
     with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
-        cfg = _config(tmp_path, "benchmark.limit=3", *_student(url, "native"))
+        cfg = _config(
+            tmp_path, "benchmark.limit=3", "methods=[teacher,zero_shot]", *_student(url, "native")
+        )
         result = run_experiment(cfg, progress=False)
 
     assert result.task_ids == ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
-    teacher, student = result.agents
-    assert teacher.role == "teacher" and teacher.model.name == "oracle"
+    teacher, student = result.methods
+    assert teacher.name == "teacher" and teacher.model.name == "oracle"
+    assert student.name == "zero_shot" and student.role == "student"
     for agent in (teacher, student):
         records = read_episodes(agent.episodes_dir)
         assert sorted(r.task_id for r in records) == result.task_ids
@@ -93,8 +96,8 @@ def test_oracle_teacher_and_scripted_student_land_in_parquet_and_mlflow(tmp_path
     runs = client.search_runs([exp.experiment_id])
     parent = next(r for r in runs if r.info.run_id == result.parent_run_id)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert sorted(c.data.tags["role"] for c in children) == ["student", "teacher"]
-    child = next(c for c in children if c.data.tags["role"] == "student")
+    assert sorted(c.data.tags["method"] for c in children) == ["teacher", "zero_shot"]
+    child = next(c for c in children if c.data.tags["method"] == "zero_shot")
     for key in (
         "success_rate",
         "success_rate_ci_low",
@@ -121,10 +124,10 @@ def test_text_format_failures_and_hostile_calls_are_scored_not_executed(tmp_path
     marker = Path("/tmp/distillery_pwned")
     marker.unlink(missing_ok=True)
     with run_stub_server(script="tests.support.bfcl_scripts:hostile_text") as url:
-        cfg = _config(tmp_path, "benchmark.limit=2", "experiment.agents=[student]", *_student(url))
+        cfg = _config(tmp_path, "benchmark.limit=2", "methods=[zero_shot]", *_student(url))
         result = run_experiment(cfg, progress=False)
     assert not marker.exists()
-    (student,) = result.agents
+    (student,) = result.methods
     records = read_episodes(student.episodes_dir)
     assert len(records) == 2
     for record in records:
@@ -142,11 +145,11 @@ def test_step_limit_ends_the_episode(tmp_path, ray_local):
             tmp_path,
             "benchmark.limit=1",
             "benchmark.max_steps_per_turn=3",
-            "experiment.agents=[student]",
+            "methods=[zero_shot]",
             *_student(url),
         )
         result = run_experiment(cfg, progress=False)
-    (record,) = read_episodes(result.agents[0].episodes_dir)
+    (record,) = read_episodes(result.methods[0].episodes_dir)
     assert record.termination == "step_limit"
     assert record.steps_per_turn == [3]
     assert record.success is False
@@ -158,12 +161,12 @@ def test_a_server_that_stays_down_is_an_infra_error_not_a_failure(tmp_path, ray_
         cfg = _config(
             tmp_path,
             "benchmark.limit=2",
-            "experiment.agents=[student]",
+            "methods=[zero_shot]",
             "agent.episode_retries=1",
             *_student(url),
         )
         result = run_experiment(cfg, progress=False)
-    (student,) = result.agents
+    (student,) = result.methods
     records = read_episodes(student.episodes_dir)
     assert [r.termination for r in records] == ["infra_error", "infra_error"]
     assert all(r.success is None and r.attempts == 2 for r in records)

@@ -50,3 +50,56 @@ class RetrievalConfig(BaseModel):
 
     def representation(self, memory_type: MemoryType) -> Representation:
         return getattr(self, f"representation_{memory_type}")
+
+
+class BuilderConfig(BaseModel):
+    """How memory banks are built from successful trajectories."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Which model writes insights, segmentations and text renderings: "teacher" (the
+    # teacher's own model, as in the paper), "none" (deterministic entries only, the
+    # default for the oracle teacher, which is no model), or a model config name
+    # defined under `memory.builder_models`.
+    model: str = "teacher"
+    concurrency: int = Field(8, ge=1)
+    max_segments: int = Field(6, ge=1, le=12)
+    observation_chars: int = Field(500, ge=50)
+    function_result_chars: int = Field(300, ge=50)
+
+
+class StoreConfig(BaseModel):
+    """Where the Qdrant collections live: an embedded folder, or a server."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str | None = None  # embedded (local) mode; None -> <output_dir>/qdrant
+    url: str | None = None  # server mode, e.g. http://qdrant:6333
+    api_key_env: str | None = None
+
+
+class EmbedderConfig(BaseModel):
+    """Which embedding model turns memory keys and queries into vectors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["sentence_transformers", "openai"] = "sentence_transformers"
+    model: str = "all-MiniLM-L6-v2"
+    base_url: str | None = None  # openai: any OpenAI-compatible embeddings endpoint
+    api_key_env: str | None = None
+    batch_size: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _url_for_openai(self) -> EmbedderConfig:
+        if self.kind == "openai" and not self.base_url:
+            raise ValueError("kind=openai needs base_url (e.g. https://api.openai.com/v1)")
+        return self
+
+
+class MemoryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    builder: BuilderConfig = BuilderConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    store: StoreConfig = StoreConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()

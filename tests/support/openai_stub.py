@@ -1,0 +1,188 @@
+"""A scripted OpenAI-compatible chat server for tests and benchmarks (real HTTP).
+
+Replies come from a *script*, a function ``script(request: dict) -> dict`` named by
+import path ("module:function"), which returns ``{"content": str}`` or
+``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, optionally with
+``{"status": 503}`` to answer with an HTTP error. The server runs in its own process
+(so it never competes with the code under test for the GIL), adds a fixed delay per
+call, counts usage (4 characters = 1 token) and exposes request counts at /stats.
+
+    with run_stub_server(script="tests.support.scripts:always_text", delay_s=0.2) as url:
+        ...  # url ends in /v1
+
+or from a shell:  python -m tests.support.openai_stub --script MOD:FN --port 8001
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script(path: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0
+
+
+def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    prompt_chars = sum(len(json.dumps(m.get("content") or "")) for m in request["messages"])
+    message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
+    finish = "stop"
+    out_text = reply.get("content") or ""
+    if reply.get("tool_calls"):
+        message["tool_calls"] = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+            }
+            for c in reply["tool_calls"]
+        ]
+        message["content"] = reply.get("content")
+        finish = "tool_calls"
+        out_text += json.dumps(reply["tool_calls"])
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", "stub"),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": max(1, prompt_chars // 4),
+            "completion_tokens": _tokens(out_text),
+            "total_tokens": max(1, prompt_chars // 4) + _tokens(out_text),
+        },
+    }
+
+
+def make_app(script: str, delay_s: float):
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    play = load_script(script)
+    stats: Counter[str] = Counter()
+
+    async def models(_: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "stub", "object": "model"}]})
+
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        stats["requests"] += 1
+        stats[f"model:{body.get('model')}"] += 1
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        reply = play(body)
+        status = int(reply.get("status", 200))
+        if status != 200:
+            stats["errors"] += 1
+            return JSONResponse(
+                {"error": {"message": reply.get("content", "error"), "code": status}},
+                status_code=status,
+            )
+        return JSONResponse(completion(body, reply))
+
+    async def get_stats(_: Request) -> JSONResponse:
+        return JSONResponse(dict(stats))
+
+    return Starlette(
+        routes=[
+            Route("/v1/models", models),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/stats", get_stats),
+        ]
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"stub server exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/models", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"stub server at {url} not healthy after {timeout_s} s")
+
+
+@contextmanager
+def run_stub_server(script: str, delay_s: float = 0.0) -> Iterator[str]:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "tests.support.openai_stub",
+        "--script",
+        script,
+        "--delay",
+        str(delay_s),
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen(command, cwd=REPO_ROOT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_healthy(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def stub_stats(url: str) -> dict[str, int]:
+    return httpx.get(url.removesuffix("/v1") + "/stats", timeout=5).json()
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--script", required=True)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    uvicorn.run(
+        make_app(args.script, args.delay),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        backlog=4096,
+        timeout_keep_alive=60,
+    )
+
+
+if __name__ == "__main__":
+    main()
