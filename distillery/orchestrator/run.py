@@ -123,7 +123,7 @@ class Experiment:
                 retry_backoff_s=self.cfg.agent.retry_backoff_s,
                 memory=memory,
             )
-            with served(model) as endpoints:
+            with served(model, self.run_dir / "logs") as endpoints:
                 run = run_agent(job, endpoints, missing, self.cfg.cluster, self.progress)
             done.update({s.task_id: s for s in run.summaries})
         return {t: done[t] for t in task_ids}
@@ -272,7 +272,7 @@ def results_frame(summaries: list[EpisodeSummary]) -> pd.DataFrame:
 
 
 @contextmanager
-def served(model: ModelConfig) -> Iterator[list[str]]:
+def served(model: ModelConfig, log_dir: Path) -> Iterator[list[str]]:
     """Endpoints for a model: launched servers for its lifetime, or the external URL."""
     if model.backend == "oracle":
         yield []
@@ -282,7 +282,7 @@ def served(model: ModelConfig) -> Iterator[list[str]]:
         return
     from distillery.workers.llm.servers import launch_servers
 
-    group = launch_servers(model)
+    group = launch_servers(model, log_dir)
     try:
         yield list(group.endpoints)
     finally:

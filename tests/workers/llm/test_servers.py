@@ -1,0 +1,107 @@
+import sys
+
+import pytest
+
+from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.servers import (
+    ServerProcess,
+    find_smollm2_gguf,
+    free_port,
+    llama_cpp_command,
+    server_process_for,
+    vllm_command,
+)
+
+
+def test_vllm_launch_line():
+    cfg = ModelConfig(
+        name="q",
+        backend="vllm",
+        model="Qwen/Qwen3-4B",
+        gpus_per_server=2,
+        tensor_parallel_size=2,
+        tool_call_parser="hermes",
+        max_model_len=32768,
+        extra_args=("--dtype", "bfloat16"),
+    )
+    cmd = vllm_command(cfg, "127.0.0.1", 8000)
+    assert cmd[:3] == ["vllm", "serve", "Qwen/Qwen3-4B"]
+    joined = " ".join(cmd)
+    assert "--tensor-parallel-size 2" in joined
+    assert "--enable-prefix-caching" in cmd
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in joined
+    assert "--max-model-len 32768" in joined
+    assert "--served-model-name Qwen/Qwen3-4B" in joined
+    assert cmd[-2:] == ["--dtype", "bfloat16"]
+    no_cache = vllm_command(
+        cfg.model_copy(update={"enable_prefix_caching": False, "tool_call_parser": None}), "h", 1
+    )
+    assert "--no-enable-prefix-caching" in no_cache and "--tool-call-parser" not in no_cache
+
+
+def test_llama_cpp_launch_line():
+    cfg = ModelConfig(name="s", backend="llama_cpp", model="smol", n_ctx=4096, n_threads=2)
+    cmd = llama_cpp_command(cfg, "/m.gguf", "127.0.0.1", 8001)
+    assert cmd[:3] == [sys.executable, "-m", "llama_cpp.server"]
+    joined = " ".join(cmd)
+    assert "--model /m.gguf" in joined and "--model_alias smol" in joined
+    assert "--interrupt_requests False" in joined and "--logits_all False" in joined
+    assert "--n_ctx 4096" in joined and "--host 127.0.0.1" in joined
+
+
+def test_server_process_health_checks_and_stops(tmp_path):
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "tests.support.openai_stub",
+        "--script",
+        "tests.support.scripts:always_text",
+        "--port",
+        str(port),
+    ]
+    server = ServerProcess(command, f"http://127.0.0.1:{port}/v1", tmp_path / "s.log", 30)
+    assert server.start() == f"http://127.0.0.1:{port}/v1"
+    assert server.healthy()
+    server.stop()
+    assert not server.healthy()
+
+
+def test_a_server_that_dies_at_start_reports_its_log(tmp_path):
+    command = [sys.executable, "-c", "import sys; print('no such model'); sys.exit(3)"]
+    server = ServerProcess(command, "http://127.0.0.1:9/v1", tmp_path / "s.log", 30)
+    with pytest.raises(RuntimeError, match="no such model"):
+        server.start()
+
+
+def test_bundled_gguf_is_found_without_importing_llm():
+    path = find_smollm2_gguf()
+    assert path.suffix == ".gguf" and path.stat().st_size > 10_000_000
+    assert "llm" not in sys.modules
+
+
+def _llama_available() -> bool:
+    try:
+        import llama_cpp.server  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.llama
+@pytest.mark.skipif(not _llama_available(), reason="llama-cpp-python[server] not installed")
+def test_real_smollm2_through_llama_cpp(tmp_path):
+    import asyncio
+
+    from distillery.workers.llm.client import ChatClient
+
+    cfg = ModelConfig(name="smol", backend="llama_cpp", model="smol", n_ctx=2048, max_tokens=16)
+    server = server_process_for(cfg, tmp_path)
+    url = server.start()
+    try:
+        client = ChatClient(url, "smol")
+        result = asyncio.run(client.chat([{"role": "user", "content": "Say hi."}], max_tokens=8))
+    finally:
+        server.stop()
+    assert result.text.strip()
+    assert result.usage.prompt_tokens > 0 and 0 < result.usage.completion_tokens <= 8
