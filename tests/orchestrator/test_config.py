@@ -16,7 +16,9 @@ def test_defaults_are_the_quickstart():
     assert cfg.teacher.backend == "oracle"
     assert cfg.student.backend == "llama_cpp"
     assert cfg.benchmark.name == "bfcl_multi_turn_base"
-    assert cfg.benchmark.limit == 3
+    assert cfg.benchmark.limit == 2
+    assert cfg.methods == ("teacher", "zero_shot", "amd_wf_st_fn")
+    assert cfg.protocol.name == "self_excluded"
 
 
 def test_role_overrides_select_model_configs():

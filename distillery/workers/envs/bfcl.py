@@ -148,6 +148,8 @@ def _turn_text(messages: list[dict[str, Any]]) -> str:
 def _build_task(entry: dict[str, Any], ground_truth: list[list[str]]) -> Task:
     docs = _function_docs(entry)
     classes = list(entry["involved_classes"])
+    # Which class owns each function, so memory can name it `Class.method`.
+    function_classes = {doc["name"]: cls for cls in classes for doc in _class_docs(cls)}
     return Task(
         task_id=entry["id"],
         benchmark=BENCHMARK_NAME,
@@ -157,6 +159,7 @@ def _build_task(entry: dict[str, Any], ground_truth: list[list[str]]) -> Task:
         group_id="+".join(sorted(classes)),
         metadata={
             "involved_classes": classes,
+            "function_classes": function_classes,
             "initial_config": entry["initial_config"],
             "ground_truth": ground_truth,
             "excluded_function": list(entry.get("excluded_function", [])),

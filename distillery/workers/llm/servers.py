@@ -136,6 +136,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             env={**os.environ, **(self.env or {})},
             start_new_session=True,  # its own process group, so stop() takes children too
+            preexec_fn=_die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + self.startup_timeout_s
@@ -179,6 +180,18 @@ class ServerProcess:
             return "(no log)"
 
 
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM when its owner (e.g. a killed Ray actor) dies, so
+    a crash never leaves a model server holding a GPU."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def server_process_for(cfg: ModelConfig, log_dir: str | Path) -> ServerProcess:
     host = "127.0.0.1"
     port = free_port(host)
@@ -206,9 +219,6 @@ class LlmServerImpl:
         return self._server.healthy()
 
     def stop(self) -> None:
-        self._server.stop()
-
-    def __del__(self) -> None:
         self._server.stop()
 
 

@@ -105,3 +105,29 @@ def test_real_smollm2_through_llama_cpp(tmp_path):
         server.stop()
     assert result.text.strip()
     assert result.usage.prompt_tokens > 0 and 0 < result.usage.completion_tokens <= 8
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+@pytest.mark.skipif(not _llama_available(), reason="llama-cpp-python[server] not installed")
+def test_llama_cpp_replicas_as_ray_actors(tmp_path):
+    import httpx
+    import ray
+
+    from distillery.workers.llm.servers import launch_servers
+
+    cfg = ModelConfig(name="smol", backend="llama_cpp", model="smol", n_ctx=1024, replicas=2)
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    try:
+        group = launch_servers(cfg, tmp_path)
+        try:
+            assert len(set(group.endpoints)) == 2
+            for url in group.endpoints:
+                assert httpx.get(f"{url}/models", timeout=5).status_code == 200
+        finally:
+            group.shutdown()
+        for url in group.endpoints:
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(f"{url}/models", timeout=2)
+    finally:
+        ray.shutdown()

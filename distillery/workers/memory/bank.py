@@ -1,0 +1,128 @@
+"""Building one memory bank from trajectories: builders, then (optionally) text renderings.
+
+Plain asyncio, no Ray: the orchestrator runs it inside a Ray task and hands the entries
+to the memory service that owns the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from distillery.workers.envs.base import Task
+from distillery.workers.memory import builders, masking, prompts
+from distillery.workers.memory.builders import (
+    BuildStats,
+    FunctionBuilder,
+    SubtaskBuilder,
+    TextRenderer,
+    WorkflowBuilder,
+)
+from distillery.workers.memory.config import BuilderConfig
+from distillery.workers.memory.records import FunctionRecord, SubtaskSegment, WorkflowMemory
+from distillery.workers.trajectories import EpisodeRecord
+
+
+@dataclass
+class BuiltBank:
+    workflows: list[WorkflowMemory] = field(default_factory=list)
+    segments: list[SubtaskSegment] = field(default_factory=list)
+    functions: list[FunctionRecord] = field(default_factory=list)
+    stats: BuildStats = field(default_factory=BuildStats)
+    n_trajectories: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "wf": len(self.workflows),
+            "st": len(self.segments),
+            "fn": len(self.functions),
+            "trajectories": self.n_trajectories,
+        }
+
+
+def builder_code_version() -> str:
+    """Changes whenever the prompts, masking or builder code change (stage identity)."""
+    digest = hashlib.sha256()
+    for module in (prompts, masking, builders):
+        digest.update(inspect.getsource(module).encode())
+    return digest.hexdigest()[:16]
+
+
+def bank_id_for(
+    episodes: Sequence[EpisodeRecord],
+    config: BuilderConfig,
+    builder_model: str,
+    split: str,
+    with_text: bool,
+) -> str:
+    """Content hash of everything that determines the bank's entries."""
+    payload = {
+        "episodes": sorted(
+            (e.task_id, e.episode_id, e.agent) for e in episodes if e.success is True
+        ),
+        "builder": config.model_dump(mode="json", exclude={"concurrency"}),
+        "builder_model": builder_model,
+        "split": split,
+        "text": with_text,
+        "code": builder_code_version(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def docs_and_classes(tasks: Sequence[Task]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Function docs by name, and the class owning each function where the benchmark
+    says (`Task.metadata["function_classes"]`)."""
+    docs: dict[str, dict[str, Any]] = {}
+    classes: dict[str, str] = {}
+    for task in tasks:
+        for doc in task.function_docs:
+            docs.setdefault(doc["name"], doc)
+        classes.update(task.metadata.get("function_classes") or {})
+    return docs, classes
+
+
+async def build_bank(
+    episodes: Sequence[EpisodeRecord],
+    tasks: Sequence[Task],
+    config: BuilderConfig,
+    llm: builders.BuilderLLM | None,
+    split: str,
+    with_text: bool,
+    chat_kwargs: dict[str, Any] | None = None,
+) -> BuiltBank:
+    """All three memory types from the SUCCESSFUL episodes (others are skipped)."""
+    docs, classes = docs_and_classes(tasks)
+    turns = {t.task_id: list(t.turns) for t in tasks}
+    stats = BuildStats()
+    common = dict(
+        docs_by_function=docs,
+        class_of_function=classes,
+        split=split,
+        stats=stats,
+    )
+    successful = [e for e in episodes if e.success is True]
+    by_agent = sorted({e.agent for e in successful})
+    teacher = by_agent[0] if len(by_agent) == 1 else ",".join(by_agent)
+    wf = WorkflowBuilder(llm, teacher=teacher, chat_kwargs=chat_kwargs, **common)
+    st = SubtaskBuilder(
+        llm,
+        config.max_segments,
+        teacher=teacher,
+        chat_kwargs=chat_kwargs,
+        observation_chars=config.observation_chars,
+        **common,
+    )
+    fn = FunctionBuilder(teacher=teacher, result_chars=config.function_result_chars, **common)
+    bank = BuiltBank(stats=stats, n_trajectories=len(successful))
+    bank.workflows = await wf.build_all(successful, config.concurrency, turns)
+    bank.segments = await st.build_all(successful, config.concurrency, turns)
+    bank.functions = fn.build_all(successful, turns)
+    if with_text:
+        renderer = TextRenderer(llm, stats=stats, chat_kwargs=chat_kwargs)
+        bank.segments = await renderer.render_segments(bank.segments, config.concurrency)
+        bank.functions = await renderer.render_functions(bank.functions, config.concurrency)
+    return bank
