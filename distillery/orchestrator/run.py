@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -24,6 +25,15 @@ from distillery.workers.envs.base import Task
 from distillery.workers.envs.registry import make_benchmark
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.memory.bank import BuiltBank, bank_id_for
+from distillery.workers.memory.retrieval import Isolation
+from distillery.workers.memory_service import (
+    MemoryJob,
+    MemoryServiceImpl,
+    build_bank_task,
+    render_text_task,
+)
+from distillery.workers.trajectories import read_episodes
 
 
 @dataclass(frozen=True)
@@ -92,7 +102,9 @@ class Experiment:
         )
         self.run_id = new_run_id(cfg)
         self.run_dir = Path(cfg.output_dir).resolve() / self.run_id
+        self.tasks = {t.task_id: t for t in tasks}
         self._episodes: dict[tuple[str, str], dict[str, EpisodeSummary]] = {}
+        self.memory = MemoryStage(self)
 
     # -- stages --------------------------------------------------------------------
 
@@ -149,10 +161,125 @@ class Experiment:
                 self.student_dir("zero_shot"),
                 self.play("student", "evaluate", self.student_dir("zero_shot"), eval_ids),
             )
-        raise ValueError(
-            f"method {name!r} ({method.kind}) needs the memory stage, which this build "
-            "does not wire yet"
+        # Memory methods: collect on the memory split, build (or reuse) the bank, then
+        # evaluate the student reading it.
+        memory_ids = list(self.split.memory_ids)
+        if method.kind == "amd":
+            source_dir = self.teacher_dir()
+            self.play("teacher", "collect", source_dir, memory_ids)
+        else:  # student_memory: the student's own successful zero-shot runs
+            source_dir = self.student_dir("zero_shot")
+            self.play("student", "evaluate", source_dir, memory_ids)
+        retrieval = self.cfg.retrieval_for(name)
+        with_text = any(
+            t in retrieval.types and retrieval.representation(t) == "text" for t in ("st", "fn")
         )
+        bank_id = self.memory.ensure_bank(
+            source_dir, memory_ids, self.split.memory_split, with_text
+        )
+        isolation = Isolation(self.cfg.protocol.name, (self.split.memory_split,))
+        job = MemoryJob(self.memory.service, bank_id, isolation, retrieval)
+        ray_get(self.memory.service.open_bank.remote(bank_id, isolation))
+        directory = self.student_dir(name)
+        return "student", directory, self.play("student", "evaluate", directory, eval_ids, job)
+
+
+class MemoryStage:
+    """Builds banks (once per content hash) and owns the memory service actor."""
+
+    def __init__(self, exp: Experiment) -> None:
+        self.exp = exp
+        self._service: Any = None
+        self.built: dict[str, dict[str, Any]] = {}  # bank id -> counts and build stats
+
+    @property
+    def service(self) -> Any:
+        if self._service is None:
+            import ray
+
+            cfg = self.exp.cfg
+            default_path = str(Path(cfg.output_dir).resolve() / "qdrant")
+            actor = ray.remote(MemoryServiceImpl).options(num_cpus=0.5, max_concurrency=1)
+            self._service = actor.remote(cfg.memory.store, cfg.memory.embedder, default_path)
+            ray_get(self._service.ready.remote())
+        return self._service
+
+    def ensure_bank(
+        self, source_dir: Path, memory_ids: list[str], split: str, with_text: bool
+    ) -> str:
+        cfg = self.exp.cfg
+        wanted = set(memory_ids)
+        episodes = [e for e in read_episodes(source_dir) if e.task_id in wanted]
+        builder_model = cfg.builder_model()
+        model_name = builder_model.name if builder_model else "none"
+        bank_id = bank_id_for(episodes, cfg.memory.builder, model_name, split, False)
+        if not ray_get(self.service.has_bank.remote(bank_id)):
+            tasks = [self.exp.tasks[e.task_id] for e in episodes]
+            bank = self._run_built(build_bank_task, episodes, tasks, split, False)
+            counts = ray_get(self.service.write_bank.remote(bank_id, bank))
+            self.built[bank_id] = {"counts": counts, "stats": bank.stats.as_dict(), "reused": False}
+        else:
+            self.built.setdefault(bank_id, {"reused": True})
+        if not with_text:
+            return bank_id
+        text_id = hashlib.sha256(f"{bank_id}:text:{model_name}".encode()).hexdigest()
+        if not ray_get(self.service.has_bank.remote(text_id)):
+            base = ray_get(self.service.load_bank.remote(bank_id))
+            bank = self._run_built(render_text_task, base)
+            counts = ray_get(self.service.write_bank.remote(text_id, bank))
+            self.built[text_id] = {"counts": counts, "stats": bank.stats.as_dict(), "reused": False}
+        else:
+            self.built.setdefault(text_id, {"reused": True})
+        return text_id
+
+    def _run_built(self, body: Any, *args: Any) -> BuiltBank:
+        """Run a build body as a Ray task next to the builder model's servers."""
+        import ray
+
+        cfg = self.exp.cfg
+        model = cfg.builder_model()
+        remote = ray.remote(num_cpus=0.5)(_run_async)
+        log_dir = self.exp.run_dir / "logs"
+        if model is None:  # deterministic entries, no server needed
+            return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
+        with served(model, log_dir) as endpoints:
+            return ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+
+
+def memory_metrics(episodes_dir: Path, eval_ids: tuple[str, ...]) -> dict[str, float]:
+    """Isolation audit and injection counts from the episodes' retrieval logs."""
+    wanted = set(eval_ids)
+    totals = {"isolation_violations": 0.0, "isolation_checked": 0.0}
+    injected = {"wf": 0.0, "st": 0.0, "fn": 0.0}
+    fallbacks = 0.0
+    for record in read_episodes(episodes_dir):
+        if record.task_id not in wanted or not record.extra_json:
+            continue
+        log = json.loads(record.extra_json)
+        totals["isolation_violations"] += log.get("isolation_violations", 0)
+        totals["isolation_checked"] += log.get("isolation_checked", 0)
+        fallbacks += bool(log.get("decomposition_fallback"))
+        for event in log.get("retrievals", []):
+            if event.get("allowed"):
+                injected[event["type"]] += 1
+    return {
+        **totals,
+        **{f"injected_{t}": n for t, n in injected.items()},
+        "decomposition_fallbacks": fallbacks,
+    }
+
+
+def _run_async(body: Any, *args: Any) -> Any:
+    """A Ray task body for a coroutine function (Ray tasks cannot be `async def`)."""
+    import asyncio
+
+    return asyncio.run(body(*args))
+
+
+def ray_get(ref: Any) -> Any:
+    import ray
+
+    return ray.get(ref)
 
 
 def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
@@ -177,6 +304,8 @@ def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
             role, episodes_dir, by_task = exp.evaluate(name)
             summaries = [by_task[t] for t in exp.split.eval_ids]
             metrics = agent_metrics(summaries)
+            if method.uses_memory:
+                metrics.update(memory_metrics(episodes_dir, exp.split.eval_ids))
             model = cfg.teacher if role == "teacher" else cfg.student
             child_tags = {**tags, "method": name, "method_kind": method.kind, "role": role}
             child_params = {

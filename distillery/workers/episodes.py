@@ -10,11 +10,12 @@ never scored as a student failure.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from distillery.workers.agents.loop import EpisodeOutcome, run_agent_loop
@@ -22,7 +23,9 @@ from distillery.workers.agents.policies import ChatBackend, EpisodePolicy, LlmPo
 from distillery.workers.envs.base import Benchmark, Score, Task
 from distillery.workers.envs.registry import make_benchmark
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.llm.types import InfraError
+from distillery.workers.llm.types import ChatResult, InfraError
+from distillery.workers.memory.method import AmdHooks
+from distillery.workers.memory_service import ServiceLookup
 from distillery.workers.trajectories import EpisodeRecord, messages_to_json, write_episode
 
 log = logging.getLogger(__name__)
@@ -141,14 +144,40 @@ class EpisodeRunner:
     ) -> EpisodeRecord:
         env = self.benchmark.make_env(task, episode_id)
         policy = self._policy(task, episode_id)
+        hooks = self._hooks(task, policy)
         try:
             async with asyncio.timeout(self.job.episode_timeout_s):
-                outcome = await run_agent_loop(env, policy, self._max_steps)
+                outcome = await run_agent_loop(env, policy, self._max_steps, hooks)
             score = env.score()
         finally:
             await policy.close()
             env.close()
-        return self._record(task, episode_id, started, attempts, outcome, score)
+        if hooks is not None:  # the student's own decomposition calls count as its usage
+            outcome.n_llm_calls += hooks.log.llm_calls
+            outcome.tokens_in += hooks.log.usage.prompt_tokens
+            outcome.tokens_out += hooks.log.usage.completion_tokens
+        record = self._record(task, episode_id, started, attempts, outcome, score)
+        if hooks is not None:
+            record = replace(record, extra_json=json.dumps(hooks.log.as_dict()))
+        return record
+
+    def _hooks(self, task: Task, policy: EpisodePolicy) -> AmdHooks | None:
+        memory = self.job.memory
+        if memory is None:
+            return None
+
+        async def ask(messages: list[dict[str, Any]]) -> ChatResult:
+            return await policy.respond(messages, None)
+
+        isolation = memory.isolation
+        return AmdHooks(
+            task.task_id,
+            ServiceLookup(memory),
+            memory.retrieval,
+            allows=lambda source: isolation.allows(source, task.task_id),
+            ask_model=ask,
+            user_turns=list(task.turns),
+        )
 
     def _base_fields(self, task: Task, episode_id: str, started: float, attempts: int) -> dict:
         m = self.job.model
