@@ -172,3 +172,64 @@ def test_a_server_that_stays_down_is_an_infra_error_not_a_failure(tmp_path, ray_
     assert all(r.success is None and r.attempts == 2 for r in records)
     assert student.metrics["infra_errors"] == 2
     assert student.metrics["n_scored"] == 0
+
+
+def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local):
+    """Oracle teacher -> deterministic bank -> a copying student reading it, under
+    self_excluded: memory lands in the prompt, no task sees its own entries."""
+    with run_stub_server(script="tests.support.bfcl_scripts:memory_follower_text") as url:
+        cfg = _config(
+            tmp_path,
+            "benchmark.limit=4",
+            "methods=[zero_shot,amd_wf_st_fn]",
+            "protocol=self_excluded",
+            "memory.retrieval.threshold_st=0.0",
+            *_student(url),
+        )
+        result = run_experiment(cfg, progress=False)
+
+    zero_shot, amd = result.method("zero_shot"), result.method("amd_wf_st_fn")
+    # Without memory the copying student has nothing to copy.
+    assert all(r.total_steps == 0 for r in read_episodes(zero_shot.episodes_dir))
+    records = read_episodes(amd.episodes_dir)
+    assert len(records) == 4
+    copied = 0
+    for record in records:
+        log = json.loads(record.extra_json)
+        sources = {e["source_task_id"] for e in log["retrievals"] if e["allowed"]}
+        assert record.task_id not in sources
+        assert log["isolation_violations"] == 0
+        system = json.loads(record.messages_json)[0]["content"]
+        assert system.index("[Workflow]") < system.index("You are an expert")
+        copied += record.total_steps
+    assert copied > 0  # the student reproduced calls found only in its memory
+    assert amd.metrics["isolation_violations"] == 0
+    assert amd.metrics["isolation_checked"] > 0
+    assert amd.metrics["injected_wf"] == 4
+
+    client = MlflowClient(cfg.tracking_uri)
+    run = client.get_run(amd.mlflow_run_id)
+    assert run.data.metrics["isolation_violations"] == 0
+    assert run.data.params["method.types"] == "wf,st,fn"
+    assert run.data.params["eval_n_tasks"] == "4"
+
+
+def test_cross_split_evaluates_only_the_held_out_tasks(tmp_path, ray_local):
+    with run_stub_server(script="tests.support.bfcl_scripts:memory_follower_text") as url:
+        cfg = _config(
+            tmp_path,
+            "benchmark.limit=10",
+            "methods=[amd_wf_st_fn]",
+            "protocol=cross_split",
+            *_student(url),
+        )
+        result = run_experiment(cfg, progress=False)
+    split = result.split
+    assert len(split.eval_ids) == 3 and len(split.memory_ids) == 7
+    (amd,) = result.methods
+    records = read_episodes(amd.episodes_dir)
+    assert sorted(r.task_id for r in records) == sorted(split.eval_ids)
+    for record in records:
+        log = json.loads(record.extra_json)
+        assert {e["source_task_id"] for e in log["retrievals"]} <= set(split.memory_ids)
+    assert amd.metrics["isolation_violations"] == 0

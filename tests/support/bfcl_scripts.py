@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
+import re
 from typing import Any
 
 OBSERVATION_NAME = "tool_results"
@@ -84,3 +86,50 @@ def loop_forever_text(request: dict[str, Any]) -> dict[str, Any]:
 def server_error(request: dict[str, Any]) -> dict[str, Any]:
     """An endpoint that is down for good (HTTP 503)."""
     return {"status": 503, "content": "overloaded"}
+
+
+_CALL_LINE = re.compile(r"^([A-Za-z_]\w*)\((.*)\)$")
+_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
+_QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
+
+
+def _memory_calls(system_prompt: str) -> list[str]:
+    """Masked calls listed in the injected Subtask block, in order."""
+    if "[Subtask]" not in system_prompt:
+        return []
+    block = system_prompt.split("[Subtask]", 1)[1]
+    calls = []
+    for line in block.splitlines():
+        line = line.strip()
+        if _CALL_LINE.match(line):
+            calls.append(line)
+    return calls
+
+
+def _fill(call: str, values: list[str]) -> str:
+    """Placeholders take the user's quoted values in order (the last one repeats)."""
+    queue = list(values)
+
+    def take(_: re.Match) -> str:
+        value = queue.pop(0) if len(queue) > 1 else (queue[0] if queue else "x")
+        return repr(value)
+
+    return _PLACEHOLDER.sub(take, call)
+
+
+def memory_follower_text(request: dict[str, Any]) -> dict[str, Any]:
+    """A student that can only copy: it replays the calls of the Subtask memory injected
+    into its system prompt, filling placeholders with the quoted values of the current
+    user turn. Without memory it makes no call at all."""
+    messages = request["messages"]
+    if messages[0]["content"].startswith("Break the given task"):
+        # The AMD decomposition request: one subtask, the instruction itself.
+        instruction = messages[0]["content"].rsplit("Task:", 1)[1].strip()
+        return {"content": json.dumps([instruction])}
+    _, _, turn, made = _position(messages)
+    users = [m for m in messages if m["role"] == "user" and m.get("name") != OBSERVATION_NAME]
+    values = [a or b for a, b in _QUOTED.findall(users[-1]["content"])]
+    calls = [_fill(c, values) for c in _memory_calls(messages[0]["content"])]
+    if made < len(calls):
+        return {"content": f"[{calls[made]}]"}
+    return {"content": "Done."}

@@ -152,9 +152,12 @@ class MemoryStore:
                 vectors.append(point.vector)
             if offset is None:
                 break
+        if not entries:
+            dim = self.client.get_collection(name).config.params.vectors.size
+            return [], np.zeros((0, dim), dtype=np.float32)
         order = sorted(range(len(entries)), key=lambda i: entries[i].memory_id)
         matrix = np.array([vectors[i] for i in order], dtype=np.float32)
-        return [entries[i] for i in order], matrix.reshape(len(order), -1)
+        return [entries[i] for i in order], matrix
 
     def list_banks(self) -> dict[str, dict[str, int]]:
         """bank id prefix -> {memory type: number of entries}."""
