@@ -84,9 +84,10 @@ def main() -> None:
     task_ids = [t.task_id for t in make_benchmark("bfcl_multi_turn_base").load_tasks()]
     task_ids = task_ids[: args.episodes]
     sample = task_ids[: args.sequential_sample]
-    with tempfile.TemporaryDirectory() as tmp, run_stub_server(
-        script=SCRIPT, delay_s=args.delay
-    ) as url:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        run_stub_server(script=SCRIPT, delay_s=args.delay) as url,
+    ):
         out = Path(tmp)
         seq_job = make_job(url, 1, out, "sequential")
         seq_wall = asyncio.run(sequential(seq_job, url, sample))
