@@ -4,6 +4,7 @@
     distillery benchmark.limit=20 student=qwen3_4b cluster=ray
     distillery student=external student.base_url=http://host:8000/v1 \\
         student.model=NAME student.api_key_env=MY_KEY_VAR
+    distillery memory list|show|export ...       # inspect memory banks
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "memory":
+        from distillery.orchestrator.memory_cli import main as memory_main
+
+        sys.exit(memory_main(sys.argv[2:]))
     sys.argv = [sys.argv[0], *rewrite_role_overrides(sys.argv[1:])]
     _hydra_main()
 
