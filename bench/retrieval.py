@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -97,17 +98,14 @@ def bench_retrieval(sizes: list[int], queries: int) -> None:
         for q in range(queries):
             task = f"t{q % max(1, n // 10)}"
             for kind, call in (
-                ("wf", lambda: retriever.workflow("q", task, 1, None)),
-                ("st", lambda: retriever.subtasks(["q"], task, 1, 0.0)),
-                ("fn", lambda: retriever.functions(f"f{q % 50}", "q", task, 1, None)),
+                ("wf", partial(retriever.workflow, "q", task, 1, None)),
+                ("st", partial(retriever.subtasks, ["q"], task, 1, 0.0)),
+                ("fn", partial(retriever.functions, f"f{q % 50}", "q", task, 1, None)),
             ):
                 started = time.perf_counter()
                 call()
                 timings[kind].append((time.perf_counter() - started) * 1000)
-        print(
-            f"{n:>6} memories/type: upsert {3 * n / write_s:,.0f} entries/s, "
-            f"load {load_s:.2f} s"
-        )
+        print(f"{n:>6} memories/type: upsert {3 * n / write_s:,.0f} entries/s, load {load_s:.2f} s")
         for kind, samples in timings.items():
             p50, p95 = percentiles(samples)
             print(f"         {kind}: p50 {p50:.2f} ms  p95 {p95:.2f} ms  (isolation on)")
@@ -159,7 +157,9 @@ def bench_build(trajectories: int, delay: float, concurrency: int) -> None:
         )
         with run_stub_server("tests.support.scripts:always_text", delay_s=delay) as url:
             for c in (1, concurrency):
-                llm = _builder_llm(model.model_copy(update={"max_concurrency_per_server": c}), [url])
+                llm = _builder_llm(
+                    model.model_copy(update={"max_concurrency_per_server": c}), [url]
+                )
                 started = time.perf_counter()
                 bank = asyncio.run(
                     build_bank(episodes, tasks, BuilderConfig(concurrency=c), llm, "all", False)
