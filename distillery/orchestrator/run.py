@@ -103,6 +103,7 @@ class Experiment:
         self.run_id = new_run_id(cfg)
         self.run_dir = Path(cfg.output_dir).resolve() / self.run_id
         self.tasks = {t.task_id: t for t in tasks}
+        self.bank_of: dict[str, str] = {}  # memory method -> the bank it read
         self._episodes: dict[tuple[str, str], dict[str, EpisodeSummary]] = {}
         self.memory = MemoryStage(self)
 
@@ -178,6 +179,7 @@ class Experiment:
             source_dir, memory_ids, self.split.memory_split, with_text
         )
         isolation = Isolation(self.cfg.protocol.name, (self.split.memory_split,))
+        self.bank_of[name] = bank_id
         job = MemoryJob(self.memory.service, bank_id, isolation, retrieval)
         ray_get(self.memory.service.open_bank.remote(bank_id, isolation))
         directory = self.student_dir(name)
@@ -304,8 +306,22 @@ def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
             role, episodes_dir, by_task = exp.evaluate(name)
             summaries = [by_task[t] for t in exp.split.eval_ids]
             metrics = agent_metrics(summaries)
+            bank_params: dict[str, str] = {}
             if method.uses_memory:
                 metrics.update(memory_metrics(episodes_dir, exp.split.eval_ids))
+                bank_id = exp.bank_of[name]
+                built = exp.memory.built.get(bank_id, {})
+                metrics.update({f"bank_{t}": float(n) for t, n in built.get("counts", {}).items()})
+                metrics.update(
+                    {
+                        f"build.{k.replace(':', '.')}": float(v)
+                        for k, v in built.get("stats", {}).items()
+                    }
+                )
+                bank_params = {
+                    "memory.bank_id": bank_id,
+                    "memory.bank_reused": str(built.get("reused")),
+                }
             model = cfg.teacher if role == "teacher" else cfg.student
             child_tags = {**tags, "method": name, "method_kind": method.kind, "role": role}
             child_params = {
@@ -315,6 +331,7 @@ def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
                 "method.types": ",".join(method.types) if method.uses_memory else "",
                 "eval_task_ids_sha": exp.split.eval_ids_sha,
                 "eval_n_tasks": str(len(exp.split.eval_ids)),
+                **bank_params,
             }
             child_id = tracker.log_agent(
                 run_name=f"{name}:{model.name}",
@@ -323,6 +340,14 @@ def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
                 metrics=metrics,
                 results=results_frame(summaries),
                 episodes_dir=episodes_dir if cfg.tracking.log_trajectories else None,
+                documents={
+                    "split.json": {
+                        "protocol": cfg.protocol.name,
+                        "eval_task_ids": list(exp.split.eval_ids),
+                        "eval_task_ids_sha": exp.split.eval_ids_sha,
+                        "memory_task_ids": list(exp.split.memory_ids),
+                    }
+                },
             )
             results.append(
                 MethodResult(name, method, role, model, episodes_dir, summaries, metrics, child_id)

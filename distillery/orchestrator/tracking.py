@@ -84,8 +84,10 @@ class Tracker:
         metrics: dict[str, float],
         results: pd.DataFrame,
         episodes_dir: Path | None,
+        documents: dict[str, Any] | None = None,
     ) -> str:
-        """A finished child run: params, metrics, the per-task table, the trajectories."""
+        """A finished child run: params, metrics, the per-task table, the trajectories,
+        and small JSON documents (e.g. the evaluated task ids)."""
         with mlflow.start_run(
             experiment_id=self.experiment_id, run_name=run_name, nested=True, tags=tags
         ) as run:
@@ -96,6 +98,8 @@ class Tracker:
                 results.to_csv(table, index=False)
                 mlflow.log_artifact(str(table))
             mlflow.log_table(results, artifact_file="results.json")
+            for name, document in (documents or {}).items():
+                mlflow.log_dict(document, name)
             if episodes_dir is not None and episodes_dir.exists():
                 mlflow.log_artifacts(str(episodes_dir), artifact_path="trajectories")
             return run.info.run_id

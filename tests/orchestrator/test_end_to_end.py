@@ -212,6 +212,10 @@ def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local)
     assert run.data.metrics["isolation_violations"] == 0
     assert run.data.params["method.types"] == "wf,st,fn"
     assert run.data.params["eval_n_tasks"] == "4"
+    assert run.data.metrics["bank_wf"] == 4  # one insight per successful oracle episode
+    assert run.data.metrics["build.wf.deterministic"] == 4  # the oracle is no model
+    split = json.loads(Path(client.download_artifacts(run.info.run_id, "split.json")).read_text())
+    assert split["eval_task_ids"] == result.task_ids and split["protocol"] == "self_excluded"
 
 
 def test_cross_split_evaluates_only_the_held_out_tasks(tmp_path, ray_local):
@@ -233,3 +237,14 @@ def test_cross_split_evaluates_only_the_held_out_tasks(tmp_path, ray_local):
         log = json.loads(record.extra_json)
         assert {e["source_task_id"] for e in log["retrievals"]} <= set(split.memory_ids)
     assert amd.metrics["isolation_violations"] == 0
+
+
+@pytest.mark.llama
+def test_bundled_smollm2_plays_one_task_through_llama_cpp(tmp_path, ray_local):
+    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] not installed")
+    cfg = _config(tmp_path, "benchmark.limit=1", "methods=[zero_shot]", "student.n_ctx=16384")
+    result = run_experiment(cfg, progress=False)
+    (record,) = read_episodes(result.methods[0].episodes_dir)
+    assert record.backend == "llama_cpp" and record.termination in ("done", "step_limit")
+    assert record.success is not None  # scored: no infrastructure failure
+    assert record.n_llm_calls >= len(record.steps_per_turn) and record.tokens_in > 5000
