@@ -17,17 +17,28 @@ OBSERVATION_NAME = "tool_results"
 
 
 @functools.cache
-def _tasks_by_first_turn() -> dict[str, Any]:
+def _tasks_by_first_turn() -> dict[str, list[Any]]:
     from distillery.workers.envs.registry import make_benchmark
 
     bench = make_benchmark("bfcl_multi_turn_base")
-    return {t.turns[0]: (t, bench.oracle_turns(t)) for t in bench.load_tasks()}
+    by_first: dict[str, list[Any]] = {}
+    for task in bench.load_tasks():
+        by_first.setdefault(task.turns[0], []).append((task, bench.oracle_turns(task)))
+    return by_first
 
 
 def _position(messages: list[dict[str, Any]]) -> tuple[Any, list[list[str]], int, int]:
-    """(task, ground truth, turn index, calls already made in this turn)."""
+    """(task, ground truth, turn index, calls already made in this turn).
+
+    Several tasks share a first user message (and its ground truth); the user turns
+    seen so far tell them apart as soon as they differ.
+    """
     users = [m for m in messages if m["role"] == "user" and m.get("name") != OBSERVATION_NAME]
-    task, truth = _tasks_by_first_turn()[users[0]["content"]]
+    seen = [u["content"] for u in users]
+    candidates = _tasks_by_first_turn()[seen[0]]
+    task, truth = next(
+        ((t, g) for t, g in candidates if list(t.turns[: len(seen)]) == seen), candidates[0]
+    )
     turn = len(users) - 1
     last_user = max(i for i, m in enumerate(messages) if m in users)
     made = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
