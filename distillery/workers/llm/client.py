@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ChatResult, InfraError, RequestRejected, Usage
@@ -84,13 +85,18 @@ class ChatClient:
         if response_format is not None:
             request["response_format"] = response_format
         if extra_body:
-            request["extra_body"] = extra_body
+            request.update(extra_body)
 
         last: Exception | None = None
         for attempt in range(1, self.max_retries + 2):
             started = time.perf_counter()
             try:
-                response = await self._client.chat.completions.create(**request)
+                # The client's generic POST sends our JSON body as is: `create()` first
+                # walks every message through its typed transforms, which cost more CPU
+                # than the whole rest of an episode step (measured: ~40 %).
+                response = await self._client.post(
+                    "/chat/completions", body=request, cast_to=ChatCompletion
+                )
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status in (400, 422):
