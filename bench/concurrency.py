@@ -79,11 +79,18 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.2, help="seconds per LLM call")
     parser.add_argument("--sequential-sample", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="play each task this many times (more episodes than tasks lets a schedule "
+        "approach C x despite unequal episode lengths)",
+    )
     args = parser.parse_args()
 
     task_ids = [t.task_id for t in make_benchmark("bfcl_multi_turn_base").load_tasks()]
-    task_ids = task_ids[: args.episodes]
     sample = task_ids[: args.sequential_sample]
+    task_ids = task_ids[: args.episodes] * args.repeats
     with (
         tempfile.TemporaryDirectory() as tmp,
         run_stub_server(script=SCRIPT, delay_s=args.delay) as url,
@@ -103,7 +110,7 @@ def main() -> None:
         with ray_session(cluster):
             run = run_agent(job, [url], task_ids, cluster, progress=False)
         driver_cpu = time.process_time() - cpu_before
-        records = read_episodes(job.episodes_dir)
+        records = run.summaries  # repeats of a task share its episode file on disk
 
     calls = [r.n_llm_calls for r in records]
     total_calls = sum(calls)

@@ -57,6 +57,7 @@ class EpisodeSummary:
     success: bool | None
     termination: str
     total_steps: int
+    n_llm_calls: int
     tokens_in: int
     tokens_out: int
     wall_s: float
@@ -71,6 +72,7 @@ class EpisodeSummary:
             success=record.success,
             termination=record.termination,
             total_steps=record.total_steps,
+            n_llm_calls=record.n_llm_calls,
             tokens_in=record.tokens_in,
             tokens_out=record.tokens_out,
             wall_s=record.wall_s,
