@@ -34,7 +34,7 @@ from distillery.workers.memory.records import (  # noqa: E402
     SubtaskSegment,
     WorkflowMemory,
 )
-from distillery.workers.memory.retrieval import BankRetriever, Isolation, TypeIndex  # noqa: E402
+from distillery.workers.memory.retrieval import BankRetriever, Isolation  # noqa: E402
 from distillery.workers.memory.store import MemoryStore  # noqa: E402
 
 DIM = 384
@@ -83,17 +83,9 @@ def bench_retrieval(sizes: list[int], queries: int) -> None:
                 store.write("b" * 64, kind, items, embedder.embed([e.key_text for e in items]))
             write_s = time.perf_counter() - started
             started = time.perf_counter()
-            loaded = {k: store.load("b" * 64, k) for k in entries}
+            retriever = BankRetriever.from_store(store, "b" * 64, embedder, iso)
             load_s = time.perf_counter() - started
             store.close()
-        retriever = BankRetriever(
-            embedder,
-            TypeIndex("wf", *loaded["wf"]),
-            TypeIndex("st", *loaded["st"]),
-            loaded["fn"][0],
-            loaded["fn"][1],
-            iso,
-        )
         timings: dict[str, list[float]] = {"wf": [], "st": [], "fn": []}
         for q in range(queries):
             task = f"t{q % max(1, n // 10)}"

@@ -16,7 +16,7 @@ from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.embedding import make_embedder
 from distillery.workers.memory.records import MEMORY_TYPES
-from distillery.workers.memory.retrieval import BankRetriever, Hit, Isolation, TypeIndex
+from distillery.workers.memory.retrieval import BankRetriever, Hit, Isolation
 from distillery.workers.memory.store import MemoryStore
 
 
@@ -63,15 +63,8 @@ class MemoryServiceImpl:
     def open_bank(self, bank_id: str, isolation: Isolation) -> dict[str, int]:
         key = (bank_id, isolation)
         if key not in self._retrievers:
-            loaded = {t: self.store.load(bank_id, t) for t in MEMORY_TYPES}
-            fn_entries, fn_vectors = loaded["fn"]
-            self._retrievers[key] = BankRetriever(
-                self.embedder,
-                TypeIndex("wf", *loaded["wf"]),
-                TypeIndex("st", *loaded["st"]),
-                fn_entries,  # type: ignore[arg-type]
-                fn_vectors,
-                isolation,
+            self._retrievers[key] = BankRetriever.from_store(
+                self.store, bank_id, self.embedder, isolation
             )
         return self._retrievers[key].sizes()
 

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import importlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from distillery.workers.llm.servers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,12 +114,6 @@ def make_app(script: str, delay_s: float):
             Route("/stats", get_stats),
         ]
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 30.0) -> None:

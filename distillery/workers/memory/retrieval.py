@@ -17,6 +17,7 @@ import numpy as np
 
 from distillery.workers.memory.embedding import Embedder
 from distillery.workers.memory.records import FunctionRecord, MemoryEntry, MemorySource
+from distillery.workers.memory.store import MemoryStore
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,23 @@ class BankRetriever:
             self._functions[name] = TypeIndex(
                 "fn", [functions[i] for i in rows], function_vectors[rows]
             )
+
+    @classmethod
+    def from_store(
+        cls, store: MemoryStore, bank_id: str, embedder: Embedder, isolation: Isolation
+    ) -> BankRetriever:
+        """Load a bank's three collections from the store into an in-process index."""
+        wf = store.load(bank_id, "wf")
+        st = store.load(bank_id, "st")
+        fn_entries, fn_vectors = store.load(bank_id, "fn")
+        return cls(
+            embedder,
+            TypeIndex("wf", *wf),
+            TypeIndex("st", *st),
+            fn_entries,  # type: ignore[arg-type]
+            fn_vectors,
+            isolation,
+        )
 
     def _allowed(self, task_id: str) -> Callable[[MemorySource], bool]:
         return lambda source: self.isolation.allows(source, task_id)

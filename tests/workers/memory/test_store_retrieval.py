@@ -84,15 +84,7 @@ def _write(store, embedder, bank="b" * 64):
 
 
 def _retriever(store, embedder, bank, isolation):
-    loaded = {t: store.load(bank, t) for t in ("wf", "st", "fn")}
-    return BankRetriever(
-        embedder,
-        TypeIndex("wf", *loaded["wf"]),
-        TypeIndex("st", *loaded["st"]),
-        loaded["fn"][0],
-        loaded["fn"][1],
-        isolation,
-    )
+    return BankRetriever.from_store(store, bank, embedder, isolation)
 
 
 def test_round_trip_of_all_three_entry_types(store):
