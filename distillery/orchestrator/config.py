@@ -6,6 +6,7 @@ that names the key (e.g. ``student.base_url``).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -186,6 +187,8 @@ def _describe(exc: ValidationError) -> str:
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "<root>"
         msg = err["msg"].removeprefix("Value error, ")
+        if not err["loc"] and re.match(r"^[\w.]+: ", msg):
+            key, msg = msg.split(": ", 1)  # whole-config checks name their key first
         if err["type"] == "extra_forbidden":
             msg = "unknown key (typo?)"
         elif err["type"] == "missing":

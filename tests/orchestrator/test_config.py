@@ -82,3 +82,13 @@ def test_external_without_url_fails_naming_student():
 def test_external_group_requires_url():
     with pytest.raises(ConfigError, match=r"student"):
         to_config(_compose("student=external"))
+
+
+def test_whole_config_checks_name_their_key():
+    with pytest.raises(ConfigError, match=r"^invalid config at methods: unknown method 'bogus'"):
+        to_config(_compose("methods=[teacher,bogus]"))
+    with pytest.raises(ConfigError, match=r"^invalid config at memory.builder.model"):
+        to_config(_compose("memory.builder.model=ghost"))
+    bad_k = "+method_catalog.k0={kind: amd, retrieval: {k_st: 0}}"
+    with pytest.raises(ConfigError, match=r"method_catalog.k0.retrieval"):
+        to_config(_compose(bad_k, "methods=[k0]"))
