@@ -139,7 +139,8 @@ class DistilleryConfig(_Frozen):
         try:
             return RetrievalConfig.model_validate(merged)
         except ValidationError as exc:
-            raise ValueError(f"method_catalog.{name}.retrieval: {_describe(exc)}") from None
+            inner = _describe(exc).removeprefix("invalid config at ")
+            raise ValueError(f"method_catalog.{name}.retrieval.{inner}") from None
 
     def builder_model(self) -> ModelConfig | None:
         """The model that writes memory entries; None: deterministic entries only (the
