@@ -40,6 +40,13 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str = "all-MiniLM-L6-v2", batch_size: int = 64) -> None:
         from sentence_transformers import SentenceTransformer
 
+        try:  # a progress bar per model load only clutters run logs
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:
+            pass
+
         path = packaged_minilm_path() if model == "all-MiniLM-L6-v2" else Path(model)
         self.name = f"sentence_transformers:{model}"
         self.batch_size = batch_size
