@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -206,6 +207,18 @@ class MemoryStage:
             ray_get(self._service.ready.remote())
         return self._service
 
+    def close(self) -> None:
+        """Release the store (embedded Qdrant holds a lock on its folder) and the actor."""
+        if self._service is None:
+            return
+        import ray
+
+        service, self._service = self._service, None
+        try:
+            ray.get(service.close.remote(), timeout=60)
+        finally:
+            ray.kill(service)
+
     def ensure_bank(
         self, source_dir: Path, memory_ids: list[str], split: str, with_text: bool
     ) -> str:
@@ -300,7 +313,11 @@ def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
         "student": cfg.student.name,
     }
     results: list[MethodResult] = []
-    with tracker.parent(exp.run_id, params, tags) as parent_id, ray_session(cfg.cluster):
+    with (
+        tracker.parent(exp.run_id, params, tags) as parent_id,
+        ray_session(cfg.cluster),
+        contextlib.closing(exp.memory),
+    ):
         for name in cfg.methods:
             method = cfg.method(name)
             role, episodes_dir, by_task = exp.evaluate(name)

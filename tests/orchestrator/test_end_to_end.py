@@ -216,6 +216,24 @@ def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local)
     assert run.data.metrics["build.wf.deterministic"] == 4  # the oracle is no model
     split = json.loads(Path(client.download_artifacts(run.info.run_id, "split.json")).read_text())
     assert split["eval_task_ids"] == result.task_ids and split["protocol"] == "self_excluded"
+    assert run.data.params["memory.bank_reused"] == "False"
+
+    # The bank is content-addressed: the next invocation's identical oracle trajectories
+    # find it in the store instead of building it again.
+    with run_stub_server(script="tests.support.bfcl_scripts:memory_follower_text") as url:
+        again = run_experiment(
+            _config(
+                tmp_path,
+                "benchmark.limit=4",
+                "methods=[amd_wf_st_fn]",
+                "memory.retrieval.threshold_st=0.0",
+                *_student(url),
+            ),
+            progress=False,
+        )
+    rerun = client.get_run(again.methods[0].mlflow_run_id)
+    assert rerun.data.params["memory.bank_reused"] == "True"
+    assert rerun.data.params["memory.bank_id"] == run.data.params["memory.bank_id"]
 
 
 def test_cross_split_evaluates_only_the_held_out_tasks(tmp_path, ray_local):

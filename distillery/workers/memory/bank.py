@@ -59,10 +59,15 @@ def bank_id_for(
     split: str,
     with_text: bool,
 ) -> str:
-    """Content hash of everything that determines the bank's entries."""
+    """Content hash of everything that determines the bank's entries.
+
+    Episodes count by what happened in them (their calls and observations), not by
+    their ids, so identical trajectories from another run (e.g. the oracle's) map to
+    the same bank and it is reused from the store.
+    """
     payload = {
         "episodes": sorted(
-            (e.task_id, e.episode_id, e.agent) for e in episodes if e.success is True
+            (e.task_id, e.agent, _trajectory_digest(e)) for e in episodes if e.success is True
         ),
         "builder": config.model_dump(mode="json", exclude={"concurrency"}),
         "builder_model": builder_model,
@@ -71,6 +76,14 @@ def bank_id_for(
         "code": builder_code_version(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _trajectory_digest(episode: EpisodeRecord) -> str:
+    steps = [
+        (s.turn, s.step, [(c.call, c.content, c.error, c.rejected) for c in s.calls])
+        for s in episode.steps
+    ]
+    return hashlib.sha256(json.dumps(steps, ensure_ascii=False).encode()).hexdigest()
 
 
 def docs_and_classes(tasks: Sequence[Task]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:

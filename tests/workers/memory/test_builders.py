@@ -674,3 +674,23 @@ def test_without_a_builder_llm_entries_are_built_deterministically():
     assert segments and all(s.fallback for s in segments)
     assert stats.deterministic["wf"] == 1 and stats.deterministic["st"] == 1
     assert not stats.fallbacks and not stats.requests
+
+
+def test_bank_id_depends_on_trajectory_content_not_episode_ids():
+    from dataclasses import replace
+
+    from distillery.workers.memory.bank import bank_id_for
+    from distillery.workers.memory.config import BuilderConfig
+
+    episode = make_episode()
+    same_content = replace(episode, episode_id="another-run", run_id="r2")
+    changed = replace(episode, steps=episode.steps[:1])
+    cfg = BuilderConfig()
+    first = bank_id_for([episode], cfg, "none", "all", False)
+    assert bank_id_for([same_content], cfg, "none", "all", False) == first
+    assert bank_id_for([changed], cfg, "none", "all", False) != first
+    assert bank_id_for([episode], cfg, "gpt-5-mini", "all", False) != first
+    assert (
+        bank_id_for([episode], cfg.model_copy(update={"concurrency": 64}), "none", "all", False)
+        == first
+    )
