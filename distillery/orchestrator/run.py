@@ -202,7 +202,7 @@ class MemoryStage:
 
             cfg = self.exp.cfg
             default_path = str(Path(cfg.output_dir).resolve() / "qdrant")
-            actor = ray.remote(MemoryServiceImpl).options(num_cpus=0.5, max_concurrency=1)
+            actor = ray.remote(MemoryServiceImpl).options(num_cpus=0.25, max_concurrency=1)
             self._service = actor.remote(cfg.memory.store, cfg.memory.embedder, default_path)
             ray_get(self._service.ready.remote())
         return self._service
