@@ -45,6 +45,16 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
 
+def word_vector(text: str, dim: int = 32) -> list[float]:
+    """A deterministic embedding: hashed bag of words (shared words -> similar)."""
+    import hashlib
+
+    vector = [0.0] * dim
+    for word in text.lower().split():
+        vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % dim] += 1.0
+    return vector
+
+
 def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
     prompt_chars = sum(len(json.dumps(m.get("content") or "")) for m in request["messages"])
     message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
@@ -104,6 +114,23 @@ def make_app(script: str, delay_s: float):
             )
         return JSONResponse(completion(body, reply))
 
+    async def embeddings(request: Request) -> JSONResponse:
+        body = await request.json()
+        stats["embedding_requests"] += 1
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        stats["embedded_texts"] += len(texts)
+        return JSONResponse(
+            {
+                "object": "list",
+                "model": body.get("model", "stub"),
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": word_vector(t)}
+                    for i, t in enumerate(texts)
+                ],
+                "usage": {"prompt_tokens": sum(_tokens(t) for t in texts), "total_tokens": 0},
+            }
+        )
+
     async def get_stats(_: Request) -> JSONResponse:
         return JSONResponse(dict(stats))
 
@@ -111,6 +138,7 @@ def make_app(script: str, delay_s: float):
         routes=[
             Route("/v1/models", models),
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/stats", get_stats),
         ]
     )

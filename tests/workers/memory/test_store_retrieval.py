@@ -188,3 +188,28 @@ def test_real_minilm_embedder_from_the_package():
     assert vectors.shape == (3, 384)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_openai_compatible_embeddings_endpoint(monkeypatch):
+    from distillery.workers.memory.config import EmbedderConfig
+    from distillery.workers.memory.embedding import make_embedder
+    from tests.support.openai_stub import run_stub_server, stub_stats
+
+    monkeypatch.setenv("DISTILLERY_EMBED_KEY", "sk-test")
+    with run_stub_server("tests.support.scripts:always_text") as url:
+        cfg = EmbedderConfig(
+            kind="openai",
+            model="text-embedding-3-small",
+            base_url=url,
+            api_key_env="DISTILLERY_EMBED_KEY",
+            batch_size=2,
+        )
+        embedder = make_embedder(cfg)
+        vectors = embedder.embed(["move the file", "move the file", "post a tweet", "move file"])
+        assert vectors.shape == (4, 32)
+        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+        assert vectors[0] @ vectors[3] > vectors[0] @ vectors[2]
+        embedder.embed(["post a tweet"])  # cached: no new request
+        stats = stub_stats(url)
+    assert stats["embedded_texts"] == 3  # the duplicate was never sent
+    assert stats["embedding_requests"] == 2  # batches of 2
