@@ -66,6 +66,9 @@ class TrackingConfig(_Frozen):
     uri: str | None = None  # None: sqlite file mlflow.db in the working directory
     experiment: str = "distillery"
     log_trajectories: bool = True
+    # Episodes per child run logged as MLflow traces (viewable in the run's Traces tab);
+    # a deterministic sample mixing successes and failures. 0: no traces.
+    trace_sample: int = Field(3, ge=0)
 
 
 class ExperimentConfig(_Frozen):

@@ -1,28 +1,76 @@
-"""MLflow: one parent run per invocation, one child run per evaluated agent.
+"""MLflow: one parent run per sweep, one child run per evaluation point.
 
 Params are the flattened validated config. Keys are never in the config (only the
 NAMES of the environment variables holding them), and anything whose name looks like a
 secret is redacted anyway before it reaches MLflow.
+
+Everything is logged from the driver through `MlflowClient` with explicit run ids (never
+the fluent active-run stack), so one process can open the parent, log many children in
+any order and reopen both when a sweep is resumed. Re-logging a point is idempotent: the
+child is found by its `distillery.point_id` tag and updated in place.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import mlflow  # noqa: E402
 import pandas as pd  # noqa: E402
+from mlflow.data.code_dataset_source import CodeDatasetSource  # noqa: E402
+from mlflow.entities import (  # noqa: E402
+    DatasetInput,
+    InputTag,
+    LifecycleStage,
+    Metric,
+    Param,
+    Run,
+    RunStatus,
+    RunTag,
+    SpanStatusCode,
+    SpanType,
+)
+from mlflow.entities.span import NO_OP_SPAN_TRACE_ID  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow.tracing.constant import SpanAttributeKey  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
+from mlflow.utils.mlflow_tags import (  # noqa: E402
+    MLFLOW_DATASET_CONTEXT,
+    MLFLOW_LOGGED_ARTIFACTS,
+    MLFLOW_PARENT_RUN_ID,
+)
+
+if TYPE_CHECKING:
+    from distillery.workers.trajectories import EpisodeRecord
+
+_log = logging.getLogger(__name__)
 
 _SECRET_NAME = re.compile(r"(api_?key|token|secret|password)(?!_env)", re.IGNORECASE)
-_MAX_PARAM_LEN = 6000
+_MAX_PARAM_LEN = 6000  # MLflow's MAX_PARAM_VAL_LENGTH
+_MAX_TAG_LEN = 8000  # MAX_TAG_VAL_LENGTH
+_MAX_KEY_LEN = 250  # MAX_ENTITY_KEY_LENGTH
+_MAX_DIGEST_LEN = 36  # MAX_DATASET_DIGEST_SIZE: a full sha256 hex digest does not fit
+# log_batch limits per request: 100 params, 100 tags, 1000 metrics, 1000 entities in all.
+_BATCH_PARAMS = 100
+_BATCH_TAGS = 100
+_BATCH_ENTITIES = 1000
+
+POINT_ID_TAG = "distillery.point_id"
+CHANGED_PARAM_TAG = "distillery.param_changed."  # + key: a param whose value changed
+_EPISODE_TAG = "distillery.episode"  # trace tag: task_id/episode_id, for idempotent re-logs
+_MAX_SPAN_TEXT = 4000  # characters kept of a model message or an observation in a span
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -52,29 +100,112 @@ def artifact_root_for(uri: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class EvalDataset:
+    """The evaluated task split of a point, logged as an `mlflow.data` dataset input so
+    runs evaluated on the same tasks share one dataset entry in the MLflow UI."""
+
+    benchmark: str
+    task_ids: Sequence[str]
+    sha: str  # content hash of the ordered task ids (TaskSplit.eval_ids_sha)
+    context: str = "evaluation"
+
+    def __post_init__(self) -> None:
+        # A tuple keeps the frozen dataclass hashable whatever sequence the caller passed.
+        object.__setattr__(self, "task_ids", tuple(self.task_ids))
+
+    @property
+    def name(self) -> str:
+        return f"{self.benchmark}:{self.sha[:12]}"
+
+    def to_input(self) -> DatasetInput:
+        frame = pd.DataFrame({"task_id": list(self.task_ids)}, dtype="string")
+        dataset = mlflow.data.from_pandas(
+            frame,
+            # An explicit source: the default one resolves git/user context on every call.
+            source=CodeDatasetSource(tags={"benchmark": self.benchmark, "sha": self.sha}),
+            name=self.name,
+            digest=self.sha[:_MAX_DIGEST_LEN],
+        )
+        return DatasetInput(
+            dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, self.context)]
+        )
+
+
 class Tracker:
     def __init__(self, uri: str, experiment: str) -> None:
         self.uri = uri
+        # Traces are exported through MLflow's global tracer provider, which follows the
+        # global tracking URI (not a client's), so the URI must be set globally too.
         mlflow.set_tracking_uri(uri)
-        client = MlflowClient(uri)
-        found = client.get_experiment_by_name(experiment)
+        self.client = MlflowClient(uri)
+        found = self.client.get_experiment_by_name(experiment)
         if found is None:
-            self.experiment_id = client.create_experiment(
+            self.experiment_id = self.client.create_experiment(
                 experiment, artifact_location=artifact_root_for(uri)
             )
         else:
             self.experiment_id = found.experiment_id
         self.experiment = experiment
         self.parent_run_id: str | None = None
+        self._context_tags = _context_tags()
+
+    # -- runs -------------------------------------------------------------------------
 
     @contextmanager
-    def parent(self, run_name: str, params: dict[str, str], tags: dict[str, str]) -> Iterator[str]:
-        with mlflow.start_run(
-            experiment_id=self.experiment_id, run_name=run_name, tags=tags
-        ) as run:
-            self.parent_run_id = run.info.run_id
-            _log_params(params)
-            yield run.info.run_id
+    def parent(
+        self,
+        run_name: str,
+        params: dict[str, str],
+        tags: dict[str, str],
+        run_id: str | None = None,
+    ) -> Iterator[str]:
+        """The sweep's parent run; `run_id` reopens the run of an earlier, interrupted
+        invocation of the same sweep (a missing or deleted one is replaced, with a
+        warning). Marked FINISHED on exit, FAILED or KILLED when the body raises."""
+        run = self._reopen(run_id) if run_id else None
+        if run is None:
+            run = self.client.create_run(
+                self.experiment_id, tags=self._context_tags, run_name=run_name
+            )
+        run_id = run.info.run_id
+        self.parent_run_id = run_id
+        self._log_run_data(run, params=params, tags=tags)
+        try:
+            yield run_id
+        except KeyboardInterrupt:
+            self.client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+            raise
+        except BaseException:
+            self.client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+            raise
+        self.client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+
+    def find_child(self, parent_run_id: str | None, point_id: str) -> str | None:
+        """The active child run of `parent_run_id` tagged with this point id, if any
+        (the oldest one, should an earlier bug have left duplicates)."""
+        if not parent_run_id:
+            return None
+        if "'" in point_id or "'" in parent_run_id:
+            raise ValueError(f"a point id cannot contain a quote: {point_id!r}")
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'"
+                f" AND tags.`{POINT_ID_TAG}` = '{point_id}'"
+            ),
+            order_by=["attributes.start_time ASC"],
+            max_results=10,
+        )
+        if len(runs) > 1:
+            _log.warning(
+                "%d child runs of %s have point id %s; updating the oldest, %s",
+                len(runs),
+                parent_run_id,
+                point_id,
+                runs[0].info.run_id,
+            )
+        return runs[0].info.run_id if runs else None
 
     def log_agent(
         self,
@@ -85,30 +216,451 @@ class Tracker:
         results: pd.DataFrame,
         episodes_dir: Path | None,
         documents: dict[str, Any] | None = None,
+        *,
+        point_id: str | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        dataset: EvalDataset | None = None,
+        traces: Sequence[EpisodeRecord] = (),
+        trace_sample: int = 3,
     ) -> str:
         """A finished child run: params, metrics, the per-task table, the trajectories,
-        and small JSON documents (e.g. the evaluated task ids)."""
-        with mlflow.start_run(
-            experiment_id=self.experiment_id, run_name=run_name, nested=True, tags=tags
-        ) as run:
-            _log_params(params)
-            mlflow.log_metrics(metrics)
-            with tempfile.TemporaryDirectory() as tmp:
-                table = Path(tmp) / "results.csv"
-                results.to_csv(table, index=False)
-                mlflow.log_artifact(str(table))
-            mlflow.log_table(results, artifact_file="results.json")
-            for name, document in (documents or {}).items():
-                mlflow.log_dict(document, name)
-            if episodes_dir is not None and episodes_dir.exists():
-                mlflow.log_artifacts(str(episodes_dir), artifact_path="trajectories")
-            return run.info.run_id
+        small JSON documents (e.g. the evaluated task ids), the evaluated split as a
+        dataset input and a sample of `trace_sample` episodes of `traces` as traces.
+
+        `run_id` (or, without it, the child of the parent tagged `point_id`) is updated in
+        place; otherwise a new child of `parent_run_id` (default: the open parent) is
+        created. Returns the child's run id."""
+        parent_id = parent_run_id or self.parent_run_id
+        if run_id is None and point_id is not None:
+            run_id = self.find_child(parent_id, point_id)
+        run = self._reopen(run_id) if run_id else None
+        if run is None:
+            system_tags = dict(self._context_tags)
+            if parent_id:
+                system_tags[MLFLOW_PARENT_RUN_ID] = parent_id
+            if point_id is not None:
+                system_tags[POINT_ID_TAG] = point_id
+            run = self.client.create_run(self.experiment_id, tags=system_tags, run_name=run_name)
+        child_id = run.info.run_id
+        all_tags = dict(tags)
+        if point_id is not None:
+            all_tags[POINT_ID_TAG] = point_id
+        try:
+            self._log_run_data(run, params=params, tags=all_tags, metrics=metrics)
+            if dataset is not None:
+                self.client.log_inputs(child_id, datasets=[dataset.to_input()])
+            self._log_files(child_id, run, results, episodes_dir, documents or {})
+        except BaseException:
+            self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FAILED))
+            raise
+        if trace_sample > 0:
+            self.log_traces(child_id, traces, trace_sample, point_id=point_id)
+        self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FINISHED))
+        return child_id
+
+    def _reopen(self, run_id: str) -> Run | None:
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException as exc:
+            _log.warning("MLflow run %s not found (%s); starting a new run", run_id, exc)
+            return None
+        if run.info.lifecycle_stage == LifecycleStage.DELETED:
+            _log.warning("MLflow run %s was deleted; starting a new run", run_id)
+            return None
+        if run.info.experiment_id != self.experiment_id:
+            _log.warning(
+                "MLflow run %s belongs to experiment %s, not %s; starting a new run",
+                run_id,
+                run.info.experiment_id,
+                self.experiment_id,
+            )
+            return None
+        self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        return run
+
+    def _log_run_data(
+        self,
+        run: Run,
+        params: Mapping[str, str] = {},  # noqa: B006 - read only
+        tags: Mapping[str, str] = {},  # noqa: B006 - read only
+        metrics: Mapping[str, float] = {},  # noqa: B006 - read only
+    ) -> None:
+        """Params, tags and metrics in as few `log_batch` calls as MLflow's limits allow.
+
+        MLflow forbids changing a logged param. Params already logged with the same value
+        are skipped; a changed one (e.g. a resumed sweep under a new code version) is
+        recorded as tag `distillery.param_changed.<key>` with a warning, so a resume never
+        crashes on it."""
+        existing = run.data.params
+        changed: dict[str, str] = {}
+        new_params: list[Param] = []
+        for key, value in params.items():
+            text = str(value)[:_MAX_PARAM_LEN]
+            if key not in existing:
+                new_params.append(Param(key, text))
+            elif existing[key] != text:
+                changed[key] = text
+        all_tags = {k: str(v)[:_MAX_TAG_LEN] for k, v in tags.items()}
+        if changed:
+            _log.warning(
+                "run %s: %d param(s) changed value since first logged (%s); the new values "
+                "are logged as %s* tags",
+                run.info.run_id,
+                len(changed),
+                ", ".join(sorted(changed)[:5]),
+                CHANGED_PARAM_TAG,
+            )
+            for key, text in changed.items():
+                tag_key = CHANGED_PARAM_TAG + key
+                if len(tag_key) <= _MAX_KEY_LEN:
+                    all_tags[tag_key] = text
+        now = int(time.time() * 1000)
+        metric_rows: list[Metric] = []
+        for key, value in metrics.items():
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                _log.warning(
+                    "run %s: metric %s=%r is not a number; skipped", run.info.run_id, key, value
+                )
+                continue
+            # Step 0 and a fresh timestamp: a re-log becomes the metric's latest value.
+            metric_rows.append(Metric(key, number, now, 0))
+        run_tags = [RunTag(k, v) for k, v in all_tags.items()]
+        for m, p, t in _batches(metric_rows, new_params, run_tags):
+            self.client.log_batch(run.info.run_id, metrics=m, params=p, tags=t)
+
+    def _log_files(
+        self,
+        run_id: str,
+        run: Run,
+        results: pd.DataFrame,
+        episodes_dir: Path | None,
+        documents: dict[str, Any],
+    ) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            table = Path(tmp) / "results.csv"
+            results.to_csv(table, index=False)
+            self.client.log_artifact(run_id, str(table))
+            # MlflowClient.log_table APPENDS to an existing table artifact, so a re-logged
+            # point would double its rows; write the same JSON ("split" orient) ourselves.
+            as_json = Path(tmp) / "results.json"
+            results.to_json(as_json, orient="split", index=False, date_format="iso")
+            self.client.log_artifact(run_id, str(as_json))
+        logged = json.loads(run.data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+        entry = {"path": "results.json", "type": "table"}
+        if entry not in logged:  # makes the table show in the run's Evaluation/Artifacts view
+            self.client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*logged, entry]))
+        for name, document in documents.items():
+            self.client.log_dict(run_id, document, name)
+        if episodes_dir is not None and episodes_dir.exists():
+            self.client.log_artifacts(run_id, str(episodes_dir), artifact_path="trajectories")
+
+    # -- traces ------------------------------------------------------------------------
+
+    def log_traces(
+        self,
+        run_id: str,
+        records: Sequence[EpisodeRecord],
+        sample: int,
+        point_id: str | None = None,
+    ) -> list[str]:
+        """Log `sample` of `records` (see `sample_episodes`) as traces of run `run_id`.
+
+        Idempotent: traces of the run already logged for a sampled episode are kept,
+        those of episodes no longer in the sample are deleted. Best effort: a failure
+        logs a warning and never fails the run. Returns the ids of the new traces."""
+        new_ids: list[str] = []
+        try:
+            if mlflow.get_tracking_uri() != self.uri:
+                mlflow.set_tracking_uri(self.uri)  # the exporter follows the global URI
+            chosen = sample_episodes(records, sample)
+            wanted = {_episode_key(r) for r in chosen}
+            existing = self._traces_of(run_id)
+            stale = [tid for key, ids in existing.items() for tid in _stale(key, ids, wanted)]
+            if stale:
+                self.client.delete_traces(self.experiment_id, trace_ids=stale)
+            for record in chosen:
+                if _episode_key(record) in existing:
+                    continue
+                trace_id = self._emit_trace(run_id, record, point_id)
+                if trace_id is not None:
+                    new_ids.append(trace_id)
+            # Traces are exported asynchronously; make them durable before the run ends.
+            mlflow.flush_trace_async_logging()
+        except Exception as exc:  # tracing must never break a sweep
+            _log.warning("run %s: logging episode traces failed: %s", run_id, exc, exc_info=True)
+        return new_ids
+
+    def _traces_of(self, run_id: str) -> dict[str, list[str]]:
+        """Episode key -> trace ids already logged for this run."""
+        out: dict[str, list[str]] = {}
+        token: str | None = None
+        while True:
+            page = self.client.search_traces(
+                locations=[self.experiment_id],
+                run_id=run_id,
+                include_spans=False,
+                max_results=500,
+                page_token=token,
+            )
+            for trace in page:
+                key = trace.info.tags.get(_EPISODE_TAG)
+                if key is not None:
+                    out.setdefault(key, []).append(trace.info.trace_id)
+            token = page.token
+            if not token:
+                return out
+
+    def _emit_trace(self, run_id: str, record: EpisodeRecord, point_id: str | None) -> str | None:
+        plan = episode_trace(record)
+        tags = {
+            _EPISODE_TAG: _episode_key(record),
+            "distillery.task_id": record.task_id,
+            "distillery.success": str(record.success),
+            "distillery.termination": record.termination,
+            "distillery.agent": record.agent,
+        }
+        if point_id is not None:
+            tags[POINT_ID_TAG] = point_id
+        root_plan = plan.root
+        # MlflowClient.start_trace(run_id=...) writes trace metadata `mlflow.sourceRun`,
+        # which is what links a trace to a run (search_traces(run_id=...), the run's
+        # Traces tab); explicit experiment_id avoids the fluent "current experiment".
+        root = self.client.start_trace(
+            name=root_plan.name,
+            span_type=root_plan.span_type,
+            inputs=root_plan.inputs,
+            attributes=root_plan.attributes,
+            tags=tags,
+            experiment_id=self.experiment_id,
+            start_time_ns=root_plan.start_ns,
+            run_id=run_id,
+        )
+        trace_id = root.trace_id
+        if trace_id == NO_OP_SPAN_TRACE_ID:
+            _log.warning("tracing is disabled (mlflow.tracing.disable?); no episode traces")
+            return None
+        try:
+            for child in plan.children:
+                span = self.client.start_span(
+                    name=child.name,
+                    trace_id=trace_id,
+                    parent_id=root.span_id,
+                    span_type=child.span_type,
+                    inputs=child.inputs,
+                    attributes=child.attributes,
+                    start_time_ns=child.start_ns,
+                )
+                self.client.end_span(
+                    trace_id=trace_id,
+                    span_id=span.span_id,
+                    outputs=child.outputs,
+                    status=child.status,
+                    end_time_ns=child.end_ns,
+                )
+        except Exception:
+            # Close the trace so it is not left open in MLflow's in-memory trace manager.
+            self.client.end_trace(trace_id, status=SpanStatusCode.ERROR)
+            raise
+        self.client.end_trace(
+            trace_id,
+            outputs=root_plan.outputs,
+            status=root_plan.status,
+            end_time_ns=root_plan.end_ns,
+        )
+        return trace_id
 
 
-def _log_params(params: dict[str, str]) -> None:
-    items = list(params.items())
-    for i in range(0, len(items), 100):  # MLflow's batch limit
-        mlflow.log_params(dict(items[i : i + 100]))
+@dataclass(frozen=True)
+class SpanPlan:
+    """One span of an episode trace, with times reconstructed after the fact."""
+
+    name: str
+    span_type: str
+    start_ns: int
+    end_ns: int
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    attributes: dict[str, Any] = field(default_factory=dict)
+    status: str = SpanStatusCode.OK
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    root: SpanPlan
+    children: tuple[SpanPlan, ...]  # in time order, all children of the root
+
+
+def episode_trace(record: EpisodeRecord) -> TracePlan:
+    """An episode as a root AGENT span with one CHAT_MODEL span per model step and one
+    TOOL span per call after it, all direct children of the root.
+
+    Only the per-step LLM latencies and the episode's start/end are recorded, so the
+    timeline is a reconstruction: each LLM span lasts its latency, and the rest of the
+    episode's wall time (environment, overhead) is split evenly over the tool calls."""
+    start_s = record.started_at if record.started_at > 0 else record.finished_at - record.wall_s
+    end_s = max(record.finished_at, start_s)
+    llm_s = sum(max(0.0, s.latency_s) for s in record.steps)
+    n_calls = sum(len(s.calls) for s in record.steps)
+    per_call_s = max(0.0, end_s - start_s - llm_s) / n_calls if n_calls else 0.0
+
+    children: list[SpanPlan] = []
+    cursor = start_s
+    for s in record.steps:
+        llm_end = cursor + max(0.0, s.latency_s)
+        children.append(
+            SpanPlan(
+                name=f"llm {s.turn}.{s.step}",
+                span_type=SpanType.CHAT_MODEL,
+                start_ns=_ns(cursor),
+                end_ns=_ns(llm_end),
+                inputs={"turn": s.turn, "step": s.step},
+                outputs={"assistant_text": _clip(s.assistant_text), "n_calls": len(s.calls)},
+                attributes={
+                    "tokens_in": s.tokens_in,
+                    "tokens_out": s.tokens_out,
+                    "latency_s": s.latency_s,
+                    "endpoint": s.endpoint or "",
+                    "model": record.model,
+                    # MLflow sums this attribute over spans into the trace's token usage.
+                    SpanAttributeKey.CHAT_USAGE: {
+                        "input_tokens": s.tokens_in,
+                        "output_tokens": s.tokens_out,
+                        "total_tokens": s.tokens_in + s.tokens_out,
+                    },
+                },
+            )
+        )
+        cursor = llm_end
+        for i, c in enumerate(s.calls):
+            call_end = cursor + per_call_s
+            children.append(
+                SpanPlan(
+                    name=f"tool {c.function or 'rejected'} {s.turn}.{s.step}.{i}",
+                    span_type=SpanType.TOOL,
+                    start_ns=_ns(cursor),
+                    end_ns=_ns(call_end),
+                    inputs={"call": c.call},
+                    outputs={"observation": _clip(c.content)},
+                    attributes={
+                        "function": c.function or "",
+                        "error": c.error or "",
+                        "rejected": c.rejected,
+                    },
+                    status=SpanStatusCode.ERROR if c.error or c.rejected else SpanStatusCode.OK,
+                )
+            )
+            cursor = call_end
+    outputs: dict[str, Any] = {"success": record.success, "termination": record.termination}
+    if record.error_type:
+        outputs["error"] = f"{record.error_type}: {record.error_message or ''}"
+    root = SpanPlan(
+        name=f"episode {record.task_id}",
+        span_type=SpanType.AGENT,
+        start_ns=_ns(start_s),
+        end_ns=_ns(max(end_s, cursor)),
+        inputs={"task_id": record.task_id, "user": _clip(first_user_message(record))},
+        outputs=outputs,
+        attributes={
+            "task_id": record.task_id,
+            "benchmark": record.benchmark,
+            "agent": record.agent,
+            "model": record.model,
+            "role": record.role,
+            "stage": record.stage,
+            "tokens_in": record.tokens_in,
+            "tokens_out": record.tokens_out,
+            "n_llm_calls": record.n_llm_calls,
+            "total_steps": record.total_steps,
+            "attempts": record.attempts,
+            "wall_s": record.wall_s,
+            "timing": "reconstructed",
+        },
+        # A failed task is a valid result; only an unscored (infra) episode is an error.
+        status=SpanStatusCode.OK if record.success is not None else SpanStatusCode.ERROR,
+    )
+    return TracePlan(root, tuple(children))
+
+
+def sample_episodes(records: Iterable[EpisodeRecord], n: int) -> list[EpisodeRecord]:
+    """A deterministic sample of `n` episodes: in task-id order, alternating successes
+    and failures while both last (so a researcher sees both), then filled in task-id
+    order from whatever remains (unscored episodes included). One episode per task."""
+    if n <= 0:
+        return []
+    by_task: dict[str, EpisodeRecord] = {}
+    for r in records:  # the latest attempt of a task wins
+        if r.task_id not in by_task or r.finished_at >= by_task[r.task_id].finished_at:
+            by_task[r.task_id] = r
+    ordered = [by_task[t] for t in sorted(by_task)]
+    successes = [r for r in ordered if r.success is True]
+    failures = [r for r in ordered if r.success is False]
+    chosen: list[EpisodeRecord] = []
+    for pair in zip(successes, failures, strict=False):
+        chosen.extend(pair)
+    taken = {r.task_id for r in chosen}
+    chosen.extend(r for r in ordered if r.task_id not in taken)
+    return chosen[:n]
+
+
+def first_user_message(record: EpisodeRecord) -> str:
+    try:
+        messages = json.loads(record.messages_json or "[]")
+    except json.JSONDecodeError:
+        return ""
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):  # OpenAI content parts
+                return "\n".join(
+                    str(p.get("text", "")) for p in content if isinstance(p, dict)
+                ).strip()
+            return "" if content is None else str(content)
+    return ""
+
+
+def _episode_key(record: EpisodeRecord) -> str:
+    return f"{record.task_id}/{record.episode_id}"
+
+
+def _stale(key: str, trace_ids: list[str], wanted: set[str]) -> list[str]:
+    """Traces to delete: all of an episode no longer sampled, duplicates of one that is."""
+    return trace_ids if key not in wanted else trace_ids[1:]
+
+
+def _clip(text: str | None, limit: int = _MAX_SPAN_TEXT) -> str:
+    text = text or ""
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more chars]"
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9)) if math.isfinite(seconds) else 0
+
+
+def _batches(
+    metrics: list[Metric], params: list[Param], tags: list[RunTag]
+) -> Iterator[tuple[list[Metric], list[Param], list[RunTag]]]:
+    """Chunks that each fit one log_batch request."""
+    m, p, t = list(metrics), list(params), list(tags)
+    while m or p or t:
+        p_chunk, p = p[:_BATCH_PARAMS], p[_BATCH_PARAMS:]
+        t_chunk, t = t[:_BATCH_TAGS], t[_BATCH_TAGS:]
+        room = _BATCH_ENTITIES - len(p_chunk) - len(t_chunk)
+        m_chunk, m = m[:room], m[room:]
+        yield m_chunk, p_chunk, t_chunk
+
+
+def _context_tags() -> dict[str, str]:
+    """The source/user tags fluent `start_run` would add (who ran what), resolved once."""
+    try:
+        from mlflow.tracking.context.registry import resolve_tags
+
+        return {k: str(v) for k, v in resolve_tags().items()}
+    except Exception as exc:  # context is a nicety; never block tracking on it
+        _log.debug("could not resolve MLflow context tags: %s", exc)
+        return {}
 
 
 def ui_hint(uri: str) -> str:

@@ -1,0 +1,311 @@
+"""MLflow tracking of a resumable sweep, against a real SQLite tracking store."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.entities import SpanType
+from mlflow.tracking import MlflowClient
+
+from distillery.orchestrator.tracking import (
+    CHANGED_PARAM_TAG,
+    POINT_ID_TAG,
+    EvalDataset,
+    Tracker,
+    episode_trace,
+    safe_params,
+    sample_episodes,
+)
+from distillery.workers.trajectories import CallRecord, EpisodeRecord, StepRecord
+
+T0 = 1_700_000_000.0  # episode start, epoch seconds
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory: pytest.TempPathFactory):
+    # One database for the module (creating one runs MLflow's migrations, seconds);
+    # each test gets its own experiment instead.
+    previous = mlflow.get_tracking_uri()
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    yield f"sqlite:///{db}"
+    mlflow.flush_trace_async_logging(terminate=True)
+    mlflow.set_tracking_uri(previous)
+
+
+@pytest.fixture
+def tracker(uri: str) -> Tracker:
+    return Tracker(uri, f"test-{uuid.uuid4().hex[:8]}")
+
+
+def _step(turn: int, step: int, text: str, calls: list[CallRecord], latency: float) -> StepRecord:
+    return StepRecord(turn, step, text, calls, 10 + step, 3, latency, "http://llm/v1")
+
+
+def _episode(task_id: str, success: bool | None, steps: list[StepRecord]) -> EpisodeRecord:
+    messages = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": f"Please solve {task_id}."},
+    ]
+    return EpisodeRecord(
+        run_id="r",
+        stage="evaluate",
+        role="student",
+        agent="qwen3_4b",
+        model="Qwen/Qwen3-4B",
+        backend="openai",
+        action_format="prompt",
+        benchmark="bfcl_multi_turn_base",
+        task_id=task_id,
+        group_id="GorillaFileSystem",
+        n_turns=1,
+        success=success,
+        error_type=None if success is not None else "infra",
+        error_message=None,
+        termination="done" if success is not None else "infra_error",
+        steps_per_turn=[len(steps)],
+        total_steps=len(steps),
+        n_llm_calls=len(steps),
+        tokens_in=sum(s.tokens_in for s in steps),
+        tokens_out=sum(s.tokens_out for s in steps),
+        llm_latency_s=sum(s.latency_s for s in steps),
+        wall_s=10.0,
+        started_at=T0,
+        finished_at=T0 + 10.0,
+        attempts=1,
+        episode_id=f"ep-{task_id}",
+        steps=steps,
+        messages_json=json.dumps(messages),
+    )
+
+
+def _success() -> EpisodeRecord:
+    ls = CallRecord("ls()", "ls", '{"current_directory_content": ["a"]}', None, False)
+    cd = CallRecord("cd(folder='a')", "cd", '{"current_working_directory": "a"}', None, False)
+    return _episode(
+        "multi_turn_base_1",
+        True,
+        [_step(0, 0, "[ls(), cd(folder='a')]", [ls, cd], 2.0), _step(0, 1, "done", [], 1.0)],
+    )
+
+
+def _failure() -> EpisodeRecord:
+    bad = CallRecord("rm(x)", None, "could not parse", "syntax error", True)
+    return _episode("multi_turn_base_2", False, [_step(0, 0, "[rm(x)]", [bad], 4.0)])
+
+
+def _log(tracker: Tracker, metrics: dict[str, float], **kwargs) -> str:
+    return tracker.log_agent(
+        run_name="amd:qwen3_4b",
+        params=kwargs.pop("params", {"method": "amd"}),
+        tags={"student": "qwen3_4b"},
+        metrics=metrics,
+        results=pd.DataFrame({"task_id": ["a", "b"], "success": [True, False]}),
+        episodes_dir=None,
+        **kwargs,
+    )
+
+
+def _children(client: MlflowClient, tracker: Tracker, parent_id: str):
+    return client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'"
+    )
+
+
+def test_parent_reopened_by_id_is_the_same_run(tracker: Tracker, uri: str) -> None:
+    with tracker.parent("sweep", {"seed": "0"}, {"distillery.sweep_id": "s1"}) as first:
+        pass
+    # A resumed sweep passes the id it recorded; same params again must not raise.
+    with tracker.parent("sweep", {"seed": "0"}, {"n_points": "2"}, run_id=first) as second:
+        assert second == first
+    run = MlflowClient(uri).get_run(first)
+    assert run.data.params == {"seed": "0"}
+    assert run.data.tags["distillery.sweep_id"] == "s1"
+    assert run.data.tags["n_points"] == "2"
+    assert run.info.status == "FINISHED"
+
+
+def test_parent_with_unknown_run_id_starts_a_new_run(tracker: Tracker) -> None:
+    with tracker.parent("sweep", {}, {}, run_id=uuid.uuid4().hex) as pid:
+        assert tracker.client.get_run(pid).info.experiment_id == tracker.experiment_id
+
+
+def test_parent_failure_is_marked_failed(tracker: Tracker) -> None:
+    with pytest.raises(RuntimeError), tracker.parent("sweep", {}, {}) as pid:
+        raise RuntimeError("boom")
+    assert tracker.client.get_run(pid).info.status == "FAILED"
+
+
+def test_child_logged_twice_for_a_point_is_one_run_with_latest_metrics(
+    tracker: Tracker, uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = MlflowClient(uri)
+    with tracker.parent("sweep", {}, {}) as pid:
+        assert tracker.find_child(pid, "p1") is None
+        first = _log(tracker, {"success_rate": 0.25}, point_id="p1")
+        assert tracker.find_child(pid, "p1") == first
+        # As the driver does on resume: find the child, then log it again.
+        again = _log(
+            tracker, {"success_rate": 0.5}, point_id="p1", run_id=tracker.find_child(pid, "p1")
+        )
+        # Without run_id the point id alone finds it too; a changed param must not crash.
+        with caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking"):
+            third = _log(tracker, {"success_rate": 0.75}, point_id="p1", params={"method": "amd2"})
+        other = _log(tracker, {"success_rate": 0.0}, point_id="p2")
+    assert first == again == third != other
+    children = _children(client, tracker, pid)
+    assert sorted(r.data.tags[POINT_ID_TAG] for r in children) == ["p1", "p2"]
+    run = client.get_run(first)
+    assert run.data.metrics["success_rate"] == 0.75
+    assert run.data.params["method"] == "amd"  # MLflow params are immutable
+    assert run.data.tags[CHANGED_PARAM_TAG + "method"] == "amd2"
+    assert "changed value" in caplog.text
+    assert run.info.status == "FINISHED"
+    # The table artifact is replaced, not appended to (MlflowClient.log_table appends).
+    table = json.loads(Path(client.download_artifacts(first, "results.json")).read_text())
+    assert len(table["data"]) == 2
+
+
+def test_more_params_and_metrics_than_one_batch(
+    tracker: Tracker, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int, int]] = []
+    real = tracker.client.log_batch
+
+    def spy(run_id, metrics=(), params=(), tags=(), **kw):
+        calls.append((len(metrics), len(params), len(tags)))
+        return real(run_id, metrics=metrics, params=params, tags=tags, **kw)
+
+    monkeypatch.setattr(tracker.client, "log_batch", spy)
+    params = {f"p{i:03d}": str(i) for i in range(250)}
+    metrics = {f"m{i:04d}": float(i) for i in range(2500)}
+    with tracker.parent("sweep", {}, {}):
+        child = _log(tracker, metrics, params=params, point_id="big")
+    run = MlflowClient(uri).get_run(child)
+    assert run.data.params == params
+    assert run.data.metrics == metrics
+    for m, p, t in calls:
+        assert m <= 1000 and p <= 100 and t <= 100 and m + p + t <= 1000
+    assert len(calls) <= 4  # batched, not one call per value
+
+
+def test_eval_split_is_a_dataset_input(tracker: Tracker, uri: str) -> None:
+    sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    dataset = EvalDataset("bfcl_multi_turn_base", ["t1", "t2", "t3"], sha)
+    with tracker.parent("sweep", {}, {}):
+        child = _log(tracker, {}, point_id="p", dataset=dataset)
+        _log(tracker, {}, point_id="p", dataset=dataset)  # re-logged: still one input
+    (entry,) = MlflowClient(uri).get_run(child).inputs.dataset_inputs
+    assert entry.dataset.name == "bfcl_multi_turn_base:0123456789ab"
+    assert sha.startswith(entry.dataset.digest)  # MLflow caps digests at 36 chars
+    assert {t.key: t.value for t in entry.tags}["mlflow.data.context"] == "evaluation"
+    assert json.loads(entry.dataset.profile)["num_rows"] == 3
+
+
+def test_episode_traces_are_linked_to_the_child_run(tracker: Tracker, uri: str) -> None:
+    records = [_failure(), _success()]
+    with tracker.parent("sweep", {}, {}) as pid:
+        child = _log(tracker, {}, point_id="p", traces=records, trace_sample=3)
+        sibling = _log(tracker, {}, point_id="q")
+    client = MlflowClient(uri)
+    found = client.search_traces(locations=[tracker.experiment_id], run_id=child)
+    assert len(found) == 2
+    assert not client.search_traces(locations=[tracker.experiment_id], run_id=sibling)
+    assert not client.search_traces(locations=[tracker.experiment_id], run_id=pid)
+    by_task = {t.info.tags["distillery.task_id"]: t for t in found}
+
+    ok = by_task["multi_turn_base_1"]
+    assert ok.info.request_metadata["mlflow.sourceRun"] == child
+    names = [s.name for s in sorted(ok.data.spans, key=lambda s: s.start_time_ns)]
+    assert names == [
+        "episode multi_turn_base_1",
+        "llm 0.0",
+        "tool ls 0.0.0",
+        "tool cd 0.0.1",
+        "llm 0.1",
+    ]
+    root = next(s for s in ok.data.spans if s.parent_id is None)
+    assert root.span_type == SpanType.AGENT
+    assert root.inputs["user"] == "Please solve multi_turn_base_1."
+    assert root.outputs == {"success": True, "termination": "done"}
+    assert root.start_time_ns == int(T0 * 1e9)
+    assert root.end_time_ns == int((T0 + 10) * 1e9)
+    llm = next(s for s in ok.data.spans if s.name == "llm 0.0")
+    assert llm.span_type == SpanType.CHAT_MODEL
+    assert llm.parent_id == root.span_id
+    assert llm.end_time_ns - llm.start_time_ns == 2_000_000_000
+    assert llm.attributes["tokens_in"] == 10
+    assert llm.outputs["assistant_text"] == "[ls(), cd(folder='a')]"
+    tool = next(s for s in ok.data.spans if s.name == "tool ls 0.0.0")
+    assert tool.span_type == SpanType.TOOL
+    assert tool.inputs == {"call": "ls()"}
+    assert tool.start_time_ns == llm.end_time_ns
+
+    bad = by_task["multi_turn_base_2"]
+    assert len(bad.data.spans) == 3
+    rejected = next(s for s in bad.data.spans if s.span_type == SpanType.TOOL)
+    assert rejected.attributes["rejected"] is True
+    assert rejected.status.status_code == "ERROR"
+
+    # Logged again on resume: the same traces, none duplicated.
+    with tracker.parent("sweep", {}, {}, run_id=pid):
+        _log(tracker, {}, point_id="p", traces=records, trace_sample=3)
+    again = client.search_traces(locations=[tracker.experiment_id], run_id=child)
+    assert sorted(t.info.trace_id for t in again) == sorted(t.info.trace_id for t in found)
+    assert json.loads(ok.info.request_metadata["mlflow.trace.tokenUsage"])["input_tokens"] == 21
+
+    # A smaller sample drops the traces of episodes no longer sampled.
+    with tracker.parent("sweep", {}, {}, run_id=pid):
+        _log(tracker, {}, point_id="p", traces=records, trace_sample=1)
+    (kept,) = client.search_traces(locations=[tracker.experiment_id], run_id=child)
+    assert kept.info.trace_id == ok.info.trace_id
+
+
+def test_tracing_failure_only_warns(
+    tracker: Tracker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("trace store down")
+
+    monkeypatch.setattr(tracker.client, "start_trace", broken)
+    with (
+        caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking"),
+        tracker.parent("sweep", {}, {}),
+    ):
+        child = _log(tracker, {"success_rate": 1.0}, point_id="p", traces=[_success()])
+    assert tracker.client.get_run(child).info.status == "FINISHED"
+    assert "trace store down" in caplog.text
+
+
+def test_sample_mixes_successes_and_failures_deterministically() -> None:
+    ok = [_episode(f"s{i}", True, []) for i in range(3)]
+    ko = [_episode(f"f{i}", False, []) for i in range(2)]
+    infra = _episode("x0", None, [])
+    records = [*ok, infra, *ko]
+    picked = [r.task_id for r in sample_episodes(records, 3)]
+    assert picked == ["s0", "f0", "s1"]
+    assert [r.task_id for r in sample_episodes(reversed(records), 3)] == picked
+    assert [r.task_id for r in sample_episodes(records, 10)][-1] == "x0"
+    assert sample_episodes(records, 0) == []
+
+
+def test_timeline_spreads_non_llm_time_over_tool_calls() -> None:
+    plan = episode_trace(_success())
+    tools = [c for c in plan.children if c.span_type == SpanType.TOOL]
+    # 10 s wall, 3 s in the model: 7 s over the two calls.
+    assert [(t.end_ns - t.start_ns) / 1e9 for t in tools] == [3.5, 3.5]
+    assert plan.children[-1].end_ns == plan.root.end_ns
+
+
+def test_secrets_are_redacted(tracker: Tracker, uri: str) -> None:
+    config = {"student": {"api_key": "sk-secret", "api_key_env": "OPENAI_API_KEY"}}
+    with tracker.parent("sweep", safe_params(config), {}):
+        child = _log(tracker, {}, params=safe_params(config), point_id="p")
+    params = MlflowClient(uri).get_run(child).data.params
+    assert params["student.api_key"] == "<redacted>"
+    assert params["student.api_key_env"] == "OPENAI_API_KEY"
