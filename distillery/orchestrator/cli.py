@@ -1,56 +1,160 @@
-"""`distillery`: Hydra-composed config -> validated config -> experiment.
+"""`distillery`: Hydra-composed config -> validated config(s) -> a sweep of stages.
 
     distillery                                   # experiment=quickstart
     distillery benchmark.limit=20 student=qwen3_4b cluster=ray
     distillery student=external student.base_url=http://host:8000/v1 \\
         student.model=NAME student.api_key_env=MY_KEY_VAR
+    distillery -m memory.retrieval.k_wf=1,2,4 seed=0,1   # a sweep (grid of points)
+    distillery experiment=bfcl_k_curve --plan    # the stage graph; nothing runs
     distillery memory list|show|export ...       # inspect memory banks
+    distillery report [SWEEP_DIR]                # tables, plots, costs of a sweep
+
+Re-running the same command resumes an interrupted sweep: finished stages and
+episodes are reused from the ledger under output_dir.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sys
+from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 import distillery.conf  # noqa: E402,F401  (registers the model schema with Hydra)
-from distillery.orchestrator.config import ConfigError, to_config  # noqa: E402
+from distillery.orchestrator.config import (  # noqa: E402
+    ConfigError,
+    DistilleryConfig,
+    to_config,
+)
 
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
 # `model@student=NAME`, users say `student=NAME`.
 _ROLE_GROUP = re.compile(r"^(~|\+)?(teacher|student)=")
+_FLAGS = {"-m", "--multirun", "--plan", "--cfg", "-h", "--help"}
 
 
 def rewrite_role_overrides(argv: list[str]) -> list[str]:
     return [_ROLE_GROUP.sub(lambda m: f"{m.group(1) or ''}model@{m.group(2)}=", a) for a in argv]
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base=None)
-def _hydra_main(cfg: DictConfig) -> None:
+def compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="distillery.conf", version_base=None):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def expand_grid(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """Hydra sweep syntax (`k=1,2,4`, `range(...)`, `choice(...)`) -> one override
+    list per grid point, in Hydra's basic-sweeper order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    axes: list[list[str]] = []
+    for override in parsed:
+        if override.is_sweep_override():
+            if not multirun:
+                raise ConfigError(
+                    f"{override.input_line}: several values need -m (a sweep), e.g. "
+                    f"distillery -m {override.input_line}"
+                )
+            key = override.get_key_element()
+            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            axes.append([override.input_line])
+    return [list(point) for point in itertools.product(*axes)] or [[]]
+
+
+def _override_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value if re.fullmatch(r"[\w.:/@-]+", value) else repr(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    return str(value)
+
+
+def sweep_points(overrides: list[str], multirun: bool) -> list[tuple[list[str], DictConfig]]:
+    """Every sweep point's overrides and composed config: the command-line grid times
+    the `sweep:` lists of the composed config (e.g. an experiment's students x seeds)."""
+    points = []
+    for point in expand_grid(overrides, multirun):
+        composed = compose(point)
+        node = composed.get("sweep")
+        grid = OmegaConf.to_container(node, resolve=True) if node else {}
+        if not grid:
+            points.append((point, composed))
+            continue
+        keys = list(grid)  # type: ignore[arg-type]
+        for values in itertools.product(*(grid[k] for k in keys)):  # type: ignore[index]
+            extra = rewrite_role_overrides(
+                [f"{k}={_override_value(v)}" for k, v in zip(keys, values, strict=True)]
+            )
+            points.append((point + extra, compose(point + extra)))
+    return points
+
+
+def _validated(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+    configs = []
+    for overrides, composed in points:
+        try:
+            configs.append(to_config(composed))
+        except ConfigError as exc:
+            where = f" (sweep point: {' '.join(overrides)})" if len(points) > 1 else ""
+            raise ConfigError(f"{exc}{where}") from None
+    return configs
+
+
+def run_cli(argv: list[str]) -> int:
+    flags = {a for a in argv if a in _FLAGS}
+    if flags & {"-h", "--help"}:
+        print(__doc__)
+        return 0
+    if "--cfg" in argv:  # Hydra's spelling: --cfg job|hydra|all
+        at = argv.index("--cfg")
+        if at + 1 < len(argv) and argv[at + 1] in ("job", "hydra", "all"):
+            argv = argv[: at + 1] + argv[at + 2 :]
+    overrides = rewrite_role_overrides([a for a in argv if a not in _FLAGS])
     try:
-        config = to_config(cfg)
+        points = sweep_points(overrides, multirun=bool(flags & {"-m", "--multirun"}))
+        if "--cfg" in flags:
+            for _, composed in points:
+                print(OmegaConf.to_yaml(composed))
+            return 0
+        configs = _validated(points)
     except ConfigError as exc:
         print(f"distillery: {exc}", file=sys.stderr)
         print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
-        sys.exit(2)
-    except ValueError as exc:
-        print(f"distillery: {exc}", file=sys.stderr)
-        sys.exit(2)
+        return 2
+    except Exception as exc:  # Hydra: an unknown config group or a malformed override
+        if type(exc).__module__.startswith(("hydra", "omegaconf")):
+            print(f"distillery: {exc}", file=sys.stderr)
+            return 2
+        raise
 
-    from distillery.orchestrator.run import print_summary, run_experiment
+    from distillery.orchestrator.run import plan, print_summary, run_sweep
 
     try:
-        result = run_experiment(config)
-    except ValueError as exc:  # a bad split or task id, found before Ray starts
+        if "--plan" in flags:
+            print(plan(configs))
+            print("Nothing ran. Drop --plan to run what is not cached.")
+            return 0
+        result = run_sweep(configs)
+    except ValueError as exc:  # a bad split, task id or sweep, found before Ray starts
         print(f"distillery: {exc}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     print_summary(result)
+    return 0
 
 
 def main() -> None:
@@ -58,8 +162,7 @@ def main() -> None:
         from distillery.orchestrator.memory_cli import main as memory_main
 
         sys.exit(memory_main(sys.argv[2:]))
-    sys.argv = [sys.argv[0], *rewrite_role_overrides(sys.argv[1:])]
-    _hydra_main()
+    sys.exit(run_cli(sys.argv[1:]))
 
 
 if __name__ == "__main__":

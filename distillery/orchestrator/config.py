@@ -71,6 +71,27 @@ class TrackingConfig(_Frozen):
     trace_sample: int = Field(3, ge=0)
 
 
+class ModelPrice(_Frozen):
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+
+
+class CostConfig(_Frozen):
+    """Prices for the report's cost tables (USD). Models are keyed by config name;
+    launched models usually cost GPU time instead (gpu_hour)."""
+
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    embedding_per_mtok: float = Field(0.0, ge=0)
+    gpu_hour: float = Field(0.0, ge=0)
+
+    def prices_dict(self) -> dict[str, Any]:
+        return {
+            "models": {k: v.model_dump() for k, v in self.prices.items()},
+            "embedding_per_mtok": self.embedding_per_mtok,
+            "gpu_hour": self.gpu_hour,
+        }
+
+
 class ExperimentConfig(_Frozen):
     name: str
     description: str = ""
@@ -109,9 +130,13 @@ class DistilleryConfig(_Frozen):
     agent: AgentConfig = AgentConfig()
     cluster: ClusterConfig = ClusterConfig()
     tracking: TrackingConfig = TrackingConfig()
-    output_dir: str = "distillery_runs"
-    run_name: str | None = None
-    seed: int = 0
+    cost: CostConfig = CostConfig()
+    output_dir: str = "distillery_runs"  # a local folder or a pyarrow URI (s3://, gs://)
+    run_name: str | None = None  # the sweep's name; default: experiment + content hash
+    seed: int = 0  # added to the student's sampling seed; a report axis (mean ± std)
+    # A sweep list: override key -> values; the grid of them is expanded into points
+    # (with any -m grid on the command line), e.g. {student: [qwen3_4b, qwen3_8b]}.
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _methods_resolve(self) -> DistilleryConfig:

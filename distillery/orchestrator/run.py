@@ -1,17 +1,20 @@
-"""The driver: validated config -> Ray workers and model servers -> Parquet + MLflow."""
+"""The driver: sweep points -> a stage graph -> Ray workers and model servers ->
+a ledger of Parquet episodes and banks under the output root -> MLflow.
+
+Re-running the same command resumes: every finished stage and every finished episode
+recorded in the ledger is reused, and only what is missing runs.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +22,30 @@ import pandas as pd
 from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, MethodConfig
+from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.metrics import agent_metrics
-from distillery.orchestrator.protocols import TaskSplit, split_tasks
-from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
-from distillery.workers.envs.base import Task
-from distillery.workers.envs.registry import make_benchmark
+from distillery.orchestrator.plan import (
+    EvalPoint,
+    StageGraph,
+    format_plan,
+    plan_sweep,
+    server_key,
+    stage_status,
+)
+from distillery.orchestrator.protocols import TaskSplit
+from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
+from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, ui_hint
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.bank import BuiltBank, bank_id_for
-from distillery.workers.memory.retrieval import Isolation
 from distillery.workers.memory_service import (
     MemoryJob,
     MemoryServiceImpl,
     build_bank_task,
     render_text_task,
 )
-from distillery.workers.trajectories import read_episodes
+from distillery.workers.storage import Location
+from distillery.workers.trajectories import read_episode_file, read_episodes, record_from_row
 
 
 @dataclass(frozen=True)
@@ -52,16 +63,20 @@ class MethodResult:
     method: MethodConfig
     role: str  # whose episodes: teacher | student
     model: ModelConfig
-    episodes_dir: Path
+    episodes_dir: Path | str  # a local Path, or the URI of a remote output root
     summaries: list[EpisodeSummary]  # the evaluated split only
     metrics: dict[str, float]
     mlflow_run_id: str | None
+    point_id: str = ""
+    stage: str = ""  # the episode stage scored, e.g. evaluate:1f2e...
 
 
 @dataclass(frozen=True)
 class RunResult:
-    run_id: str
-    run_dir: Path
+    """One sweep point (one composed config): its methods' results."""
+
+    run_id: str  # the sweep id
+    run_dir: Path | str  # the sweep's folder under the output root
     split: TaskSplit
     methods: list[MethodResult]
     parent_run_id: str | None
@@ -75,133 +90,216 @@ class RunResult:
         return next(m for m in self.methods if m.name == name)
 
 
-def new_run_id(cfg: DistilleryConfig) -> str:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return cfg.run_name or f"{stamp}-{cfg.experiment.name}"
+@dataclass(frozen=True)
+class SweepResult:
+    sweep_id: str
+    sweep_dir: Path | str
+    points: list[RunResult]  # one per sweep point, in order
+    stages_run: int
+    stages_cached: int
+    parent_run_id: str | None
+    tracking_uri: str
 
 
-def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
-    """Load the split on the driver, so a bad task id fails before Ray starts."""
-    bench = make_benchmark(cfg.benchmark.name)
-    ids = list(cfg.benchmark.task_ids) if cfg.benchmark.task_ids else None
-    return bench.load_tasks(limit=cfg.benchmark.limit, task_ids=ids)
+def sweep_id_for(graph: StageGraph) -> str:
+    """The same sweep (same points) resumes into the same folder and MLflow parent."""
+    first = graph.configs[0]
+    if first.run_name:
+        return first.run_name
+    return f"{first.experiment.name}-{digest_of(sorted(graph.points))[:10]}"
 
 
-class Experiment:
-    """One invocation: its stages share servers, episodes and memory banks."""
+def _local(location: Location) -> Path | str:
+    return location.local_path if location.is_local else location.uri
 
-    def __init__(self, cfg: DistilleryConfig, progress: bool = True) -> None:
-        self.cfg = cfg
+
+class Sweep:
+    """Runs a stage graph: each stage once, each missing episode once, then logs."""
+
+    def __init__(self, graph: StageGraph, progress: bool = True) -> None:
+        self.graph = graph
         self.progress = progress
-        tasks = resolve_tasks(cfg)
-        bench = make_benchmark(cfg.benchmark.name)
-        self.split = split_tasks(
-            [t.task_id for t in tasks],
-            cfg.protocol,
-            {t.task_id: t.group_id for t in tasks},
-            group_by_default=getattr(bench, "groups_are_scenarios", False),
-        )
-        self.run_id = new_run_id(cfg)
-        self.run_dir = Path(cfg.output_dir).resolve() / self.run_id
-        self.tasks = {t.task_id: t for t in tasks}
-        self.bank_of: dict[str, str] = {}  # memory method -> the bank it read
-        self._episodes: dict[tuple[str, str], dict[str, EpisodeSummary]] = {}
+        self.cfg = graph.configs[0]  # runtime knobs are shared by all points
+        self.ledger = Ledger(self.cfg.output_dir)
+        self.sweep_id = sweep_id_for(graph)
+        self.sweep_dir = self.ledger.sweep_dir(self.sweep_id)
         self.memory = MemoryStage(self)
+        self.servers = ServerPool(graph, self.sweep_dir / "logs")
+        self.stages_run = 0
+        self.stages_cached = 0
 
     # -- stages --------------------------------------------------------------------
 
-    def play(
-        self,
-        role: str,
-        stage: str,
-        episodes_dir: Path,
-        task_ids: list[str],
-        memory: Any = None,
-    ) -> dict[str, EpisodeSummary]:
-        """Run `role`'s agent on the tasks not yet played in `episodes_dir`."""
-        key = (role, str(episodes_dir))
-        done = self._episodes.setdefault(key, {})
-        missing = [t for t in task_ids if t not in done]
+    def run_stages(self) -> None:
+        order = sorted(
+            self.graph.stages,
+            key=lambda k: (self.graph.depth(k), self._model_order(k)),
+        )
+        for index, key in enumerate(order, 1):
+            stage = self.graph.stages[key]
+            self.ledger.describe(stage)
+            started = time.perf_counter()
+            if stage.plays_episodes:
+                ran = self._play(stage, f"[{index}/{len(order)}]")
+            else:
+                ran = self.memory.ensure(stage, f"[{index}/{len(order)}]")
+            if ran:
+                self.stages_run += 1
+                wall = time.perf_counter() - started
+                self.ledger.record_run(key, wall, wall * self.servers.gpus(stage.model))
+            else:
+                self.stages_cached += 1
+            self.servers.release_after(key, order[index:])
+
+    def _model_order(self, key: StageKey) -> str:
+        model = self.graph.stages[key].model
+        return server_key(model) if model else ""
+
+    def _play(self, stage: Stage, prefix: str) -> bool:
+        needed = self.graph.needs.get(stage.key, set())
+        done = self.ledger.episodes(stage.key)
+        missing = sorted(needed - set(done), key=_task_order)
+        if not missing:
+            self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {stage.label}")
+            return False
+        self._say(
+            f"{prefix} {stage.key} running {len(missing)} episodes "
+            f"({len(needed) - len(missing)} cached)  {stage.label}"
+        )
+        cfg = self._config_of(stage)
+        model = cfg.teacher if stage.role == "teacher" else cfg.student
+        memory = None
+        if stage.key in self.graph.memory_of:
+            bank_stage, isolation, retrieval = self.graph.memory_of[stage.key]
+            bank_id = self.memory.bank_of(bank_stage)
+            ray_get(self.memory.service.open_bank.remote(bank_id, isolation))
+            memory = MemoryJob(self.memory.service, bank_id, isolation, retrieval)
+        seed = effective_seed(model, cfg.seed if stage.role == "student" else 0)
+        job = AgentJob(
+            run_id=self.sweep_id,
+            stage=stage.key.kind,
+            role=stage.role,
+            model=model.model_copy(update={"seed": seed}),
+            benchmark=cfg.benchmark.name,
+            episodes_dir=self.ledger.episodes_dir(stage.key).uri,
+            max_steps_per_turn=cfg.benchmark.max_steps_per_turn,
+            episode_timeout_s=cfg.agent.episode_timeout_s,
+            episode_retries=cfg.agent.episode_retries,
+            retry_backoff_s=cfg.agent.retry_backoff_s,
+            memory=memory,
+        )
+        endpoints = self.servers.endpoints(model)
+        run_agent(
+            job,
+            endpoints,
+            missing,
+            self.cfg.cluster,
+            self.progress,
+            on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+        )
+        return True
+
+    def _config_of(self, stage: Stage) -> DistilleryConfig:
+        """A sweep point's config that uses this stage (all agree on its identity)."""
+        for point in self.graph.points.values():
+            if stage.key in point.upstream:
+                return point.cfg
+        return self.cfg
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            tqdm.write(text)
+
+    # -- results -------------------------------------------------------------------
+
+    def point_summaries(self, point: EvalPoint) -> list[EpisodeSummary]:
+        records = self.ledger.all_records(point.stage)
+        missing = [t for t in point.split.eval_ids if t not in records]
         if missing:
-            model = self.cfg.teacher if role == "teacher" else self.cfg.student
-            job = AgentJob(
-                run_id=self.run_id,
-                stage=stage,
-                role=role,
-                model=model,
-                benchmark=self.cfg.benchmark.name,
-                episodes_dir=str(episodes_dir),
-                max_steps_per_turn=self.cfg.benchmark.max_steps_per_turn,
-                episode_timeout_s=self.cfg.agent.episode_timeout_s,
-                episode_retries=self.cfg.agent.episode_retries,
-                retry_backoff_s=self.cfg.agent.retry_backoff_s,
-                memory=memory,
-            )
-            with served(model, self.run_dir / "logs") as endpoints:
-                run = run_agent(job, endpoints, missing, self.cfg.cluster, self.progress)
-            done.update({s.task_id: s for s in run.summaries})
-        return {t: done[t] for t in task_ids}
+            raise RuntimeError(f"{point.stage} has no episode for {missing[:3]}...")
+        return [records[t] for t in point.split.eval_ids]
 
-    def teacher_dir(self) -> Path:
-        return self.run_dir / "collect" / _slug(self.cfg.teacher.name) / "episodes"
-
-    def student_dir(self, method: str) -> Path:
-        return self.run_dir / "evaluate" / _slug(self.cfg.student.name) / method / "episodes"
-
-    def evaluate(self, name: str) -> tuple[str, Path, dict[str, EpisodeSummary]]:
-        method = self.cfg.method(name)
-        eval_ids = list(self.split.eval_ids)
-        if method.kind == "teacher":
-            return (
-                "teacher",
-                self.teacher_dir(),
-                self.play("teacher", "collect", self.teacher_dir(), eval_ids),
+    def point_metrics(self, point: EvalPoint, summaries: list[EpisodeSummary]) -> dict:
+        metrics = agent_metrics(summaries)
+        if point.bank_stage is not None:
+            metrics.update(
+                memory_metrics(self.ledger.episodes_dir(point.stage), point.split.eval_ids)
             )
-        if method.kind == "zero_shot":
-            return (
-                "student",
-                self.student_dir("zero_shot"),
-                self.play("student", "evaluate", self.student_dir("zero_shot"), eval_ids),
+            output = self.ledger.output(point.bank_stage) or {}
+            metrics.update({f"bank_{t}": float(n) for t, n in output.get("counts", {}).items()})
+            metrics.update(
+                {
+                    f"build.{k.replace(':', '.')}": float(v)
+                    for k, v in output.get("stats", {}).items()
+                }
             )
-        # Memory methods: collect on the memory split, build (or reuse) the bank, then
-        # evaluate the student reading it.
-        memory_ids = list(self.split.memory_ids)
-        if method.kind == "amd":
-            source_dir = self.teacher_dir()
-            self.play("teacher", "collect", source_dir, memory_ids)
-        else:  # student_memory: the student's own successful zero-shot runs
-            source_dir = self.student_dir("zero_shot")
-            self.play("student", "evaluate", source_dir, memory_ids)
-        retrieval = self.cfg.retrieval_for(name)
-        with_text = any(
-            t in retrieval.types and retrieval.representation(t) == "text" for t in ("st", "fn")
-        )
-        bank_id = self.memory.ensure_bank(
-            source_dir, memory_ids, self.split.memory_split, with_text
-        )
-        isolation = Isolation(self.cfg.protocol.name, (self.split.memory_split,))
-        self.bank_of[name] = bank_id
-        job = MemoryJob(self.memory.service, bank_id, isolation, retrieval)
-        ray_get(self.memory.service.open_bank.remote(bank_id, isolation))
-        directory = self.student_dir(name)
-        return "student", directory, self.play("student", "evaluate", directory, eval_ids, job)
+        return metrics
+
+
+class ServerPool:
+    """Each model's servers start once for every stage that uses it, and stop after
+    the last one (so a teacher's GPUs are free before the students' stages)."""
+
+    def __init__(self, graph: StageGraph, log_dir: Location) -> None:
+        self.graph = graph
+        self.log_dir = Path(log_dir.uri) if log_dir.is_local else Path("distillery_logs")
+        self._running: dict[str, tuple[Any, list[str]]] = {}
+
+    def endpoints(self, model: ModelConfig) -> list[str]:
+        if model.backend == "oracle":
+            return []
+        if model.backend == "external":
+            return [model.base_url or ""]
+        key = server_key(model)
+        if key not in self._running:
+            from distillery.workers.llm.servers import launch_servers
+
+            group = launch_servers(model, self.log_dir)
+            self._running[key] = (group, list(group.endpoints))
+        return self._running[key][1]
+
+    def gpus(self, model: ModelConfig | None) -> float:
+        if model is None or model.backend != "vllm":
+            return 0.0
+        return float(model.replicas * max(model.gpus_per_server, 1))
+
+    def release_after(self, done: StageKey, remaining: list[StageKey]) -> None:
+        still = {
+            server_key(self.graph.stages[k].model)  # type: ignore[arg-type]
+            for k in remaining
+            if self.graph.stages[k].model is not None
+        }
+        for key in list(self._running):
+            if key not in still:
+                group, _ = self._running.pop(key)
+                group.shutdown()
+
+    def close(self) -> None:
+        for group, _ in self._running.values():
+            group.shutdown()
+        self._running.clear()
 
 
 class MemoryStage:
-    """Builds banks (once per content hash) and owns the memory service actor."""
+    """Builds banks (once per stage key and content hash); owns the memory service."""
 
-    def __init__(self, exp: Experiment) -> None:
-        self.exp = exp
+    def __init__(self, sweep: Sweep) -> None:
+        self.sweep = sweep
         self._service: Any = None
-        self.built: dict[str, dict[str, Any]] = {}  # bank id -> counts and build stats
 
     @property
     def service(self) -> Any:
         if self._service is None:
             import ray
 
-            cfg = self.exp.cfg
-            default_path = str(Path(cfg.output_dir).resolve() / "qdrant")
+            cfg = self.sweep.cfg
+            root = self.sweep.ledger.root
+            if cfg.memory.store.path is None and cfg.memory.store.url is None and not root.is_local:
+                raise ValueError(
+                    "memory.store: the output root is remote; give memory.store.url (a "
+                    "Qdrant server) or memory.store.path (a local folder)"
+                )
+            default_path = str(root / "qdrant") if root.is_local else ""
             actor = ray.remote(MemoryServiceImpl).options(num_cpus=0.25, max_concurrency=1)
             self._service = actor.remote(cfg.memory.store, cfg.memory.embedder, default_path)
             ray_get(self._service.ready.remote())
@@ -219,49 +317,84 @@ class MemoryStage:
         finally:
             ray.kill(service)
 
-    def ensure_bank(
-        self, source_dir: Path, memory_ids: list[str], split: str, with_text: bool
-    ) -> str:
-        cfg = self.exp.cfg
-        wanted = set(memory_ids)
-        episodes = [e for e in read_episodes(source_dir) if e.task_id in wanted]
+    def bank_of(self, key: StageKey) -> str:
+        output = self.sweep.ledger.output(key)
+        if output is None:
+            raise RuntimeError(f"{key} has not produced a bank")
+        return output["bank_id"]
+
+    def ensure(self, stage: Stage, prefix: str) -> bool:
+        """Build (or render) the stage's bank unless the ledger and the store have it."""
+        ledger = self.sweep.ledger
+        output = ledger.output(stage.key)
+        if output is not None and ray_get(self.service.has_bank.remote(output["bank_id"])):
+            self.sweep._say(f"{prefix} {stage.key} cached: bank {output['bank_id'][:16]}")
+            return False
+        self.sweep._say(f"{prefix} {stage.key} building  {stage.label}")
+        output = self._build(stage) if stage.key.kind == "build" else self._render(stage)
+        ledger.record_output(stage.key, output)
+        return True
+
+    def _build(self, stage: Stage) -> dict[str, Any]:
+        source = self.sweep.graph.bank_sources[stage.key]
+        cfg = source.cfg
+        ledger = self.sweep.ledger
+        finished = ledger.episodes(source.source)
+        episodes = []
+        for task_id in source.task_ids:
+            summary = finished.get(task_id)
+            if summary is None:
+                raise RuntimeError(f"{source.source} has no finished episode for {task_id}")
+            table = read_episode_file(summary.file)
+            episodes.extend(record_from_row(row) for row in table.to_pylist())
         builder_model = cfg.builder_model()
         model_name = builder_model.name if builder_model else "none"
-        bank_id = bank_id_for(episodes, cfg.memory.builder, model_name, split, False)
-        if not ray_get(self.service.has_bank.remote(bank_id)):
-            tasks = [self.exp.tasks[e.task_id] for e in episodes]
-            bank = self._run_built(build_bank_task, episodes, tasks, split, False)
-            counts = ray_get(self.service.write_bank.remote(bank_id, bank))
-            self.built[bank_id] = {"counts": counts, "stats": bank.stats.as_dict(), "reused": False}
-        else:
-            self.built.setdefault(bank_id, {"reused": True})
-        if not with_text:
-            return bank_id
-        text_id = hashlib.sha256(f"{bank_id}:text:{model_name}".encode()).hexdigest()
-        if not ray_get(self.service.has_bank.remote(text_id)):
-            base = ray_get(self.service.load_bank.remote(bank_id))
-            bank = self._run_built(render_text_task, base)
-            counts = ray_get(self.service.write_bank.remote(text_id, bank))
-            self.built[text_id] = {"counts": counts, "stats": bank.stats.as_dict(), "reused": False}
-        else:
-            self.built.setdefault(text_id, {"reused": True})
-        return text_id
+        bank_id = digest_of(
+            {
+                "content": bank_id_for(
+                    episodes, cfg.memory.builder, model_name, source.split, False
+                ),
+                "embedder": stage.identity["embedder"],
+            }
+        )
+        if ray_get(self.service.has_bank.remote(bank_id)):
+            return {"bank_id": bank_id, "reused": True}
+        tasks = [self.sweep.graph.tasks[e.task_id] for e in episodes]
+        bank = self._run_built(cfg, build_bank_task, episodes, tasks, source.split, False)
+        counts = ray_get(self.service.write_bank.remote(bank_id, bank))
+        return {"bank_id": bank_id, "counts": counts, "stats": bank.stats.as_dict()}
 
-    def _run_built(self, body: Any, *args: Any) -> BuiltBank:
+    def _render(self, stage: Stage) -> dict[str, Any]:
+        base_key = self.sweep.graph.render_base[stage.key]
+        base_id = self.bank_of(base_key)
+        cfg = self.sweep.graph.bank_sources[base_key].cfg
+        text_id = digest_of({"bank": base_id, "render": stage.identity})
+        if ray_get(self.service.has_bank.remote(text_id)):
+            return {"bank_id": text_id, "reused": True}
+        base = ray_get(self.service.load_bank.remote(base_id))
+        bank = self._run_built(cfg, render_text_task, base)
+        counts = ray_get(self.service.write_bank.remote(text_id, bank))
+        return {"bank_id": text_id, "counts": counts, "stats": bank.stats.as_dict()}
+
+    def _run_built(self, cfg: DistilleryConfig, body: Any, *args: Any) -> BuiltBank:
         """Run a build body as a Ray task next to the builder model's servers."""
         import ray
 
-        cfg = self.exp.cfg
         model = cfg.builder_model()
         remote = ray.remote(num_cpus=0.5)(_run_async)
-        log_dir = self.exp.run_dir / "logs"
         if model is None:  # deterministic entries, no server needed
             return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
-        with served(model, log_dir) as endpoints:
-            return ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+        endpoints = self.sweep.servers.endpoints(model)
+        return ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
 
 
-def memory_metrics(episodes_dir: Path, eval_ids: tuple[str, ...]) -> dict[str, float]:
+def _task_order(task_id: str) -> tuple:
+    """Benchmark order (multi_turn_base_10 after _9), not string order."""
+    head, _, tail = task_id.rpartition("_")
+    return (head, int(tail)) if tail.isdigit() else (task_id, 0)
+
+
+def memory_metrics(episodes_dir: Location, eval_ids: tuple[str, ...]) -> dict[str, float]:
     """Isolation audit and injection counts from the episodes' retrieval logs."""
     wanted = set(eval_ids)
     totals = {"isolation_violations": 0.0, "isolation_checked": 0.0}
@@ -298,78 +431,276 @@ def ray_get(ref: Any) -> Any:
 
 
 def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
-    exp = Experiment(cfg, progress)
-    exp.run_dir.mkdir(parents=True, exist_ok=True)
-    (exp.run_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    """One composed config: a sweep of one point."""
+    return run_sweep([cfg], progress).points[0]
 
+
+def plan(configs: list[DistilleryConfig]) -> str:
+    """The stage graph and what is cached, without running anything."""
+    graph = plan_sweep(configs)
+    return format_plan(graph, stage_status(graph, Ledger(graph.configs[0].output_dir)))
+
+
+def run_sweep(configs: list[DistilleryConfig], progress: bool = True) -> SweepResult:
+    graph = plan_sweep(configs)
+    sweep = Sweep(graph, progress)
+    cfg = sweep.cfg
+    if progress:
+        print(format_plan(graph, stage_status(graph, sweep.ledger)))
+    sweep_json = sweep.sweep_dir / "sweep.json"
+    previous = sweep_json.read_json() if sweep_json.exists() else {}
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment)
-    params = safe_params(cfg.model_dump(mode="json"))
+    shared = _shared_params([safe_params(c.model_dump(mode="json")) for c in graph.configs])
     tags = {
-        "distillery.run_id": exp.run_id,
+        "distillery.sweep_id": sweep.sweep_id,
         "git_sha": git_sha(),
+        **package_versions(),
+        "n_points": str(len(graph.points)),
+    }
+    with (
+        tracker.parent(sweep.sweep_id, shared, tags, run_id=previous.get("parent_run_id")) as pid,
+        ray_session(cfg.cluster),
+        contextlib.closing(sweep.memory),
+        contextlib.closing(sweep.servers),
+    ):
+        sweep_json.write_json(
+            {
+                "sweep_id": sweep.sweep_id,
+                "tracking_uri": cfg.tracking_uri,
+                "parent_run_id": pid,
+                "experiment": cfg.experiment.name,
+                "created_at": previous.get("created_at", time.time()),
+                "updated_at": time.time(),
+                "prices": cfg.cost.prices_dict(),
+                "git_sha": tags["git_sha"],
+                "points": [point_ids for point_ids in graph.point_ids_of],
+            }
+        )
+        sweep.run_stages()
+        logged = _log_points(sweep, tracker, pid, tags)
+    write_sweep_tables(sweep, logged)
+    results = []
+    for cfg_i, ids in zip(graph.configs, graph.point_ids_of, strict=True):
+        methods = [logged[i] for i in ids]
+        split = graph.points[ids[0]].split
+        results.append(
+            RunResult(
+                sweep.sweep_id, _local(sweep.sweep_dir), split, methods, pid, cfg_i.tracking_uri
+            )
+        )
+    return SweepResult(
+        sweep.sweep_id,
+        _local(sweep.sweep_dir),
+        results,
+        sweep.stages_run,
+        sweep.stages_cached,
+        pid,
+        cfg.tracking_uri,
+    )
+
+
+def _shared_params(all_params: list[dict[str, str]]) -> dict[str, str]:
+    first = all_params[0]
+    return {k: v for k, v in first.items() if all(p.get(k) == v for p in all_params[1:])}
+
+
+def _log_points(
+    sweep: Sweep, tracker: Tracker, parent_id: str, tags: dict[str, str]
+) -> dict[str, MethodResult]:
+    out: dict[str, MethodResult] = {}
+    for point in sweep.graph.points.values():
+        cfg = point.cfg
+        summaries = sweep.point_summaries(point)
+        metrics = sweep.point_metrics(point, summaries)
+        method = point.method
+        retrieval = point.retrieval
+        episodes_dir = sweep.ledger.episodes_dir(point.stage)
+        point_tags = {
+            **tags,
+            **point_descriptors(point),
+            "distillery.point_id": point.point_id,
+            "stage": str(point.stage),
+            "stages": ",".join(str(k) for k in point.upstream),
+        }
+        params = {
+            **safe_params(cfg.model_dump(mode="json")),
+            "method": point.method_name,
+            "method.kind": method.kind,
+            "method.types": ",".join(retrieval.types) if retrieval else "",
+            "eval_task_ids_sha": point.split.eval_ids_sha,
+            "eval_n_tasks": str(len(point.split.eval_ids)),
+        }
+        if point.bank_stage is not None:
+            params["memory.bank_id"] = sweep.memory.bank_of(point.bank_stage)
+        records = []
+        trace_sample = cfg.tracking.trace_sample
+        if trace_sample:
+            records = [
+                r for r in read_episodes(episodes_dir) if r.task_id in set(point.split.eval_ids)
+            ]
+        child_id = tracker.log_agent(
+            run_name=f"{point.method_name}:{point.model.name}",
+            params=params,
+            tags=point_tags,
+            metrics=metrics,
+            results=results_frame(summaries),
+            episodes_dir=episodes_dir.local_path
+            if cfg.tracking.log_trajectories and episodes_dir.is_local
+            else None,
+            documents={
+                "split.json": {
+                    "protocol": cfg.protocol.name,
+                    "eval_task_ids": list(point.split.eval_ids),
+                    "eval_task_ids_sha": point.split.eval_ids_sha,
+                    "memory_task_ids": list(point.split.memory_ids),
+                }
+            },
+            point_id=point.point_id,
+            dataset=EvalDataset(
+                cfg.benchmark.name, list(point.split.eval_ids), point.split.eval_ids_sha
+            ),
+            traces=records,
+            trace_sample=trace_sample,
+        )
+        out[point.point_id] = MethodResult(
+            point.method_name,
+            method,
+            point.role,
+            point.model,
+            _local(episodes_dir),
+            summaries,
+            metrics,
+            child_id,
+            point.point_id,
+            str(point.stage),
+        )
+    return out
+
+
+def point_descriptors(point: EvalPoint) -> dict[str, str]:
+    """What a researcher filters runs by in MLflow (and the report groups by)."""
+    cfg = point.cfg
+    r = point.retrieval
+    out = {
         "benchmark": cfg.benchmark.name,
         "protocol": cfg.protocol.name,
         "teacher": cfg.teacher.name,
         "student": cfg.student.name,
+        "method": point.method_name,
+        "method_kind": point.method.kind,
+        "role": point.role,
+        "seed": str(cfg.seed),
+        "memory_types": "+".join(r.types) if r else "",
     }
-    results: list[MethodResult] = []
-    with (
-        tracker.parent(exp.run_id, params, tags) as parent_id,
-        ray_session(cfg.cluster),
-        contextlib.closing(exp.memory),
-    ):
-        for name in cfg.methods:
-            method = cfg.method(name)
-            role, episodes_dir, by_task = exp.evaluate(name)
-            summaries = [by_task[t] for t in exp.split.eval_ids]
-            metrics = agent_metrics(summaries)
-            bank_params: dict[str, str] = {}
-            if method.uses_memory:
-                metrics.update(memory_metrics(episodes_dir, exp.split.eval_ids))
-                bank_id = exp.bank_of[name]
-                built = exp.memory.built.get(bank_id, {})
-                metrics.update({f"bank_{t}": float(n) for t, n in built.get("counts", {}).items()})
-                metrics.update(
-                    {
-                        f"build.{k.replace(':', '.')}": float(v)
-                        for k, v in built.get("stats", {}).items()
-                    }
-                )
-                bank_params = {
-                    "memory.bank_id": bank_id,
-                    "memory.bank_reused": str(built.get("reused")),
+    if r:
+        for t in r.types:
+            out[f"k_{t}"] = str(r.k(t))
+            out[f"delta_{t}"] = str(r.threshold(t))
+            out[f"repr_{t}"] = r.representation(t)
+    return out
+
+
+def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
+    """points / episodes / stages tables for `distillery report` (schema: report.py)."""
+    graph = sweep.graph
+    points, episodes = [], []
+    for point in graph.points.values():
+        r = point.retrieval
+        result = logged[point.point_id]
+        row: dict[str, Any] = {
+            "point_id": point.point_id,
+            "method": point.method_name,
+            "method_kind": point.method.kind,
+            "role": point.role,
+            "agent": point.model.name,
+            "student": point.cfg.student.name,
+            "teacher": point.cfg.teacher.name,
+            "student_params_b": point.cfg.student.params_b,
+            "benchmark": point.cfg.benchmark.name,
+            "protocol": point.cfg.protocol.name,
+            "memory_types": "+".join(r.types) if r else "",
+            "seed": point.cfg.seed,
+            "eval_task_ids_sha": point.split.eval_ids_sha,
+            "upstream": [k.digest for k in point.upstream],
+            "stage": point.stage.digest,
+            "mlflow_run_id": result.mlflow_run_id,
+        }
+        for t in ("wf", "st", "fn"):
+            used = r is not None and t in r.types
+            row[f"k_{t}"] = r.k(t) if used else None  # type: ignore[union-attr]
+            row[f"delta_{t}"] = r.threshold(t) if used else None  # type: ignore[union-attr]
+            row[f"repr_{t}"] = r.representation(t) if used else None  # type: ignore[union-attr]
+        points.append(row)
+        for s in result.summaries:
+            episodes.append(
+                {
+                    "point_id": point.point_id,
+                    "task_id": s.task_id,
+                    "success": s.success,
+                    "termination": s.termination,
+                    "total_steps": s.total_steps,
+                    "n_llm_calls": s.n_llm_calls,
+                    "tokens_in": s.tokens_in,
+                    "tokens_out": s.tokens_out,
+                    "wall_s": s.wall_s,
                 }
-            model = cfg.teacher if role == "teacher" else cfg.student
-            child_tags = {**tags, "method": name, "method_kind": method.kind, "role": role}
-            child_params = {
-                **params,
-                "method": name,
-                "method.kind": method.kind,
-                "method.types": ",".join(method.types) if method.uses_memory else "",
-                "eval_task_ids_sha": exp.split.eval_ids_sha,
-                "eval_n_tasks": str(len(exp.split.eval_ids)),
-                **bank_params,
-            }
-            child_id = tracker.log_agent(
-                run_name=f"{name}:{model.name}",
-                params=child_params,
-                tags=child_tags,
-                metrics=metrics,
-                results=results_frame(summaries),
-                episodes_dir=episodes_dir if cfg.tracking.log_trajectories else None,
-                documents={
-                    "split.json": {
-                        "protocol": cfg.protocol.name,
-                        "eval_task_ids": list(exp.split.eval_ids),
-                        "eval_task_ids_sha": exp.split.eval_ids_sha,
-                        "memory_task_ids": list(exp.split.memory_ids),
-                    }
-                },
             )
-            results.append(
-                MethodResult(name, method, role, model, episodes_dir, summaries, metrics, child_id)
-            )
-    return RunResult(exp.run_id, exp.run_dir, exp.split, results, parent_id, cfg.tracking_uri)
+    stages = [stage_row(sweep, key) for key in graph.stages]
+    _write_table(sweep.sweep_dir / "points.parquet", points)
+    _write_table(sweep.sweep_dir / "episodes.parquet", episodes)
+    _write_table(sweep.sweep_dir / "stages.parquet", stages)
+
+
+def stage_row(sweep: Sweep, key: StageKey) -> dict[str, Any]:
+    stage = sweep.graph.stages[key]
+    runs = sweep.ledger.runs(key)
+    row: dict[str, Any] = {
+        "stage_hash": key.digest,
+        "kind": key.kind,
+        "label": stage.label,
+        "model": stage.model.name if stage.model else "oracle" if stage.plays_episodes else "none",
+        "tokens_in": 0,
+        "tokens_out": 0,
+        "n_llm_calls": 0,
+        "embed_tokens": 0,
+        "wall_s": float(sum(r.get("wall_s", 0.0) for r in runs)),
+        "gpu_s": float(sum(r.get("gpu_s", 0.0) for r in runs)),
+        "ran": bool(runs),
+    }
+    if stage.plays_episodes:
+        for s in sweep.ledger.all_records(key).values():
+            row["tokens_in"] += s.tokens_in
+            row["tokens_out"] += s.tokens_out
+            row["n_llm_calls"] += s.n_llm_calls
+    else:
+        output = sweep.ledger.output(key) or {}
+        stats = output.get("stats", {})
+        row["tokens_in"] = int(sum(v for k, v in stats.items() if k.endswith(".tokens_in")))
+        row["tokens_out"] = int(sum(v for k, v in stats.items() if k.endswith(".tokens_out")))
+        row["n_llm_calls"] = int(sum(v for k, v in stats.items() if k.endswith(".requests")))
+        row["embed_tokens"] = int(output.get("counts", {}).get("embedded_chars", 0) // 4)
+    return row
+
+
+def _write_table(target: Location, rows: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), sink)
+    target.write_bytes(sink.getvalue().to_pybytes())
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("distillery", "ray", "mlflow", "bfcl-eval", "qdrant-client", "vllm", "openai"):
+        try:
+            out[f"version.{name}"] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
 
 
 def run_agent(
@@ -378,6 +709,7 @@ def run_agent(
     task_ids: list[str],
     cluster: ClusterConfig,
     progress: bool = True,
+    on_summary: Callable[[EpisodeSummary], None] | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight."""
     import ray
@@ -421,11 +753,14 @@ def run_agent(
             for ref in done:
                 busy[owner.pop(ref)] -= 1
                 summary = ray.get(ref)
+                if on_summary is not None:  # the ledger: recorded as soon as it lands
+                    on_summary(summary)
                 summaries.append(summary)
                 bar.update(1)
                 wins = sum(1 for s in summaries if s.success)
                 infra = sum(1 for s in summaries if s.success is None)
-                bar.set_postfix(success=wins, infra_errors=infra)
+                tokens = sum(s.tokens_in + s.tokens_out for s in summaries)
+                bar.set_postfix(success=wins, infra_errors=infra, tokens=tokens)
         wall_s = time.perf_counter() - started
         worker_cpu_s = sum(ray.get([w.cpu_time_s.remote() for w in workers])) - cpu_before
     finally:
@@ -440,24 +775,6 @@ def run_agent(
 def results_frame(summaries: list[EpisodeSummary]) -> pd.DataFrame:
     columns = list(EpisodeSummary.__dataclass_fields__)
     return pd.DataFrame([asdict(s) for s in summaries], columns=columns)
-
-
-@contextmanager
-def served(model: ModelConfig, log_dir: Path) -> Iterator[list[str]]:
-    """Endpoints for a model: launched servers for its lifetime, or the external URL."""
-    if model.backend == "oracle":
-        yield []
-        return
-    if model.backend == "external":
-        yield [model.base_url or ""]
-        return
-    from distillery.workers.llm.servers import launch_servers
-
-    group = launch_servers(model, log_dir)
-    try:
-        yield list(group.endpoints)
-    finally:
-        group.shutdown()
 
 
 @contextmanager
@@ -505,26 +822,30 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def print_summary(result: RunResult) -> None:
-    split = result.split
+def print_summary(result: SweepResult) -> None:
     print()
     print(
-        f"run {result.run_id}: {len(split.eval_ids)} evaluated tasks "
-        f"({len(split.memory_ids)} memory tasks) -> {result.run_dir}"
+        f"sweep {result.sweep_id}: {len(result.points)} point(s); stages run "
+        f"{result.stages_run}, reused {result.stages_cached} -> {result.sweep_dir}"
     )
-    for m in result.methods:
-        x = m.metrics
-        print(
-            f"  {m.name:16s} {m.model.name:16s} success {x['success_rate']:6.1%} "
-            f"[95% CI {x['success_rate_ci_low']:.1%}-{x['success_rate_ci_high']:.1%}] "
-            f"n={int(x['n_scored'])} steps={x['mean_steps']:.1f} "
-            f"tokens={int(x['tokens_in'])}/{int(x['tokens_out'])} "
-            f"infra_errors={int(x['infra_errors'])}"
-        )
+    for point in result.points:
+        split = point.split
+        print(f"  {len(split.eval_ids)} evaluated tasks ({len(split.memory_ids)} memory tasks)")
+        for m in point.methods:
+            x = m.metrics
+            print(
+                f"    {m.name:16s} {m.model.name:16s} success {x['success_rate']:6.1%} "
+                f"[95% CI {x['success_rate_ci_low']:.1%}-{x['success_rate_ci_high']:.1%}] "
+                f"n={int(x['n_scored'])} steps={x['mean_steps']:.1f} "
+                f"tokens={int(x['tokens_in'])}/{int(x['tokens_out'])} "
+                f"infra_errors={int(x['infra_errors'])}"
+            )
     print()
-    print("Episodes (Parquet, one file per episode):")
-    for path in sorted({str(m.episodes_dir) for m in result.methods}):
+    print("Episodes (Parquet, one file per task) are under each stage folder:")
+    for path in sorted({str(m.episodes_dir) for p in result.points for m in p.methods}):
         print(f"  {path}")
     print()
+    print("Re-run the same command to finish an interrupted sweep (finished work is reused).")
+    print(f"Report: distillery report {result.sweep_dir}")
     print("Open the runs in MLflow:")
     print(f"  {ui_hint(result.tracking_uri)}")

@@ -26,7 +26,12 @@ from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ChatResult, InfraError
 from distillery.workers.memory.method import AmdHooks
 from distillery.workers.memory_service import ServiceLookup
-from distillery.workers.trajectories import EpisodeRecord, messages_to_json, write_episode
+from distillery.workers.trajectories import (
+    EpisodeFile,
+    EpisodeRecord,
+    messages_to_json,
+    write_episode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +69,16 @@ class EpisodeSummary:
     attempts: int
     error_type: str | None
     error_message: str | None
+    file: str = ""  # where the full record was written, and its checksum: the ledger's
+    sha256: str = ""  # proof that this episode is finished and intact
+
+    @property
+    def finished(self) -> bool:
+        """A result worth keeping on resume: scored (infra failures are re-run)."""
+        return self.success is not None
 
     @classmethod
-    def of(cls, record: EpisodeRecord) -> EpisodeSummary:
+    def of(cls, record: EpisodeRecord, written: EpisodeFile | None = None) -> EpisodeSummary:
         return cls(
             task_id=record.task_id,
             success=record.success,
@@ -79,6 +91,8 @@ class EpisodeSummary:
             attempts=record.attempts,
             error_type=record.error_type,
             error_message=record.error_message,
+            file=written.uri if written else "",
+            sha256=written.sha256 if written else "",
         )
 
 
@@ -132,14 +146,12 @@ class EpisodeRunner:
             except Exception as exc:  # a bug in an adapter or policy is not the student's
                 failure = ("infra_error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             else:
-                write_episode(self.job.episodes_dir, record)
-                return EpisodeSummary.of(record)
+                return EpisodeSummary.of(record, write_episode(self.job.episodes_dir, record))
             log.warning("episode %s attempt %d failed: %s", task_id, attempts, failure[1][:300])
             if attempts <= self.job.episode_retries:
                 await asyncio.sleep(self.job.retry_backoff_s * attempts)
         record = self._unscored_record(task, episode_id, started, attempts, *failure)
-        write_episode(self.job.episodes_dir, record)
-        return EpisodeSummary.of(record)
+        return EpisodeSummary.of(record, write_episode(self.job.episodes_dir, record))
 
     async def _attempt(
         self, task: Task, episode_id: str, started: float, attempts: int

@@ -49,6 +49,8 @@ class MemoryServiceImpl:
             vectors = self.embedder.embed(texts) if texts else np.zeros((0, 1), np.float32)
             self.store.write(bank_id, memory_type, list(entries), vectors)
             counts[memory_type] = len(entries)
+        # What embedding cost: the report prices it (about 4 characters per token).
+        counts["embedded_chars"] = sum(len(t) for _, texts in keyed.values() for t in texts)
         return counts
 
     def load_bank(self, bank_id: str) -> BuiltBank:

@@ -1,8 +1,9 @@
 """Episode records and their Parquet storage, one schema for teacher and student.
 
 Every finished episode is written at once as its own Parquet file (written to a
-temporary name, then renamed), so a crash loses at most the episodes in flight and a
-reader never sees half a file. A stage's episodes form one Parquet dataset directory.
+temporary name, then renamed; one object PUT on object stores), so a crash loses at
+most the episodes in flight and a reader never sees half a file. A stage's episodes
+form one Parquet dataset directory, local or on any filesystem `Location` knows.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from distillery.workers.storage import Location
 
 # Termination reasons. Only `done`, `step_limit` and `request_rejected` episodes are
 # scored; `infra_error` and `timeout` are infrastructure failures, never student ones.
@@ -144,36 +145,50 @@ def episode_file_name(task_id: str) -> str:
     return f"{_SAFE.sub('_', task_id)}.parquet"
 
 
-def write_episode(directory: str | os.PathLike[str], record: EpisodeRecord) -> Path:
-    """Persist one finished episode atomically; returns the file written."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / episode_file_name(record.task_id)
-    tmp = directory / f".{final.name}.{uuid.uuid4().hex}.tmp"
-    table = pa.Table.from_pylist([asdict(record)], schema=EPISODE_SCHEMA)
-    pq.write_table(table, tmp)
-    os.replace(tmp, final)
-    return final
+@dataclass(frozen=True)
+class EpisodeFile:
+    """Where an episode was written and the sha256 of its bytes (for the ledger)."""
+
+    uri: str
+    sha256: str
 
 
-def read_episodes(directory: str | os.PathLike[str]) -> list[EpisodeRecord]:
+def _as_location(directory: str | os.PathLike[str] | Location) -> Location:
+    return directory if isinstance(directory, Location) else Location.of(directory)
+
+
+def episode_bytes(record: EpisodeRecord) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([asdict(record)], schema=EPISODE_SCHEMA), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def write_episode(
+    directory: str | os.PathLike[str] | Location, record: EpisodeRecord
+) -> EpisodeFile:
+    """Persist one finished episode atomically (one file per task: a re-run replaces
+    it); returns where it went and its checksum."""
+    target = _as_location(directory) / episode_file_name(record.task_id)
+    digest = target.write_bytes(episode_bytes(record))
+    return EpisodeFile(target.uri, digest)
+
+
+def read_episode_file(location: str | Location) -> pa.Table:
+    loc = _as_location(location)
+    return pq.read_table(pa.BufferReader(loc.read_bytes()), schema=EPISODE_SCHEMA)
+
+
+def read_episodes(directory: str | os.PathLike[str] | Location) -> list[EpisodeRecord]:
     """Every complete episode file in a stage directory (temporary files are ignored)."""
-    directory = Path(directory)
-    if not directory.exists():
-        return []
-    records = []
-    for path in sorted(directory.glob("*.parquet")):
-        for row in pq.read_table(path, schema=EPISODE_SCHEMA).to_pylist():
-            records.append(record_from_row(row))
-    return records
+    return [record_from_row(row) for row in read_episode_table(directory).to_pylist()]
 
 
-def read_episode_table(directory: str | os.PathLike[str]) -> pa.Table:
+def read_episode_table(directory: str | os.PathLike[str] | Location) -> pa.Table:
     """All episodes of a stage directory as one Arrow table."""
-    files = sorted(Path(directory).glob("*.parquet"))
+    files = _as_location(directory).listdir(".parquet")
     if not files:
         return EPISODE_SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(f, schema=EPISODE_SCHEMA) for f in files)
+    return pa.concat_tables(read_episode_file(f) for f in files)
 
 
 def record_from_row(row: dict[str, Any]) -> EpisodeRecord:

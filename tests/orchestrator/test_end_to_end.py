@@ -13,9 +13,9 @@ from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator.cli import rewrite_role_overrides
 from distillery.orchestrator.config import to_config
-from distillery.orchestrator.run import run_experiment
+from distillery.orchestrator.run import run_experiment, run_sweep
 from distillery.workers.trajectories import read_episodes
-from tests.support.openai_stub import run_stub_server
+from tests.support.openai_stub import run_stub_server, stub_stats
 
 pytestmark = pytest.mark.slow
 
@@ -216,24 +216,28 @@ def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local)
     assert run.data.metrics["build.wf.deterministic"] == 4  # the oracle is no model
     split = json.loads(Path(client.download_artifacts(run.info.run_id, "split.json")).read_text())
     assert split["eval_task_ids"] == result.task_ids and split["protocol"] == "self_excluded"
-    assert run.data.params["memory.bank_reused"] == "False"
 
-    # The bank is content-addressed: the next invocation's identical oracle trajectories
-    # find it in the store instead of building it again.
+    # Stages are content-addressed: a later invocation with only this method (another
+    # sweep, another stub server URL: a runtime knob) reuses the collect, build and
+    # evaluate stages from the ledger and makes no LLM call.
     with run_stub_server(script="tests.support.bfcl_scripts:memory_follower_text") as url:
-        again = run_experiment(
-            _config(
-                tmp_path,
-                "benchmark.limit=4",
-                "methods=[amd_wf_st_fn]",
-                "memory.retrieval.threshold_st=0.0",
-                *_student(url),
-            ),
+        again = run_sweep(
+            [
+                _config(
+                    tmp_path,
+                    "benchmark.limit=4",
+                    "methods=[amd_wf_st_fn]",
+                    "memory.retrieval.threshold_st=0.0",
+                    *_student(url),
+                )
+            ],
             progress=False,
         )
-    rerun = client.get_run(again.methods[0].mlflow_run_id)
-    assert rerun.data.params["memory.bank_reused"] == "True"
+        assert stub_stats(url).get("requests", 0) == 0
+    assert again.stages_run == 0
+    rerun = client.get_run(again.points[0].methods[0].mlflow_run_id)
     assert rerun.data.params["memory.bank_id"] == run.data.params["memory.bank_id"]
+    assert rerun.data.metrics["success_rate"] == run.data.metrics["success_rate"]
 
 
 def test_cross_split_evaluates_only_the_held_out_tasks(tmp_path, ray_local):

@@ -21,6 +21,7 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Label used in runs, tables and file names.")
+    params_b: float | None = Field(None, gt=0, description="Size in billions, for reports.")
     backend: Backend
     model: str = Field("", description="Model id sent in requests (and served by vLLM).")
     action_format: ActionFormat = "native"

@@ -1,0 +1,337 @@
+"""Sweep points -> one stage graph with shared stages, and the evaluation points on it.
+
+Every method of every sweep point becomes an `EvalPoint` (one MLflow child run) scored
+on one episode stage. Points and stages are deduplicated by key, so a 20-point sweep
+over k and representation with one teacher has one collect stage, one build stage per
+distinct builder config, and one zero-shot stage per student and seed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from distillery.orchestrator.config import DistilleryConfig, MethodConfig
+from distillery.orchestrator.ledger import Ledger
+from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_tasks
+from distillery.orchestrator.stages import Stage, StageKey, digest_of, model_identity, stage_key
+from distillery.workers.envs.base import Task
+from distillery.workers.envs.registry import make_benchmark
+from distillery.workers.llm.config import ModelConfig
+from distillery.workers.memory.config import RetrievalConfig
+from distillery.workers.memory.retrieval import Isolation
+
+
+@dataclass(frozen=True)
+class BankSource:
+    """What a build stage reads: the successful episodes of `source` on `task_ids`."""
+
+    source: StageKey
+    task_ids: tuple[str, ...]
+    split: str  # the memory split label stored with every entry
+    cfg: DistilleryConfig  # builder, builder model and embedder come from here
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    point_id: str
+    cfg: DistilleryConfig
+    method_name: str
+    method: MethodConfig
+    role: str  # teacher | student
+    model: ModelConfig
+    stage: StageKey  # the episode stage whose episodes are scored
+    upstream: tuple[StageKey, ...]  # every stage it depends on, its own included
+    split: TaskSplit
+    bank_stage: StageKey | None = None
+    retrieval: RetrievalConfig | None = None
+    isolation: Isolation | None = None
+
+
+@dataclass
+class StageGraph:
+    stages: dict[StageKey, Stage] = field(default_factory=dict)  # upstream first
+    needs: dict[StageKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    bank_sources: dict[StageKey, BankSource] = field(default_factory=dict)
+    render_base: dict[StageKey, StageKey] = field(default_factory=dict)  # render -> build
+    memory_of: dict[StageKey, tuple[StageKey, Isolation, RetrievalConfig]] = field(
+        default_factory=dict
+    )  # memory evaluate stage -> (bank stage, isolation, retrieval)
+    points: dict[str, EvalPoint] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
+    configs: list[DistilleryConfig] = field(default_factory=list)
+    point_ids_of: list[list[str]] = field(default_factory=list)  # per config, in order
+
+    def add(self, stage: Stage) -> StageKey:
+        self.stages.setdefault(stage.key, stage)
+        return stage.key
+
+    def upstream_closure(self, key: StageKey) -> tuple[StageKey, ...]:
+        seen: list[StageKey] = []
+        todo = [key]
+        while todo:
+            k = todo.pop()
+            if k in seen:
+                continue
+            seen.append(k)
+            todo.extend(self.stages[k].upstream)
+        return tuple(sorted(seen, key=lambda k: list(self.stages).index(k)))
+
+    def depth(self, key: StageKey) -> int:
+        ups = self.stages[key].upstream
+        return 0 if not ups else 1 + max(self.depth(u) for u in ups)
+
+    def models_in_use(self) -> dict[str, ModelConfig]:
+        return {server_key(s.model): s.model for s in self.stages.values() if s.model}
+
+
+def server_key(model: ModelConfig) -> str:
+    """Points that use the same model (however labelled) share its servers."""
+    return digest_of(model.model_dump(mode="json", exclude={"name"}))[:16]
+
+
+def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
+    """Load the split on the driver, so a bad task id fails before Ray starts."""
+    bench = make_benchmark(cfg.benchmark.name)
+    ids = list(cfg.benchmark.task_ids) if cfg.benchmark.task_ids else None
+    return bench.load_tasks(limit=cfg.benchmark.limit, task_ids=ids)
+
+
+def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
+    bench = make_benchmark(cfg.benchmark.name)
+    return split_tasks(
+        [t.task_id for t in tasks],
+        cfg.protocol,
+        {t.task_id: t.group_id for t in tasks},
+        group_by_default=getattr(bench, "groups_are_scenarios", False),
+    )
+
+
+def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int) -> dict:
+    return {
+        "benchmark": cfg.benchmark.name,
+        "agent": model_identity(model, sweep_seed),
+        "max_steps_per_turn": cfg.benchmark.max_steps_per_turn,
+    }
+
+
+def _model_label(model: ModelConfig) -> str:
+    return model.name
+
+
+def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
+    """Expand sweep points into the shared stage graph (nothing runs)."""
+    if not configs:
+        raise ValueError("a sweep needs at least one point")
+    _check_shared_runtime(configs)
+    graph = StageGraph(configs=list(configs))
+    for cfg in configs:
+        tasks = resolve_tasks(cfg)
+        graph.tasks.update({t.task_id: t for t in tasks})
+        split = split_for(cfg, tasks)
+        ids: list[str] = []
+        for name in cfg.methods:
+            point = _plan_method(graph, cfg, name, split)
+            graph.points.setdefault(point.point_id, point)
+            ids.append(point.point_id)
+        graph.point_ids_of.append(ids)
+    return graph
+
+
+def _collect(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
+    # The sweep seed varies the students only: every seed reads the same teacher memory.
+    teacher = cfg.teacher
+    identity = _episode_identity(cfg, teacher, 0)
+    return graph.add(
+        Stage(
+            key=stage_key("collect", identity),
+            identity=identity,
+            upstream=(),
+            label=f"collect teacher={_model_label(teacher)} {cfg.benchmark.name}",
+            model=None if teacher.backend == "oracle" else teacher,
+            role="teacher",
+        )
+    )
+
+
+def _zero_shot(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
+    student = cfg.student
+    identity = {**_episode_identity(cfg, student, cfg.seed), "method": "zero_shot"}
+    return graph.add(
+        Stage(
+            key=stage_key("evaluate", identity),
+            identity=identity,
+            upstream=(),
+            label=f"evaluate student={_model_label(student)} zero_shot seed={cfg.seed}",
+            model=None if student.backend == "oracle" else student,
+            role="student",
+        )
+    )
+
+
+def _plan_method(
+    graph: StageGraph, cfg: DistilleryConfig, name: str, split: TaskSplit
+) -> EvalPoint:
+    method = cfg.method(name)
+    eval_ids = list(split.eval_ids)
+    bank_stage = retrieval = isolation = None
+    if method.kind == "teacher":
+        stage, role, model = _collect(graph, cfg), "teacher", cfg.teacher
+    elif method.kind == "zero_shot":
+        stage, role, model = _zero_shot(graph, cfg), "student", cfg.student
+    else:
+        source = _collect(graph, cfg) if method.kind == "amd" else _zero_shot(graph, cfg)
+        graph.needs[source].update(split.memory_ids)
+        bank_stage = _bank(graph, cfg, name, source, split)
+        retrieval = cfg.retrieval_for(name)
+        isolation = Isolation(cfg.protocol.name, (split.memory_split,))
+        identity = {
+            **_episode_identity(cfg, cfg.student, cfg.seed),
+            "method": method.kind,
+            "retrieval": retrieval.model_dump(mode="json"),
+            "protocol": cfg.protocol.model_dump(mode="json"),
+        }
+        stage = graph.add(
+            Stage(
+                key=stage_key("evaluate", identity, (bank_stage,)),
+                identity=identity,
+                upstream=(bank_stage,),
+                label=(
+                    f"evaluate student={_model_label(cfg.student)} {name} "
+                    f"({'+'.join(retrieval.types)}) {cfg.protocol.name} seed={cfg.seed}"
+                ),
+                model=None if cfg.student.backend == "oracle" else cfg.student,
+                role="student",
+            )
+        )
+        graph.memory_of[stage] = (bank_stage, isolation, retrieval)
+        role, model = "student", cfg.student
+    graph.needs[stage].update(eval_ids)
+    point_id = digest_of({"stage": stage.digest, "eval": split.eval_ids_sha})[:16]
+    return EvalPoint(
+        point_id=point_id,
+        cfg=cfg,
+        method_name=name,
+        method=method,
+        role=role,
+        model=model,
+        stage=stage,
+        upstream=graph.upstream_closure(stage),
+        split=split,
+        bank_stage=bank_stage,
+        retrieval=retrieval,
+        isolation=isolation,
+    )
+
+
+def _bank(
+    graph: StageGraph, cfg: DistilleryConfig, name: str, source: StageKey, split: TaskSplit
+) -> StageKey:
+    builder_model = cfg.builder_model()
+    builder_identity = model_identity(builder_model) if builder_model else None
+    identity = {
+        "memory_task_ids": ids_sha(sorted(split.memory_ids)),
+        "split": split.memory_split,
+        "builder": cfg.memory.builder.model_dump(mode="json", exclude={"concurrency", "model"}),
+        "builder_model": builder_identity,
+        "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
+    }
+    source_label = graph.stages[source].label.split(" ", 1)[1]
+    build = graph.add(
+        Stage(
+            key=stage_key("build", identity, (source,)),
+            identity=identity,
+            upstream=(source,),
+            label=f"build from {source_label} ({len(split.memory_ids)} tasks)",
+            model=builder_model,
+        )
+    )
+    graph.bank_sources.setdefault(
+        build, BankSource(source, tuple(sorted(split.memory_ids)), split.memory_split, cfg)
+    )
+    retrieval = cfg.retrieval_for(name)
+    with_text = any(
+        t in retrieval.types and retrieval.representation(t) == "text" for t in ("st", "fn")
+    )
+    if not with_text:
+        return build
+    render_identity = {"builder_model": builder_identity}
+    render = graph.add(
+        Stage(
+            key=stage_key("render", render_identity, (build,)),
+            identity=render_identity,
+            upstream=(build,),
+            label=f"render text of {build}",
+            model=builder_model,
+        )
+    )
+    graph.render_base[render] = build
+    return render
+
+
+def _check_shared_runtime(configs: list[DistilleryConfig]) -> None:
+    """Knobs one sweep can only have once: one output root, one tracking store, one
+    cluster, one memory store and embedder service."""
+    for key in ("output_dir", "tracking", "cluster", "memory.store", "memory.embedder"):
+        head, _, tail = key.partition(".")
+        values = {
+            str(getattr(getattr(c, head), tail) if tail else getattr(c, head)) for c in configs
+        }
+        if len(values) > 1:
+            raise ValueError(
+                f"{key}: sweep points must share it (one {key} per sweep); sweep it in "
+                "separate invocations instead"
+            )
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    stage: Stage
+    needed: int  # episodes this sweep needs (episode stages)
+    cached: int  # of those, finished and intact in the ledger
+    bank: str | None  # build/render: the bank recorded by a finished run
+
+    @property
+    def to_run(self) -> int:
+        return self.needed - self.cached
+
+    @property
+    def is_cached(self) -> bool:
+        if self.stage.plays_episodes:
+            return self.to_run == 0
+        return self.bank is not None
+
+
+def stage_status(graph: StageGraph, ledger: Ledger) -> list[StageStatus]:
+    out = []
+    for key, stage in graph.stages.items():
+        if stage.plays_episodes:
+            needed = graph.needs.get(key, set())
+            done = ledger.episodes(key)
+            out.append(StageStatus(stage, len(needed), len(needed & set(done)), None))
+        else:
+            output = ledger.output(key)
+            out.append(StageStatus(stage, 0, 0, output.get("bank_id") if output else None))
+    return out
+
+
+def format_plan(graph: StageGraph, statuses: list[StageStatus]) -> str:
+    lines = [
+        f"plan: {len(graph.configs)} sweep point(s), {len(graph.points)} evaluation point(s), "
+        f"{len(graph.stages)} stage(s)"
+    ]
+    for st in statuses:
+        key = st.stage.key
+        if st.stage.plays_episodes:
+            state = (
+                f"cached ({st.needed} episodes)"
+                if st.is_cached
+                else f"run {st.to_run} of {st.needed} episodes ({st.cached} cached)"
+            )
+        else:
+            state = f"cached (bank {st.bank[:16]})" if st.bank else "build"
+        ups = ", ".join(str(u) for u in st.stage.upstream) or "-"
+        lines.append(f"  {str(key):26s} {state:34s} {st.stage.label}  <- {ups}")
+    n_run = sum(not s.is_cached for s in statuses)
+    lines.append(f"{len(statuses) - n_run} stage(s) cached, {n_run} to run")
+    return "\n".join(lines)

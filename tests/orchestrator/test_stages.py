@@ -1,0 +1,171 @@
+"""Stage identities, the sweep's stage graph, the ledger and sweep expansion (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from distillery.orchestrator import stages
+from distillery.orchestrator.cli import compose, expand_grid, rewrite_role_overrides, sweep_points
+from distillery.orchestrator.config import ConfigError, to_config
+from distillery.orchestrator.ledger import Ledger
+from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
+from distillery.workers.episodes import EpisodeSummary
+from distillery.workers.trajectories import write_episode
+from tests.workers.test_trajectories import _record
+
+BASE = ["benchmark.limit=3", "methods=[teacher,zero_shot,amd_wf_st_fn]"]
+
+
+def config(*overrides: str):
+    return to_config(compose(rewrite_role_overrides([*BASE, *overrides])))
+
+
+def keys(cfg) -> dict[str, set[str]]:
+    graph = plan_sweep([cfg])
+    out: dict[str, set[str]] = {}
+    for key in graph.stages:
+        out.setdefault(key.kind, set()).add(key.digest)
+    return out
+
+
+def test_same_config_same_keys():
+    assert keys(config()) == keys(config())
+
+
+@pytest.mark.parametrize(
+    "knob",
+    [
+        "cluster.num_workers=7",
+        "cluster.episodes_per_worker=3",
+        "student.replicas=3",
+        "student.max_concurrency_per_server=2",
+        "student.request_timeout_s=5",
+        "student.name=renamed",
+        "memory.builder.concurrency=2",
+        "output_dir=/elsewhere",
+        "tracking.experiment=other",
+        "agent.episode_timeout_s=9",
+        "run_name=another",
+    ],
+)
+def test_runtime_knobs_keep_every_key(knob):
+    assert keys(config(knob)) == keys(config())
+
+
+def test_prompt_change_renews_agent_stages(monkeypatch):
+    before = keys(config())
+    from distillery.workers.envs import bfcl
+
+    monkeypatch.setattr(bfcl, "NATIVE_SYSTEM_PROMPT", bfcl.NATIVE_SYSTEM_PROMPT + " Be brief.")
+    after = keys(config())
+    assert after["collect"] != before["collect"]
+    assert after["evaluate"].isdisjoint(before["evaluate"])
+
+
+def test_code_version_change_renews_stage_and_downstream(monkeypatch):
+    before = keys(config())
+    monkeypatch.setitem(stages.CODE_VERSIONS, "build", "2")
+    after = keys(config())
+    assert after["collect"] == before["collect"]
+    assert after["build"] != before["build"]
+    # evaluate stages reading the new bank change too; zero-shot does not
+    assert len(after["evaluate"] & before["evaluate"]) == 1
+
+
+def test_retrieval_change_only_renews_the_memory_evaluation():
+    before, after = keys(config()), keys(config("memory.retrieval.k_st=3"))
+    assert after["collect"] == before["collect"] and after["build"] == before["build"]
+    assert len(after["evaluate"] - before["evaluate"]) == 1
+
+
+def test_seed_renews_student_stages_only():
+    llm_teacher = "teacher=gpt5_mini"
+    before, after = keys(config(llm_teacher)), keys(config(llm_teacher, "seed=1"))
+    assert after["collect"] == before["collect"]  # every seed reads the same memory
+    assert after["build"] == before["build"]
+    assert after["evaluate"].isdisjoint(before["evaluate"])
+
+
+def test_sweep_shares_stages():
+    cfgs = [
+        config(f"memory.retrieval.k_wf={k}", f"memory.retrieval.representation_st={r}")
+        for k in (1, 2, 3)
+        for r in ("code", "text")
+    ]
+    graph = plan_sweep(cfgs)
+    kinds = [k.kind for k in graph.stages]
+    assert kinds.count("collect") == 1
+    assert kinds.count("build") == 1
+    assert kinds.count("render") == 1  # text renderings layered once on the bank
+    assert kinds.count("evaluate") == 1 + 6  # zero-shot once, one per memory point
+    # teacher and zero-shot points are the same in every sweep point: logged once
+    assert len(graph.points) == 2 + 6
+
+
+def test_shared_runtime_is_enforced():
+    with pytest.raises(ValueError, match="output_dir"):
+        plan_sweep([config("output_dir=a"), config("output_dir=b")])
+
+
+def test_plan_reports_cached_and_partial_stages(tmp_path):
+    cfg = config(f"output_dir={tmp_path}")
+    graph = plan_sweep([cfg])
+    ledger = Ledger(tmp_path)
+    collect = next(k for k in graph.stages if k.kind == "collect")
+    summary = _write_done(ledger, collect, "multi_turn_base_0")
+    text = format_plan(graph, stage_status(graph, ledger))
+    assert "run 2 of 3 episodes (1 cached)" in text
+    assert "0 stage(s) cached, 4 to run" in text
+    assert summary.finished
+
+
+def _write_done(ledger: Ledger, key, task_id: str, success: bool = True) -> EpisodeSummary:
+    record = _record(task_id, success=success)
+    written = write_episode(ledger.episodes_dir(key), record)
+    summary = EpisodeSummary.of(record, written)
+    ledger.record_episode(key, summary)
+    return summary
+
+
+def test_ledger_detects_corrupted_and_missing_files(tmp_path):
+    ledger = Ledger(tmp_path)
+    key = stages.StageKey("collect", "ab" * 32)
+    good = _write_done(ledger, key, "t1")
+    bad = _write_done(ledger, key, "t2")
+    gone = _write_done(ledger, key, "t3")
+    _write_done(ledger, key, "t4", success=None)  # an infra failure: re-run on resume
+    from pathlib import Path
+
+    Path(bad.file).write_bytes(Path(bad.file).read_bytes()[:-20])  # cut short
+    Path(gone.file).unlink()
+    assert set(ledger.episodes(key)) == {good.task_id}
+    assert set(ledger.all_records(key)) == {"t1", "t2", "t3", "t4"}
+
+
+def test_ledger_on_a_filesystem_uri():
+    ledger = Ledger("memory://bucket/root")
+    key = stages.StageKey("evaluate", "cd" * 32)
+    _write_done(ledger, key, "t1")
+    assert set(ledger.episodes(key)) == {"t1"}
+    ledger.record_output(key, {"bank_id": "x"})
+    assert ledger.output(key) == {"bank_id": "x"}
+
+
+def test_expand_grid_and_errors():
+    assert expand_grid(["a=1,2", "b=x"], multirun=True) == [["a=1", "b=x"], ["a=2", "b=x"]]
+    with pytest.raises(ConfigError, match="-m"):
+        expand_grid(["a=1,2"], multirun=False)
+
+
+def test_sweep_list_in_config_times_command_line_grid():
+    points = sweep_points(
+        ["benchmark.limit=2", "+sweep.seed=[0,1]", "memory.retrieval.k_wf=1,2"],
+        multirun=True,
+    )
+    pairs = {(int(c.seed), int(c.memory.retrieval.k_wf)) for _, c in points}
+    assert pairs == {(0, 1), (0, 2), (1, 1), (1, 2)}
+
+
+def test_sweep_list_selects_models_by_group():
+    points = sweep_points(["+sweep.student=[qwen3_4b,qwen3_8b]"], multirun=False)
+    assert [c.student.name for _, c in points] == ["qwen3-4b", "qwen3-8b"]
