@@ -69,7 +69,7 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         ray_session(ClusterConfig()),
-        run_stub_server("tests.support.bfcl_scripts:replay_native", delay_s=args.delay) as url,
+        run_stub_server("tests.support.scripts:agent_or_builder", delay_s=args.delay) as url,
     ):
         root = Path(tmp)
         start = requests(url)

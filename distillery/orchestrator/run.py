@@ -760,7 +760,13 @@ def run_agent(
                 wins = sum(1 for s in summaries if s.success)
                 infra = sum(1 for s in summaries if s.success is None)
                 tokens = sum(s.tokens_in + s.tokens_out for s in summaries)
-                bar.set_postfix(success=wins, infra_errors=infra, tokens=tokens)
+                bar.set_postfix(
+                    success=wins,
+                    failed=len(summaries) - wins - infra,
+                    infra_errors=infra,
+                    in_flight=len(owner),
+                    tokens=tokens,
+                )
         wall_s = time.perf_counter() - started
         worker_cpu_s = sum(ray.get([w.cpu_time_s.remote() for w in workers])) - cpu_before
     finally:

@@ -35,3 +35,14 @@ def slow_text(request: dict[str, Any]) -> dict[str, Any]:
 
     time.sleep(2.0)  # blocks this server process: for client timeout tests
     return {"content": "late"}
+
+
+def agent_or_builder(request: dict[str, Any]) -> dict[str, Any]:
+    """One server for every role of a sweep: a perfect BFCL agent when the request
+    carries tools, otherwise (memory builder prompts) a plain answer the builders
+    reject and replace by their deterministic fallback."""
+    if request.get("tools"):
+        from tests.support.bfcl_scripts import replay_native
+
+        return replay_native(request)
+    return always_text(request)
