@@ -162,6 +162,10 @@ def main() -> None:
         from distillery.orchestrator.memory_cli import main as memory_main
 
         sys.exit(memory_main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "report":
+        from distillery.orchestrator.report import main as report_main
+
+        sys.exit(report_main(sys.argv[2:]))
     sys.exit(run_cli(sys.argv[1:]))
 
 

@@ -1,0 +1,460 @@
+"""`distillery report` and cost accounting on a hand-made sweep directory, checked
+against numbers computed by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from distillery.orchestrator.costs import (
+    PriceTable,
+    cost_breakdown,
+    point_costs,
+    stage_costs,
+    unpriced_models,
+)
+from distillery.orchestrator.report import build_report, cell_label, main
+from distillery.orchestrator.stats import mcnemar, wilson_interval
+
+T, F, N = True, False, None
+TASKS = [f"t{i}" for i in range(1, 7)]
+PRICES = {
+    "models": {
+        "gpt4o": {"input_per_mtok": 2.5, "output_per_mtok": 10.0},
+        "qwen3_4b": {"input_per_mtok": 0.1, "output_per_mtok": 0.4},
+    },
+    "embedding_per_mtok": 0.02,
+    "gpu_hour": 3.6,  # 36 GPU-seconds cost $0.036
+}
+
+# point_id -> (method, kind, role, agent, student, params_b, k_wf, seed, upstream, outcomes)
+# Outcomes per task t1..t6; None = infrastructure failure (not scored).
+MEM = ("C", "B", "R")
+POINTS = {
+    "pT": (
+        "teacher",
+        "teacher",
+        "teacher",
+        "gpt4o",
+        "qwen3_4b",
+        4.0,
+        None,
+        0,
+        ["C"],
+        [T, T, T, T, T, T],
+    ),
+    "pZ0": (
+        "zero_shot",
+        "zero_shot",
+        "student",
+        "qwen3_4b",
+        "qwen3_4b",
+        4.0,
+        None,
+        0,
+        ["EZ0"],
+        [T, F, F, F, F, T],
+    ),
+    "pZ1": (
+        "zero_shot",
+        "zero_shot",
+        "student",
+        "qwen3_4b",
+        "qwen3_4b",
+        4.0,
+        None,
+        1,
+        ["EZ1"],
+        [T, T, F, F, F, F],
+    ),
+    "pA0": (
+        "amd_wf_st_fn",
+        "amd",
+        "student",
+        "qwen3_4b",
+        "qwen3_4b",
+        4.0,
+        1,
+        0,
+        [*MEM, "EA0"],
+        [T, T, T, T, T, F],
+    ),
+    "pA1": (
+        "amd_wf_st_fn",
+        "amd",
+        "student",
+        "qwen3_4b",
+        "qwen3_4b",
+        4.0,
+        1,
+        1,
+        [*MEM, "EA1"],
+        [T, T, T, T, N, N],
+    ),
+    "pA2": (
+        "amd_wf_st_fn",
+        "amd",
+        "student",
+        "qwen3_4b",
+        "qwen3_4b",
+        4.0,
+        2,
+        0,
+        [*MEM, "EA2"],
+        [T, T, T, F, N, N],
+    ),
+    "pZ8": (
+        "zero_shot",
+        "zero_shot",
+        "student",
+        "qwen3_8b",
+        "qwen3_8b",
+        8.0,
+        None,
+        0,
+        ["EZ8"],
+        [T, T, F, F, F, F],
+    ),
+    "pA8": (
+        "amd_wf_st_fn",
+        "amd",
+        "student",
+        "qwen3_8b",
+        "qwen3_8b",
+        8.0,
+        1,
+        0,
+        [*MEM, "EA8"],
+        [T, T, T, T, T, T],
+    ),
+}
+TEACHER_STEPS = [5, 6, 7, 8, 5, 6]
+
+
+def _stage(h, kind, model, tin, tout, calls, embed, wall, gpu):
+    return {"stage_hash": h, "kind": kind, "model": model, "tokens_in": tin,
+            "tokens_out": tout, "n_llm_calls": calls, "embed_tokens": embed,
+            "wall_s": float(wall), "gpu_s": float(gpu), "ran": True}  # fmt: skip
+
+
+STAGES = [
+    _stage("C", "collect", "gpt4o", 10_000, 2_000, 12, 0, 60, 0),
+    _stage("B", "build", "gpt4o", 4_000, 1_000, 6, 8_000, 20, 0),
+    _stage("R", "render", "gpt4o", 1_000, 500, 3, 2_000, 5, 0),
+    *(
+        _stage(h, "evaluate", "qwen3_4b", 3_000, 300, 24, 0, 30, 36)
+        for h in ("EZ0", "EZ1", "EA0", "EA1", "EA2")
+    ),  # fmt: skip
+    *(_stage(h, "evaluate", "qwen3_8b", 3_000, 300, 24, 0, 30, 72) for h in ("EZ8", "EA8")),
+]
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def write_sweep(
+    root: Path,
+    sweep_id: str = "sweep-a",
+    created_at: float = 1_700_000_000.0,
+    parent_run_id: str | None = None,
+    tracking_uri: str = "",
+) -> Path:
+    sweep = root / "sweeps" / sweep_id
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.json").write_text(
+        json.dumps(
+            {
+                "sweep_id": sweep_id,
+                "tracking_uri": tracking_uri,
+                "parent_run_id": parent_run_id,
+                "experiment": "hand_made",
+                "created_at": created_at,
+                "prices": PRICES,
+                "git_sha": "abc1234",
+            }
+        )
+    )
+    points, episodes = [], []
+    for pid, (method, kind, role, agent, student, size, k, seed, up, outcomes) in POINTS.items():
+        memory = kind == "amd"
+        points.append(
+            {
+                "point_id": pid, "method": method, "method_kind": kind, "role": role,
+                "agent": agent, "student": student, "teacher": "gpt4o",
+                "student_params_b": size, "benchmark": "bfcl", "protocol": "main",
+                "memory_types": "wf+st+fn" if memory else "",
+                "k_wf": k, "k_st": 1 if memory else None, "k_fn": 1 if memory else None,
+                "delta_wf": 0.5 if memory else None, "delta_st": 0.5 if memory else None,
+                "delta_fn": 0.5 if memory else None,
+                "repr_wf": "text" if memory else None, "repr_st": "code" if memory else None,
+                "repr_fn": "code" if memory else None,
+                "seed": seed, "eval_task_ids_sha": "sha-all", "upstream": up,
+                "mlflow_run_id": None,
+            }
+        )  # fmt: skip
+        for i, (task, success) in enumerate(zip(TASKS, outcomes, strict=True)):
+            steps = TEACHER_STEPS[i] if role == "teacher" else (4 if memory else 10)
+            episodes.append(
+                {
+                    "point_id": pid, "task_id": task, "success": success,
+                    "termination": "infra_error" if success is None else "done",
+                    "total_steps": steps, "n_llm_calls": steps, "tokens_in": 100,
+                    "tokens_out": 10, "wall_s": 1.5,
+                }
+            )  # fmt: skip
+    _write(sweep / "points.parquet", points)
+    _write(sweep / "episodes.parquet", episodes)
+    _write(sweep / "stages.parquet", STAGES)
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("runs")
+    sweep = write_sweep(root)
+    return build_report(sweep, log_to_mlflow=False)
+
+
+def _cell(report, **keys) -> pd.Series:
+    cells = report.tables["cells"]
+    mask = pd.Series(True, index=cells.index)
+    for key, value in keys.items():
+        mask &= cells[key] == value
+    assert mask.sum() == 1, keys
+    return cells[mask].iloc[0]
+
+
+# -- statistics -----------------------------------------------------------------------------
+
+
+def test_wilson_three_of_four_by_hand():
+    # p = 0.75, n = 4, z = 1.96: centre = (0.75 + 3.8416/8) / (1 + 3.8416/4) = 0.6279,
+    # half = 1.96 * sqrt(0.75*0.25/4 + 3.8416/64) / 1.9604 = 0.3265.
+    low, high = wilson_interval(3, 4)
+    assert low == pytest.approx(0.3006, abs=1e-4)
+    assert high == pytest.approx(0.9544, abs=1e-4)
+    assert cell_label(3, 4, 0.75, math.nan, 1) == "75.0% [30.1–95.4] n=4"
+
+
+def test_mcnemar_exact_and_chi_square_by_hand():
+    # b=1, c=5: two-sided exact = 2 * (C(6,0) + C(6,1)) / 2^6 = 14/64.
+    exact = mcnemar(1, 5)
+    assert (exact.b, exact.c, exact.method) == (1, 5, "exact")
+    assert exact.p == pytest.approx(14 / 64)
+    assert mcnemar(3, 0).p == pytest.approx(0.25)  # 2 * 1/8
+    assert mcnemar(0, 0).p == 1.0
+    # b=30, c=10 (40 >= 25 discordant): chi2 = (|30-10|-1)^2/40 = 9.025, P(chi2_1 > 9.025).
+    chi = mcnemar(30, 10)
+    assert chi.method == "chi2"
+    assert chi.statistic == pytest.approx(9.025)
+    assert chi.p == pytest.approx(0.0026631, rel=1e-4)
+    assert mcnemar(12, 12).method == "exact"  # 24 discordant pairs: still exact
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+
+def test_cells_pool_seeds_and_report_mean_std(report):
+    # AMD k_wf=1 on qwen3_4b: seed 0 solves 5/6, seed 1 4/4 (two infra failures unscored).
+    amd = _cell(report, method="amd_wf_st_fn", student="qwen3_4b", k_wf="1")
+    assert (amd["n"], amd["successes"], amd["n_infra"], amd["n_seeds"]) == (10, 9, 2, 2)
+    assert amd["rate"] == pytest.approx(0.9)
+    assert amd["seed_mean"] == pytest.approx((5 / 6 + 1) / 2)
+    assert amd["seed_std"] == pytest.approx((1 / 6) / math.sqrt(2))  # sample std, ddof=1
+    low, high = wilson_interval(9, 10)
+    assert (amd["ci_low"], amd["ci_high"]) == pytest.approx((low, high))
+    assert amd["label"] == (
+        f"90.0% [{100 * low:.1f}–{100 * high:.1f}] n=10 · 91.7 ± 11.8 (2 seeds)"
+    )
+    zero = _cell(report, method="zero_shot", student="qwen3_4b")
+    assert (zero["n"], zero["successes"]) == (12, 4)
+    assert zero["seed_std"] == pytest.approx(0.0)
+    assert amd["gain_pp"] == pytest.approx(100 * (0.9 - 4 / 12))
+    # k_wf=2: one seed, 3/4 scored: the Wilson case above, no "±".
+    k2 = _cell(report, method="amd_wf_st_fn", student="qwen3_4b", k_wf="2")
+    assert k2["label"] == "75.0% [30.1–95.4] n=4"
+    teacher = _cell(report, method="teacher")
+    assert teacher["student"] == "gpt4o" and teacher["rate"] == 1.0
+
+
+def test_paper_tables(report):
+    main_table = report.tables["table_main"]
+    # k varies within (student, method): it is added to the rows so cells do not merge.
+    assert list(main_table.columns) == ["student", "method", "k_wf", "bfcl"]
+    row = main_table[(main_table["method"] == "amd_wf_st_fn") & (main_table["k_wf"] == "2")]
+    assert row.iloc[0]["bfcl"] == "75.0% [30.1–95.4] n=4"
+    assert set(main_table["student"]) == {"gpt4o", "qwen3_4b", "qwen3_8b"}
+    memory = report.tables["table_memory"]
+    assert {"none", "wf+st+fn"} <= set(memory["memory_types"])
+    # One representation and one protocol: those tables are skipped with a note.
+    assert "table_representation" not in report.tables
+    assert "table_protocol" not in report.tables
+    assert any("representation" in n for n in report.notes)
+
+
+def test_mcnemar_pairs_same_tasks_and_seed(report):
+    tests = report.tables["mcnemar"].set_index("point_id")
+    # pA0 vs pZ0 (seed 0, all 6 tasks): only AMD solved t2..t5 (b=4), only zero-shot t6
+    # (c=1): exact p = 2 * (C(5,0) + C(5,1)) / 2^5 = 12/32.
+    a0 = tests.loc["pA0"]
+    assert (a0["zero_shot_point_id"], a0["n_pairs"], a0["b"], a0["c"]) == ("pZ0", 6, 4, 1)
+    assert a0["p"] == pytest.approx(12 / 32)
+    # pA1 vs pZ1 (seed 1): t5, t6 unscored for AMD -> 4 pairs, b=2 (t3, t4), c=0.
+    a1 = tests.loc["pA1"]
+    assert (a1["zero_shot_point_id"], a1["n_pairs"], a1["b"], a1["c"]) == ("pZ1", 4, 2, 0)
+    assert a1["p"] == pytest.approx(0.5)
+    a8 = tests.loc["pA8"]  # the 8B student is paired with its own zero-shot
+    assert (a8["zero_shot_point_id"], a8["b"], a8["c"], a8["p"]) == ("pZ8", 4, 0, 0.125)
+    assert "pT" not in tests.index and "pZ0" not in tests.index
+
+
+def test_costs_per_stage_point_and_total():
+    prices = PriceTable.from_dict(PRICES)
+    costs = stage_costs(pd.DataFrame(STAGES), prices)
+    by_hash = costs.set_index("stage_hash")
+    # collect: 10k in at $2.5/M + 2k out at $10/M.
+    assert by_hash.loc["C", "usd"] == pytest.approx(0.025 + 0.02)
+    # build: 4k in + 1k out of gpt4o, 8k embedding tokens at $0.02/M.
+    assert by_hash.loc["B", "llm_usd"] == pytest.approx(0.01 + 0.01)
+    assert by_hash.loc["B", "embed_usd"] == pytest.approx(0.00016)
+    # evaluate on qwen3_4b: 3k in, 300 out, 36 GPU-s at $3.6/h.
+    assert by_hash.loc["EA0", "usd"] == pytest.approx(0.0003 + 0.00012 + 0.036)
+    # qwen3_8b has no price: tokens count, money is only its GPU time.
+    assert by_hash.loc["EZ8", "llm_usd"] == 0.0
+    assert by_hash.loc["EZ8", "usd"] == pytest.approx(0.072)
+    assert unpriced_models(costs) == ["qwen3_8b"]
+
+    points = pd.DataFrame(
+        {"point_id": ["pA0", "pZ0"], "upstream": [["C", "B", "R", "EA0"], ["EZ0"]]}
+    )
+    per_point = point_costs(points, costs).set_index("point_id")
+    a0 = 0.045 + (0.02 + 0.00016) + (0.0075 + 0.00004) + 0.03642
+    assert per_point.loc["pA0", "usd"] == pytest.approx(a0)
+    assert per_point.loc["pA0", "usd_collection"] == pytest.approx(0.045)
+    assert per_point.loc["pA0", "usd_embeddings"] == pytest.approx(0.0002)
+    assert per_point.loc["pA0", "tokens"] == 10_000 + 2_000 + 5_000 + 1_500 + 10_000 + 3_300
+    assert per_point.loc["pZ0", "usd"] == pytest.approx(0.03642)
+    assert per_point.loc["pZ0", "missing_stages"] == 0
+
+    total = cost_breakdown(costs).set_index("category")
+    # Each distinct stage once: C + B + R + five qwen3_4b evals + two qwen3_8b evals.
+    assert total.loc["collection", "usd"] == pytest.approx(0.045)
+    assert total.loc["memory building", "usd"] == pytest.approx(0.0275)
+    assert total.loc["embeddings", "usd"] == pytest.approx(0.0002)
+    assert total.loc["embeddings", "embed_tokens"] == 10_000
+    assert total.loc["evaluation", "usd"] == pytest.approx(5 * 0.03642 + 2 * 0.072)
+    assert total.loc["total", "usd"] == pytest.approx(0.045 + 0.0275 + 0.0002 + 0.3261)
+    assert total.loc["total", "gpu_s"] == pytest.approx(5 * 36 + 2 * 72)
+    assert total.loc["evaluation", "tokens_in"] == 7 * 3_000
+
+
+def test_prices_missing_fall_back_to_tokens():
+    empty = PriceTable.from_dict(None)
+    assert not empty.has_prices
+    costs = stage_costs(pd.DataFrame(STAGES), empty)
+    assert costs["usd"].sum() == 0
+    assert cost_breakdown(costs).set_index("category").loc["total", "tokens"] > 0
+
+
+def test_files_plots_and_markdown(report):
+    out = report.out_dir
+    assert out == Path(report.sweep_dir) / "report"
+    assert set(report.plots) == {"success_vs_k", "student_size", "steps_vs_teacher",
+                                 "success_vs_cost"}  # fmt: skip
+    for path in report.plots.values():
+        assert path.exists() and path.read_bytes()[:4] == b"\x89PNG"
+    md = (out / "report.md").read_text()
+    assert "90.0% [" in md and "91.7 ± 11.8 (2 seeds)" in md
+    assert "## Paired test against zero-shot (McNemar)" in md
+    assert "No price for: qwen3_8b" in md
+    assert "![Success vs k](success_vs_k.png)" in md
+    for name in ("cells", "table_main", "mcnemar", "costs_points", "costs_breakdown"):
+        assert (out / f"{name}.csv").exists()
+    steps = report.tables["steps_vs_teacher"].set_index("method")
+    # Teacher: (5+6+7+8+5+6)/6 steps; AMD seed 0: 4 steps on every task.
+    assert steps.loc["zero_shot"].iloc[0]["teacher_steps"] == pytest.approx(37 / 6)
+
+
+def test_protocol_representation_and_student_memory_tables(tmp_path):
+    sweep = write_sweep(tmp_path)
+    points = pd.read_parquet(sweep / "points.parquet")
+    episodes = pd.read_parquet(sweep / "episodes.parquet")
+    cross = points.assign(protocol="cross_split", point_id=points["point_id"] + "x")
+    code = points[points["point_id"] == "pA0"].assign(repr_wf="code", point_id="pR")
+    own = points[points["point_id"] == "pA0"].assign(
+        method="student_memory", method_kind="student_memory", point_id="pS"
+    )
+    a0 = episodes[episodes["point_id"] == "pA0"]
+    extra = [
+        episodes.assign(point_id=episodes["point_id"] + "x"),
+        a0.assign(point_id="pR"),
+        a0.assign(point_id="pS"),
+    ]
+    for name, frame in (
+        ("points", pd.concat([points, cross, code, own])),
+        ("episodes", pd.concat([episodes, *extra])),
+    ):
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sweep / f"{name}.parquet")
+    report = build_report(sweep, log_to_mlflow=False)
+
+    protocols = report.tables["table_protocol"]
+    assert {"main", "cross_split"} <= set(protocols.columns)
+    zero = protocols[(protocols["student"] == "qwen3_4b") & (protocols["method"] == "zero_shot")]
+    assert zero.iloc[0]["cross_split"] == zero.iloc[0]["main"]  # same episodes, same cell
+    # The main table keeps to protocol "main" when there are several.
+    assert "## Method × student × benchmark (protocol: main)" in report.markdown
+    assert "protocol" not in report.tables["table_main"].columns
+    representation = report.tables["table_representation"]
+    assert {"wf=text st=code fn=code", "wf=code st=code fn=code"} <= set(
+        representation["representation"]
+    )
+    memory = report.tables["table_memory"]
+    # Student memory and AMD share memory types: the method column tells them apart.
+    assert {"student_memory", "amd_wf_st_fn", "zero_shot"} <= set(memory["method"])
+    # Student memory is paired with zero-shot too; the teacher is not.
+    assert "pS" in set(report.tables["mcnemar"]["point_id"])
+
+
+def test_cli_picks_most_recent_sweep_and_explains_errors(tmp_path, capsys):
+    write_sweep(tmp_path, "old", created_at=1_000.0)
+    write_sweep(tmp_path, "new", created_at=2_000.0)
+    running = tmp_path / "sweeps" / "running"  # newest, but its tables are not written yet
+    running.mkdir()
+    (running / "sweep.json").write_text(json.dumps({"sweep_id": "running", "created_at": 3e3}))
+    assert main([str(tmp_path), "--no-mlflow", "--out", str(tmp_path / "rep")]) == 0
+    printed = capsys.readouterr().out
+    assert "3 sweeps under" in printed
+    assert "reporting the most recent finished one, new" in printed
+    assert "not finished yet (no tables): running" in printed
+    assert "| qwen3_4b | amd_wf_st_fn | 2 | 75.0% [30.1–95.4] n=4 |" in printed
+    assert "not logged to MLflow (--no-mlflow)" in printed
+    assert (tmp_path / "rep" / "report.md").exists()
+
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "sweeps" / "new" / "points.parquet").unlink()
+    assert main([str(tmp_path / "sweeps" / "new"), "--no-mlflow"]) == 2
+    err = capsys.readouterr().err
+    assert "points.parquet is missing" in err and "run the sweep first: distillery" in err
+
+
+def test_logs_to_the_parent_mlflow_run(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("sweeps", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(experiment).info.run_id
+    sweep = write_sweep(tmp_path / "runs", parent_run_id=parent, tracking_uri=uri)
+    assert main([str(sweep)]) == 0
+    assert f"logged to MLflow run {parent} under report/" in capsys.readouterr().out
+    logged = {f.path for f in client.list_artifacts(parent, "report")}
+    assert {"report/report.md", "report/success_vs_k.png", "report/cells.csv"} <= logged
+    assert client.get_run(parent).data.tags["distillery.report"] == "report/report.md"
