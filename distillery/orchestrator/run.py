@@ -667,12 +667,12 @@ def stage_row(sweep: Sweep, key: StageKey) -> dict[str, Any]:
         "gpu_s": float(sum(r.get("gpu_s", 0.0) for r in runs)),
         "ran": bool(runs),
     }
-    if stage.plays_episodes:
+    if stage.plays_episodes and stage.model is not None:  # the oracle calls no LLM
         for s in sweep.ledger.all_records(key).values():
             row["tokens_in"] += s.tokens_in
             row["tokens_out"] += s.tokens_out
             row["n_llm_calls"] += s.n_llm_calls
-    else:
+    elif not stage.plays_episodes:
         output = sweep.ledger.output(key) or {}
         stats = output.get("stats", {})
         row["tokens_in"] = int(sum(v for k, v in stats.items() if k.endswith(".tokens_in")))
