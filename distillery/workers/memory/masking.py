@@ -18,8 +18,10 @@ Placeholder rule (by parameter name, never by value):
 
 What is KEPT verbatim: booleans and ``None`` (flags carry no task-specific data), and
 strings that belong to a SMALL enum (at most ``MAX_KEPT_ENUM`` values) declared by the
-doc, either as JSON-schema ``enum`` or BFCL's ``[Enum]: [...]`` description suffix
-(``mode='engage'``, ``unit='celsius'``, ``door=['driver']``). Everything else is masked.
+doc, either as JSON-schema ``enum``, BFCL's ``[Enum]: [...]`` description suffix, or a
+parenthesised slash list in the description (BFCL's ``place_order``: "Type of the order
+(Buy/Sell).") (``mode='engage'``, ``unit='celsius'``, ``door=['driver']``,
+``order_type='Buy'``). Everything else is masked.
 Containers keep their shape: list elements take the parameter's placeholder, dict keys
 are kept and their values are masked by the key's name
 (``updates={'status': <STATUS>}``).
@@ -73,6 +75,8 @@ TYPED_PLACEHOLDERS = frozenset(f"<{kind}>" for kind in _TYPES.values())
 _PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
 _ENUM_SUFFIX = re.compile(r"\[Enum\]\s*:\s*(.+)$", re.IGNORECASE | re.DOTALL)
+# "(Buy/Sell)": alternatives of single words, in parentheses, separated by slashes.
+_SLASH_ENUM = re.compile(r"\(\s*([\w-]+(?:\s*/\s*[\w-]+)+)\s*\)")
 
 
 def placeholder_for(name: str) -> str:
@@ -230,9 +234,11 @@ def _enum(prop: Mapping[str, Any]) -> list[Any] | None:
     for source in (prop, prop.get("items") if isinstance(prop.get("items"), Mapping) else {}):
         if isinstance(source.get("enum"), list):
             return source["enum"]
-    match = _ENUM_SUFFIX.search(str(prop.get("description", "")))
+    description = str(prop.get("description", ""))
+    match = _ENUM_SUFFIX.search(description)
     if not match:
-        return None
+        slashed = _SLASH_ENUM.search(description)
+        return [v.strip() for v in slashed.group(1).split("/")] if slashed else None
     rest = match.group(1).strip()
     if rest.startswith("["):
         try:

@@ -113,6 +113,26 @@ def test_bools_none_and_small_enums_are_kept():
     )
 
 
+def test_an_enum_listed_in_parentheses_is_kept():
+    # BFCL's place_order declares its order types in prose: "Type of the order (Buy/Sell)."
+    doc = {
+        "name": "place_order",
+        "parameters": {
+            "properties": {
+                "order_type": {"type": "string", "description": "Type of the order (Buy/Sell)."},
+                "symbol": {"type": "string", "description": "Symbol (e.g. AAPL) to trade."},
+            }
+        },
+    }
+    assert (
+        mask_call("place_order(order_type='Buy', symbol='AAPL')", doc)
+        == "place_order(order_type='Buy', symbol=<SYMBOL>)"
+    )
+    assert (
+        mask_call("place_order(order_type='Short')", doc) == "place_order(order_type=<ORDER_TYPE>)"
+    )
+
+
 def test_numbers_are_masked_and_recorded():
     masked = mask_call_detailed("transfer(amount=-25.5, tweet_id=10)")
     assert masked.masked == "transfer(amount=<AMOUNT>, tweet_id=<TWEET_ID>)"
