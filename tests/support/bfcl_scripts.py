@@ -101,7 +101,8 @@ def server_error(request: dict[str, Any]) -> dict[str, Any]:
 
 _CALL_LINE = re.compile(r"^([A-Za-z_]\w*)\((.*)\)$")
 _PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
-_QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
+# A quote opens and closes at a word boundary: "It'd ... Corp's" quotes nothing.
+QUOTED = re.compile(r"(?<!\w)'([^']+)'(?!\w)|(?<!\w)\"([^\"]+)\"(?!\w)")
 
 
 def _memory_calls(system_prompt: str) -> list[str]:
@@ -139,8 +140,183 @@ def memory_follower_text(request: dict[str, Any]) -> dict[str, Any]:
         return {"content": json.dumps([instruction])}
     _, _, turn, made = _position(messages)
     users = [m for m in messages if m["role"] == "user" and m.get("name") != OBSERVATION_NAME]
-    values = [a or b for a, b in _QUOTED.findall(users[-1]["content"])]
+    values = [a or b for a, b in QUOTED.findall(users[-1]["content"])]
     calls = [_fill(c, values) for c in _memory_calls(messages[0]["content"])]
     if made < len(calls):
         return {"content": f"[{calls[made]}]"}
+    return {"content": "Done."}
+
+
+# --- a student that only knows what its memory tells it -------------------------------
+
+_SLOT = re.compile(r"__slot_(\d+)__")
+_UPPER_CODE = re.compile(r"(?<![\w'])[A-Z][A-Z0-9]{1,9}(?![\w'])")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+_INTEGER = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
+_FUNCTIONS_INTRO = "Here is a list of functions in json format that you can invoke."
+NO_MEMORY_REPLY = "I do not know which functions would solve this request."
+
+
+def _prompt_docs(system_prompt: str) -> dict[str, dict[str, Any]]:
+    """The function docs the prompt format lists after its intro line, by name."""
+    if _FUNCTIONS_INTRO not in system_prompt:
+        return {}
+    text = system_prompt.split(_FUNCTIONS_INTRO, 1)[1].lstrip()
+    try:
+        docs, _ = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        return {}
+    return {d["name"]: d for d in docs if isinstance(d, dict) and "name" in d}
+
+
+def _observed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The JSON objects the environment returned in this episode, oldest first.
+
+    A tool result may carry an appended memory hint after its JSON: only the JSON
+    prefix is read."""
+    found = []
+    for message in messages:
+        if message.get("name") != OBSERVATION_NAME:
+            continue
+        body = message["content"].split("\n", 1)[-1]
+        try:
+            results = json.loads(body)
+        except json.JSONDecodeError:
+            continue
+        for item in results if isinstance(results, list) else []:
+            try:
+                value, _ = json.JSONDecoder().raw_decode(str(item.get("result", "")).lstrip())
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and "error" not in value:
+                found.append(value)
+    return found
+
+
+def _user_values(text: str, kind: str) -> list[Any]:
+    """Values of one JSON-schema type mentioned in a user message, in order: quoted
+    phrases then upper-case codes (tickers, IDs) for strings, numerals for numbers."""
+    quoted = [a or b for a, b in QUOTED.findall(text)]
+    bare = QUOTED.sub(" ", text)
+    if kind == "string":
+        return quoted + _UPPER_CODE.findall(bare)
+    if kind == "integer":
+        return [int(v) for v in _INTEGER.findall(bare)]
+    if kind in ("float", "number"):
+        return [float(v) if "." in v else int(v) for v in _NUMBER.findall(bare)]
+    return []
+
+
+def _typed(value: Any, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("float", "number"):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return False
+
+
+def fill_memory_call(
+    masked: str,
+    docs: dict[str, dict[str, Any]],
+    observed: list[dict[str, Any]],
+    user_texts: list[str],
+) -> str | None:
+    """A masked memory call with every placeholder given a concrete value, or None
+    when some placeholder finds none (the student does not guess).
+
+    A placeholder at parameter `p` takes, in order: the latest value the environment
+    returned under the key `p` in this episode; else the next unused value of p's type
+    in `user_texts` (in order). Placeholders inside containers are never filled (the
+    call is skipped)."""
+    slots: list[str] = []
+
+    def slot(match: re.Match) -> str:
+        slots.append(match.group(0))
+        return f"__slot_{len(slots) - 1}__"
+
+    try:
+        node = ast.parse(_PLACEHOLDER.sub(slot, masked), mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        return None
+    props = docs.get(node.func.id, {}).get("parameters", {}).get("properties", {})
+    order = list(props)
+    used: set[tuple[int, str, int]] = set()  # (user turn, type, position) taken
+
+    def value_for(param: str) -> tuple[bool, Any]:
+        kind = props.get(param, {}).get("type", "string")
+        for result in reversed(observed):
+            if param in result and _typed(result[param], kind):
+                return True, result[param]
+        for t, text in enumerate(user_texts):
+            for i, value in enumerate(_user_values(text, kind)):
+                if (t, kind, i) not in used:
+                    used.add((t, kind, i))
+                    return True, value
+        return False, None
+
+    def resolve(value: ast.expr, param: str | None) -> ast.expr | None:
+        if isinstance(value, ast.Name) and _SLOT.fullmatch(value.id):
+            found, concrete = value_for(param) if param else (False, None)
+            return ast.Constant(concrete) if found else None
+        if _SLOT.search(ast.unparse(value)):
+            return None  # a placeholder inside a container
+        return value
+
+    args = []
+    for index, arg in enumerate(node.args):
+        resolved = resolve(arg, order[index] if index < len(order) else None)
+        if resolved is None:
+            return None
+        args.append(resolved)
+    keywords = []
+    for kw in node.keywords:
+        resolved = resolve(kw.value, kw.arg)
+        if resolved is None:
+            return None
+        keywords.append(ast.keyword(arg=kw.arg, value=resolved))
+    return ast.unparse(ast.Call(func=node.func, args=args, keywords=keywords))
+
+
+def memory_procedure_text(request: dict[str, Any]) -> dict[str, Any]:
+    """A student that knows no procedure of its own: without memory it calls nothing.
+
+    With memory it replays, in order, the calls of the Subtask memory injected into its
+    system prompt (the procedure a similar task needed), filling each placeholder from
+    what THIS episode offers (`fill_memory_call`: the environment's earlier results, the
+    user's own words); kept literals (enums, flags) are copied as memory has them. A
+    call it cannot fill is skipped. It reads nothing else: not the task, not the ground
+    truth.
+    """
+    messages = request["messages"]
+    system = messages[0]["content"]
+    if system.startswith("Break the given task"):
+        instruction = system.rsplit("Task:", 1)[1].strip()
+        return {"content": json.dumps([instruction])}
+    memory = _memory_calls(system)
+    if not memory:
+        return {"content": NO_MEMORY_REPLY}
+    users = [
+        i
+        for i, m in enumerate(messages)
+        if m["role"] == "user" and m.get("name") != OBSERVATION_NAME
+    ]
+    texts = [messages[users[-1]]["content"]]  # the current request only
+    issued = [m["content"].strip("[] ") for m in messages[users[-1] :] if m["role"] == "assistant"]
+    position = 0  # memory calls already played or passed over in this turn
+    for call in issued:
+        name = call.split("(", 1)[0]
+        position = next(
+            (i + 1 for i in range(position, len(memory)) if memory[i].startswith(name + "(")),
+            len(memory),
+        )
+    docs = _prompt_docs(system)
+    observed = _observed(messages)
+    for masked in memory[position:]:
+        call = fill_memory_call(masked, docs, observed, texts)
+        if call is not None:
+            return {"content": f"[{call}]"}
     return {"content": "Done."}
