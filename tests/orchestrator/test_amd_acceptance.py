@@ -51,16 +51,6 @@ SOLVED_WITH_MEMORY = {
 }
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """A private local Ray for this module (the same as the end-to-end tests')."""
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.slow
 def test_memory_from_near_duplicate_tasks_solves_what_the_student_fails_alone(tmp_path, ray_local):
     started = time.monotonic()

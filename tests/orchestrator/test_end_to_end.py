@@ -20,15 +20,6 @@ from tests.support.openai_stub import run_stub_server, stub_stats
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
-    yield
-    ray.shutdown()
-
-
 def _config(tmp_path: Path, *overrides: str):
     with initialize_config_module(config_module="distillery.conf", version_base=None):
         cfg = compose(

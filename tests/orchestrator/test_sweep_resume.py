@@ -24,15 +24,6 @@ from tests.support.openai_stub import REPO_ROOT, run_stub_server, stub_stats
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
-    yield
-    ray.shutdown()
-
-
 def _args(tmp_path: Path, url: str, *extra: str) -> list[str]:
     return [
         f"output_dir={tmp_path / 'runs'}",
