@@ -169,3 +169,59 @@ def test_sweep_list_in_config_times_command_line_grid():
 def test_sweep_list_selects_models_by_group():
     points = sweep_points(["+sweep.student=[qwen3_4b,qwen3_8b]"], multirun=False)
     assert [c.student.name for _, c in points] == ["qwen3-4b", "qwen3-8b"]
+
+
+def test_cli_plan_prints_the_graph_and_runs_nothing(tmp_path, capsys):
+    from distillery.orchestrator.cli import run_cli
+
+    code = run_cli(["benchmark.limit=2", f"output_dir={tmp_path}", "--plan"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "plan: 1 sweep point(s), 3 evaluation point(s), 4 stage(s)" in out
+    assert "Nothing ran" in out
+    assert not (tmp_path / "stages").exists()
+
+
+def test_cli_rejects_a_grid_without_multirun(capsys):
+    from distillery.orchestrator.cli import run_cli
+
+    assert run_cli(["seed=0,1", "--plan"]) == 2
+    assert "distillery -m seed=0,1" in capsys.readouterr().err
+
+
+def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(monkeypatch):
+    from distillery.orchestrator.plan import server_key
+    from distillery.orchestrator.run import ServerPool
+    from distillery.workers.llm import servers
+    from distillery.workers.storage import Location
+
+    launched: list[str] = []
+    stopped: list[str] = []
+
+    class Group:
+        def __init__(self, model):
+            self.name = model.name
+            self.endpoints = [f"http://{model.name}/v1"]
+
+        def shutdown(self):
+            stopped.append(self.name)
+
+    def fake_launch(model, log_dir):
+        launched.append(model.name)
+        return Group(model)
+
+    monkeypatch.setattr(servers, "launch_servers", fake_launch)
+    cfgs = [config("teacher=qwen3_8b", f"memory.retrieval.k_wf={k}") for k in (1, 2)]
+    graph = plan_sweep(cfgs)
+    pool = ServerPool(graph, Location.of("/tmp/logs"))
+    order = sorted(graph.stages, key=graph.depth)
+    for i, key in enumerate(order):
+        model = graph.stages[key].model
+        if model is not None:
+            pool.endpoints(model)
+        pool.release_after(key, order[i + 1 :])
+    # the teacher (collect, build) and the student (zero-shot, 2 memory stages) each
+    # started once; the teacher stopped before the students' memory stages ended
+    assert sorted(launched) == ["qwen3-8b", "smollm2-135m"]
+    assert stopped == ["qwen3-8b", "smollm2-135m"]
+    assert server_key(cfgs[0].student) == server_key(cfgs[1].student)
