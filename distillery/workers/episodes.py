@@ -146,12 +146,17 @@ class EpisodeRunner:
             except Exception as exc:  # a bug in an adapter or policy is not the student's
                 failure = ("infra_error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             else:
-                return EpisodeSummary.of(record, write_episode(self.job.episodes_dir, record))
+                return EpisodeSummary.of(record, await self._write(record))
             log.warning("episode %s attempt %d failed: %s", task_id, attempts, failure[1][:300])
             if attempts <= self.job.episode_retries:
                 await asyncio.sleep(self.job.retry_backoff_s * attempts)
         record = self._unscored_record(task, episode_id, started, attempts, *failure)
-        return EpisodeSummary.of(record, write_episode(self.job.episodes_dir, record))
+        return EpisodeSummary.of(record, await self._write(record))
+
+    async def _write(self, record: EpisodeRecord) -> EpisodeFile:
+        # In a thread: the write ends in an fsync (milliseconds of waiting) that would
+        # otherwise stall every other episode of this worker's event loop.
+        return await asyncio.to_thread(write_episode, self.job.episodes_dir, record)
 
     async def _attempt(
         self, task: Task, episode_id: str, started: float, attempts: int

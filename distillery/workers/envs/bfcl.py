@@ -195,14 +195,16 @@ def prompt_system_prompt(function_docs: list[dict[str, Any]] | tuple[dict[str, A
     Mirrors `formulate_system_prompt` for `PROMPT_VARIANT` (python calls, no tool-call
     tag, JSON docs, plaintext, classic style) without importing its heavy module.
     """
+    return _format_prompt(json.dumps(list(function_docs), indent=4))
+
+
+def _format_prompt(functions_json: str) -> str:
     style = default_prompts.PROMPT_STYLE_TEMPLATES["classic"]
     tool_call_format = style["tool_call_no_tag"].format(
         output_format=default_prompts.OUTPUT_FORMAT_MAPPING["python"],
         param_types=default_prompts.PARAM_TYPE_MAPPING["python"],
     )
-    available_tools = style["available_tools"].format(
-        format="json", functions=json.dumps(list(function_docs), indent=4)
-    )
+    available_tools = style["available_tools"].format(format="json", functions=functions_json)
     return default_prompts.PROMPT_TEMPLATE_MAPPING["plaintext"].format(
         persona=style["persona"],
         task=style["task"],
@@ -212,7 +214,52 @@ def prompt_system_prompt(function_docs: list[dict[str, Any]] | tuple[dict[str, A
     )
 
 
+# Dumping ~20 docs with indent takes ~1 ms of pure-Python JSON per episode. A task's
+# docs are its classes' docs in order, so the prompt is assembled from each class's
+# docs dumped once per process; the result is the same string, character for character.
+
+
+@functools.cache
+def _class_doc_items(class_name: str) -> tuple[str, ...]:
+    """Each doc of the class as `json.dumps(docs, indent=4)` writes a list item."""
+    items = []
+    for doc in _class_docs(class_name):
+        doc = copy.deepcopy(doc)
+        doc["description"] += PYTHON_HINT
+        # Raw newlines in JSON are structural (newlines in strings are escaped), so
+        # indenting every line by one level gives the item's encoding inside a list.
+        items.append("    " + json.dumps(doc, indent=4).replace("\n", "\n    "))
+    return tuple(items)
+
+
+@functools.lru_cache(maxsize=512)
+def _classes_prompt(involved_classes: tuple[str, ...]) -> str:
+    items = [item for name in involved_classes for item in _class_doc_items(name)]
+    return _format_prompt("[\n" + ",\n".join(items) + "\n]" if items else "[]")
+
+
+@functools.cache
+def _loaded_tasks() -> dict[str, Task]:
+    return {task.task_id: task for task in _load()[2]}
+
+
+def _task_prompt(task: Task) -> str:
+    """`prompt_system_prompt(task.function_docs)`, shared by tasks built from the data
+    (tasks are read-only; any other docs are dumped as they are)."""
+    loaded = _loaded_tasks().get(task.task_id)
+    if loaded is not None and loaded.function_docs is task.function_docs:
+        entry = _load()[0][task.task_id]  # the pristine official entry
+        return _classes_prompt(tuple(entry["involved_classes"]))
+    return prompt_system_prompt(task.function_docs)
+
+
 # -------------------------------------------------------------------- environment
+
+
+@functools.cache
+def _allowed_names(involved_classes: tuple[str, ...]) -> frozenset[str]:
+    """The functions of these classes (the names `_function_docs` offers)."""
+    return frozenset(doc["name"] for cls in involved_classes for doc in _class_docs(cls))
 
 
 def _model_name(episode_tag: str) -> str:
@@ -257,7 +304,7 @@ class BfclEnvironment:
         }
         self._ground_truth = copy.deepcopy(ground_truth)
         # From the official docs, not `task`: a tampered Task must not widen what runs.
-        self._allowed = frozenset(doc["name"] for doc in _function_docs(entry))
+        self._allowed = _allowed_names(tuple(entry["involved_classes"]))
         self._limits = limits
         self._turns: list[list[list[str]]] = []  # closed turns -> steps -> call sources
         self._current: list[list[str]] = []
@@ -267,7 +314,7 @@ class BfclEnvironment:
 
     def system_prompt(self, action_format: str) -> str:
         if action_format == "prompt":
-            return prompt_system_prompt(self.task.function_docs)
+            return _task_prompt(self.task)
         if action_format == "native":
             return NATIVE_SYSTEM_PROMPT
         raise ValueError(f"unknown action format {action_format!r}; use 'native' or 'prompt'")

@@ -4,18 +4,29 @@ Retries are ours, not the openai package's, so attempts can be counted: transpor
 errors, timeouts, 429 and 5xx are retried with exponential backoff and jitter; 400/422
 mean this request is impossible (`RequestRejected`); 401/403/404 are configuration
 problems (`InfraError` at once, with what to check).
+
+Per request CPU matters (one worker drives dozens of episodes): the body is encoded
+here once (big strings such as a ~40 KB system prompt, and tool schemas, are encoded
+once and reused) and sent as bytes through the openai client's generic POST, and the
+reply is read with `json.loads`; the typed `create()` path and pydantic parsing cost
+more than the rest of an episode step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import os
 import random
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
+import pydantic
 
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ChatResult, InfraError, RequestRejected, Usage
@@ -87,16 +98,14 @@ class ChatClient:
         if extra_body:
             request.update(extra_body)
 
+        body = _encode_request(request)
         last: Exception | None = None
         for attempt in range(1, self.max_retries + 2):
             started = time.perf_counter()
             try:
-                # The client's generic POST sends our JSON body as is: `create()` first
-                # walks every message through its typed transforms, which cost more CPU
-                # than the whole rest of an episode step (measured: ~40 %).
-                response = await self._client.post(
-                    "/chat/completions", body=request, cast_to=ChatCompletion
-                )
+                # The client's generic POST sends our bytes as is (`create()` first walks
+                # every message through typed transforms) and hands back the raw reply.
+                response = await self._client.post("/chat/completions", content=body, cast_to=bytes)
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status in (400, 422):
@@ -139,27 +148,131 @@ def _short(exc: Exception | None, limit: int = 300) -> str:
     return str(exc)[:limit] if exc else ""
 
 
-def _to_result(response: Any, latency_s: float, attempts: int, endpoint: str) -> ChatResult:
-    choice = response.choices[0]
-    message = choice.message
+# ------------------------------------------------------------------ request bodies
+
+
+def _default(value: Any) -> Any:
+    """What openai's own encoder adds to JSON: datetimes and pydantic models."""
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(exclude_unset=True, mode="json", by_alias=True)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The same bytes openai's `openapi_dumps` produces (compact, UTF-8, no NaN).
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_default
+)
+_dumps = _ENCODER.encode
+
+_BIG_STRING = 1024  # strings at least this long are encoded once (a system prompt)
+
+
+class _LruCache:
+    """(kept object, encoding) by key, least recently used first out; thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[Any, tuple[Any, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or(self, key: Any, make: Callable[[], tuple[Any, str]]) -> str:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                return entry[1]
+        entry = make()
+        with self._lock:
+            self._entries[key] = entry
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return entry[1]
+
+
+# Strings are immutable, so a string's encoding can be reused wherever it recurs (a
+# system prompt is sent again at every step of an episode and shared across episodes).
+_STRINGS = _LruCache(128)
+# Tool schemas are the tasks' shared, read-only dicts (~20 per task, ~1 KB each): each
+# is encoded once. An entry keeps its dict alive, so the id cannot be reused meanwhile.
+_TOOLS = _LruCache(8192)
+
+
+def _encode_string(text: str) -> str:
+    if len(text) < _BIG_STRING:
+        return _dumps(text)
+    return _STRINGS.get_or(text, lambda: (None, _dumps(text)))
+
+
+def _encode_message(message: Any) -> str:
+    if type(message) is not dict:
+        return _dumps(message)
+    parts = []
+    for key, value in message.items():
+        if type(key) is not str:  # json's own key coercion and ordering rules apply
+            return _dumps(message)
+        encoded = _encode_string(value) if type(value) is str else _dumps(value)
+        parts.append(f"{_dumps(key)}:{encoded}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _encode_tool(tool: Any) -> str:
+    if type(tool) is not dict:
+        return _dumps(tool)
+    return _TOOLS.get_or(id(tool), lambda: (tool, _dumps(tool)))
+
+
+def _encode_request(request: dict[str, Any]) -> bytes:
+    """`request` as openai would send it, byte for byte, without re-encoding the parts
+    that repeat on every step of an episode."""
+    parts = []
+    for key, value in request.items():
+        if key == "messages" and type(value) is list:
+            encoded = "[" + ",".join(_encode_message(m) for m in value) + "]"
+        elif key == "tools" and type(value) is list:
+            encoded = "[" + ",".join(_encode_tool(t) for t in value) + "]"
+        else:
+            encoded = _dumps(value)
+        parts.append(f"{_dumps(key)}:{encoded}")
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+# ------------------------------------------------------------------------- replies
+
+
+def _to_result(body: bytes, latency_s: float, attempts: int, endpoint: str) -> ChatResult:
+    try:
+        response = json.loads(body)
+        choice = response["choices"][0]
+        message = choice.get("message") or {}
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        raise InfraError(
+            f"{endpoint} sent a malformed chat completion: {type(exc).__name__}: "
+            f"{_short(exc)}; body starts {body[:200]!r}"
+        ) from None
     tool_calls = []
-    for call in message.tool_calls or []:
-        function = getattr(call, "function", None)
+    for call in message.get("tool_calls") or []:
+        function = call.get("function")
         if function is None:
             continue
         tool_calls.append(
-            {"id": call.id, "name": function.name, "arguments": function.arguments or "{}"}
+            {
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "arguments": function.get("arguments") or "{}",
+            }
         )
-    usage = response.usage
+    usage = response.get("usage") or {}
     return ChatResult(
-        text=message.content or "",
+        text=message.get("content") or "",
         tool_calls=tool_calls,
         usage=Usage(
-            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
         ),
         latency_s=latency_s,
-        finish_reason=choice.finish_reason,
+        finish_reason=choice.get("finish_reason"),
         attempts=attempts,
         endpoint=endpoint,
     )

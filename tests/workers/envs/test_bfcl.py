@@ -21,6 +21,7 @@ from distillery.workers.envs.bfcl import (
     PROMPT_VARIANT,
     BfclEnvironment,
     BfclMultiTurnBase,
+    prompt_system_prompt,
 )
 from distillery.workers.envs.calls import check_call
 from distillery.workers.envs.registry import make_benchmark
@@ -231,6 +232,32 @@ def test_prompt_system_prompt_is_bfcl_default(task0, bench):
         assert json.dumps(list(task0.function_docs), indent=4) in prompt
     finally:
         env.close()
+
+
+def test_every_task_prompt_is_exactly_its_docs_dumped(bench, tasks):
+    # Prompts are assembled from per-class pieces dumped once per process: the result
+    # must be the very string of the whole docs list dumped at once, for every task.
+    for task in tasks:
+        env = bench.make_env(task, "prompt")
+        try:
+            assert env.system_prompt("prompt") == prompt_system_prompt(task.function_docs)
+        finally:
+            env.close()
+
+
+def test_a_task_with_other_docs_gets_the_prompt_of_its_own_docs(bench, task0):
+    from dataclasses import replace
+
+    docs = tuple({**doc, "description": "changed"} for doc in task0.function_docs[:2])
+    env = bench.make_env(replace(task0, function_docs=docs), "prompt")
+    original = bench.make_env(task0, "prompt")
+    try:
+        prompt = env.system_prompt("prompt")
+        assert prompt == prompt_system_prompt(docs)
+        assert prompt != original.system_prompt("prompt")
+    finally:
+        env.close()
+        original.close()
 
 
 def test_native_system_prompt(task0, bench):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from distillery.workers.llm.client import ChatClient, api_key_from_env
+from distillery.workers.llm.client import ChatClient, _encode_request, _to_result, api_key_from_env
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import InfraError, RequestRejected
 from tests.support.openai_stub import run_stub_server, stub_stats
@@ -89,3 +89,53 @@ def test_api_key_comes_from_the_named_variable_and_is_never_shown(monkeypatch):
     with pytest.raises(InfraError, match="DISTILLERY_TEST_KEY"):
         api_key_from_env("DISTILLERY_TEST_KEY")
     assert api_key_from_env(None) is None
+
+
+def test_request_body_is_what_openai_would_send_byte_for_byte():
+    import datetime
+
+    from openai._utils._json import openapi_dumps
+
+    big = 'a "quoted" \\ line\nwith unicode é \u2028 ' * 200  # long: encoded once, reused
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    request = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": big},
+            {"role": "user", "content": "héllo"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": big},
+            {"role": "user", "content": [{"type": "text", "text": big}]},
+        ],
+        "temperature": 0.0,
+        "max_tokens": 5,
+        "tools": [tool, tool],
+        "seed": 3,
+        "extra": {"at": datetime.datetime(2020, 1, 2, 3, 4, 5)},
+    }
+    for _ in range(2):  # cold and cached
+        assert _encode_request(request) == openapi_dumps(request)
+    with pytest.raises(ValueError):
+        _encode_request({"messages": [{"role": "user", "content": float("nan")}]})
+
+
+def test_malformed_completion_is_an_infra_error():
+    for body in (b"<html>bad gateway</html>", b"{}", b'{"choices": []}'):
+        with pytest.raises(InfraError, match="malformed"):
+            _to_result(body, 0.1, 1, "http://h/v1")
+    result = _to_result(
+        b'{"choices": [{"message": {"content": null, "tool_calls": [{"id": "x", "type": '
+        b'"custom"}, {"id": "y", "function": {"name": "g", "arguments": ""}}]}}]}',
+        0.1,
+        1,
+        "http://h/v1",
+    )
+    assert result.text == "" and result.usage.prompt_tokens == 0
+    assert result.tool_calls == [{"id": "y", "name": "g", "arguments": "{}"}]
+    assert result.finish_reason is None
