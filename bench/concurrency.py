@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 from distillery.orchestrator.config import ClusterConfig  # noqa: E402
-from distillery.orchestrator.run import ray_session, run_agent  # noqa: E402
+from distillery.orchestrator.run import longest_first, ray_session, run_agent  # noqa: E402
 from distillery.workers.envs.registry import make_benchmark  # noqa: E402
 from distillery.workers.episodes import AgentJob, EpisodeRunner  # noqa: E402
 from distillery.workers.llm.config import ModelConfig  # noqa: E402
@@ -188,9 +188,11 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    task_ids = [t.task_id for t in make_benchmark("bfcl_multi_turn_base").load_tasks()]
+    tasks = {t.task_id: t for t in make_benchmark("bfcl_multi_turn_base").load_tasks()}
+    task_ids = list(tasks)
     sample = task_ids[: args.sequential_sample]
-    task_ids = task_ids[: args.episodes] * args.repeats
+    # The orchestrator's dispatch order (longest first), as a sweep stage uses it.
+    task_ids = longest_first(task_ids[: args.episodes] * args.repeats, tasks)
     with (
         tempfile.TemporaryDirectory() as tmp,
         run_stub_server(script=SCRIPT, delay_s=args.delay) as url,

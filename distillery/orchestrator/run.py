@@ -35,6 +35,7 @@ from distillery.orchestrator.plan import (
 from distillery.orchestrator.protocols import TaskSplit
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, ui_hint
+from distillery.workers.envs.base import Task
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.bank import BuiltBank, bank_id_for
@@ -158,7 +159,7 @@ class Sweep:
     def _play(self, stage: Stage, prefix: str) -> bool:
         needed = self.graph.needs.get(stage.key, set())
         done = self.ledger.episodes(stage.key)
-        missing = sorted(needed - set(done), key=_task_order)
+        missing = longest_first(sorted(needed - set(done), key=_task_order), self.graph.tasks)
         if not missing:
             self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {stage.label}")
             return False
@@ -386,6 +387,16 @@ class MemoryStage:
             return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
         endpoints = self.sweep.servers.endpoints(model)
         return ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+
+
+def longest_first(task_ids: list[str], tasks: dict[str, Task]) -> list[str]:
+    """Dispatch order: tasks with more user turns first (stable otherwise).
+
+    With C slots the run ends when its last episode does; starting the long ones early
+    keeps one long episode from running alone at the end (on BFCL at C=64 this raises
+    the best possible speed-up from 0.79 to 0.89 of C for 200 episodes). Turn counts
+    are what the agent sees anyway: no ground truth is used."""
+    return sorted(task_ids, key=lambda t: -len(tasks[t].turns) if t in tasks else 0)
 
 
 def _task_order(task_id: str) -> tuple:
