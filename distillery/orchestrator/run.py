@@ -359,7 +359,8 @@ class MemoryStage:
             }
         )
         if ray_get(self.service.has_bank.remote(bank_id)):
-            return {"bank_id": bank_id, "reused": True}
+            counts = ray_get(self.service.bank_counts.remote(bank_id))
+            return {"bank_id": bank_id, "counts": counts, "reused": True}
         tasks = [self.sweep.graph.tasks[e.task_id] for e in episodes]
         bank = self._run_built(cfg, build_bank_task, episodes, tasks, source.split, False)
         counts = ray_get(self.service.write_bank.remote(bank_id, bank))
@@ -371,7 +372,8 @@ class MemoryStage:
         cfg = self.sweep.graph.bank_sources[base_key].cfg
         text_id = digest_of({"bank": base_id, "render": stage.identity})
         if ray_get(self.service.has_bank.remote(text_id)):
-            return {"bank_id": text_id, "reused": True}
+            counts = ray_get(self.service.bank_counts.remote(text_id))
+            return {"bank_id": text_id, "counts": counts, "reused": True}
         base = ray_get(self.service.load_bank.remote(base_id))
         bank = self._run_built(cfg, render_text_task, base)
         counts = ray_get(self.service.write_bank.remote(text_id, bank))

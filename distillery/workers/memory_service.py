@@ -17,7 +17,7 @@ from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.embedding import make_embedder
 from distillery.workers.memory.records import MEMORY_TYPES
 from distillery.workers.memory.retrieval import BankRetriever, Hit, Isolation
-from distillery.workers.memory.store import MemoryStore
+from distillery.workers.memory.store import MemoryStore, collection_name
 
 
 class MemoryServiceImpl:
@@ -36,6 +36,10 @@ class MemoryServiceImpl:
 
     def has_bank(self, bank_id: str) -> bool:
         return self.store.has_bank(bank_id)
+
+    def bank_counts(self, bank_id: str) -> dict[str, int]:
+        """Entries per memory type of a stored bank (for a bank reused, not rebuilt)."""
+        return {t: self.store.count(collection_name(bank_id, t)) for t in MEMORY_TYPES}
 
     def write_bank(self, bank_id: str, bank: BuiltBank) -> dict[str, int]:
         """Embed each entry's key text and store the three collections."""

@@ -194,3 +194,23 @@ def test_a_sweep_killed_mid_run_finishes_on_rerun_like_an_uninterrupted_one(tmp_
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1  # the resumed sweep reopened its parent run
     assert len(runs) == 1 + 2
+
+
+def test_a_bank_in_a_shared_store_is_reused_by_another_output_root(tmp_path, ray_local):
+    """A new ledger (another output_dir) but the same Qdrant store: the build stage
+    finds its content-addressed bank there instead of building it again."""
+    store = f"memory.store.path={tmp_path / 'qdrant'}"
+    with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
+        first, second = (
+            run_sweep(
+                _configs(
+                    _args(tmp_path / name, url, "benchmark.limit=2", "methods=[amd_wf]", store),
+                    multirun=False,
+                ),
+                progress=False,
+            )
+            for name in ("a", "b")
+        )
+    built, reused = (r.points[0].methods[0].metrics for r in (first, second))
+    assert built["bank_wf"] == reused["bank_wf"] == 2
+    assert "build.wf.deterministic" in built and "build.wf.deterministic" not in reused
