@@ -34,6 +34,9 @@ _SUMMARY_FIELDS = {f.name for f in fields(EpisodeSummary)}
 class Ledger:
     def __init__(self, root: str | Location) -> None:
         self.root = root if isinstance(root, Location) else Location.of(root)
+        # (file, sha256) pairs already found intact: planning, playing and building
+        # all ask, and on an object store every check is a download.
+        self._intact_files: set[tuple[str, str]] = set()
 
     # -- places -------------------------------------------------------------------
 
@@ -91,7 +94,7 @@ class Ledger:
                 continue
             if not summary.finished:
                 continue
-            if verify and not self._intact(summary):
+            if verify and not self.intact(summary):
                 log.warning(
                     "episode file of %s in %s is missing or corrupted; it will be re-run",
                     summary.task_id,
@@ -110,14 +113,18 @@ class Ledger:
             out[summary.task_id] = summary
         return out
 
-    @staticmethod
-    def _intact(summary: EpisodeSummary) -> bool:
+    def intact(self, summary: EpisodeSummary) -> bool:
         if not summary.file or not summary.sha256:
             return False
+        if (summary.file, summary.sha256) in self._intact_files:
+            return True
         try:
-            return sha256(Location.of(summary.file).read_bytes()) == summary.sha256
-        except (OSError, FileNotFoundError):
+            ok = sha256(Location.of(summary.file).read_bytes()) == summary.sha256
+        except OSError:
             return False
+        if ok:
+            self._intact_files.add((summary.file, summary.sha256))
+        return ok
 
     # -- bank stages ----------------------------------------------------------------
 

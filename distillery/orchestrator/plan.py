@@ -75,14 +75,12 @@ class StageGraph:
                 continue
             seen.append(k)
             todo.extend(self.stages[k].upstream)
-        return tuple(sorted(seen, key=lambda k: list(self.stages).index(k)))
+        position = {k: i for i, k in enumerate(self.stages)}
+        return tuple(sorted(seen, key=position.__getitem__))
 
     def depth(self, key: StageKey) -> int:
         ups = self.stages[key].upstream
         return 0 if not ups else 1 + max(self.depth(u) for u in ups)
-
-    def models_in_use(self) -> dict[str, ModelConfig]:
-        return {server_key(s.model): s.model for s in self.stages.values() if s.model}
 
 
 def server_key(model: ModelConfig) -> str:
@@ -115,10 +113,6 @@ def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int
     }
 
 
-def _model_label(model: ModelConfig) -> str:
-    return model.name
-
-
 def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
     """Expand sweep points into the shared stage graph (nothing runs)."""
     if not configs:
@@ -147,7 +141,7 @@ def _collect(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
             key=stage_key("collect", identity),
             identity=identity,
             upstream=(),
-            label=f"collect teacher={_model_label(teacher)} {cfg.benchmark.name}",
+            label=f"collect teacher={teacher.name} {cfg.benchmark.name}",
             model=None if teacher.backend == "oracle" else teacher,
             role="teacher",
         )
@@ -162,7 +156,7 @@ def _zero_shot(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
             key=stage_key("evaluate", identity),
             identity=identity,
             upstream=(),
-            label=f"evaluate student={_model_label(student)} zero_shot seed={cfg.seed}",
+            label=f"evaluate student={student.name} zero_shot seed={cfg.seed}",
             model=None if student.backend == "oracle" else student,
             role="student",
         )
@@ -197,7 +191,7 @@ def _plan_method(
                 identity=identity,
                 upstream=(bank_stage,),
                 label=(
-                    f"evaluate student={_model_label(cfg.student)} {name} "
+                    f"evaluate student={cfg.student.name} {name} "
                     f"({'+'.join(retrieval.types)}) {cfg.protocol.name} seed={cfg.seed}"
                 ),
                 model=None if cfg.student.backend == "oracle" else cfg.student,

@@ -46,7 +46,12 @@ from distillery.workers.memory_service import (
     render_text_task,
 )
 from distillery.workers.storage import Location
-from distillery.workers.trajectories import read_episode_file, read_episodes, record_from_row
+from distillery.workers.trajectories import (
+    EpisodeRecord,
+    read_episode_file,
+    read_episodes,
+    record_from_row,
+)
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,7 @@ class Sweep:
                 self.ledger.record_run(key, wall, wall * self.servers.gpus(stage.model))
             else:
                 self.stages_cached += 1
-            self.servers.release_after(key, order[index:])
+            self.servers.release_unused(order[index:])
 
     def _model_order(self, key: StageKey) -> str:
         model = self.graph.stages[key].model
@@ -220,12 +225,19 @@ class Sweep:
             raise RuntimeError(f"{point.stage} has no episode for {missing[:3]}...")
         return [records[t] for t in point.split.eval_ids]
 
-    def point_metrics(self, point: EvalPoint, summaries: list[EpisodeSummary]) -> dict:
+    def point_records(self, point: EvalPoint) -> list[EpisodeRecord]:
+        """The full episode records of the point's evaluated tasks (read from disk)."""
+        wanted = set(point.split.eval_ids)
+        return [
+            r for r in read_episodes(self.ledger.episodes_dir(point.stage)) if r.task_id in wanted
+        ]
+
+    def point_metrics(
+        self, point: EvalPoint, summaries: list[EpisodeSummary], records: list[EpisodeRecord]
+    ) -> dict:
         metrics = agent_metrics(summaries)
         if point.bank_stage is not None:
-            metrics.update(
-                memory_metrics(self.ledger.episodes_dir(point.stage), point.split.eval_ids)
-            )
+            metrics.update(memory_metrics(records))
             output = self.ledger.output(point.bank_stage) or {}
             metrics.update({f"bank_{t}": float(n) for t, n in output.get("counts", {}).items()})
             metrics.update(
@@ -264,7 +276,8 @@ class ServerPool:
             return 0.0
         return float(model.replicas * max(model.gpus_per_server, 1))
 
-    def release_after(self, done: StageKey, remaining: list[StageKey]) -> None:
+    def release_unused(self, remaining: list[StageKey]) -> None:
+        """Stop the servers of models no remaining stage uses."""
         still = {
             server_key(self.graph.stages[k].model)  # type: ignore[arg-type]
             for k in remaining
@@ -407,14 +420,13 @@ def _task_order(task_id: str) -> tuple:
     return (head, int(tail)) if tail.isdigit() else (task_id, 0)
 
 
-def memory_metrics(episodes_dir: Location, eval_ids: tuple[str, ...]) -> dict[str, float]:
+def memory_metrics(records: list[EpisodeRecord]) -> dict[str, float]:
     """Isolation audit and injection counts from the episodes' retrieval logs."""
-    wanted = set(eval_ids)
     totals = {"isolation_violations": 0.0, "isolation_checked": 0.0}
     injected = {"wf": 0.0, "st": 0.0, "fn": 0.0}
     fallbacks = 0.0
-    for record in read_episodes(episodes_dir):
-        if record.task_id not in wanted or not record.extra_json:
+    for record in records:
+        if not record.extra_json:
             continue
         log = json.loads(record.extra_json)
         totals["isolation_violations"] += log.get("isolation_violations", 0)
@@ -524,7 +536,9 @@ def _log_points(
     for point in sweep.graph.points.values():
         cfg = point.cfg
         summaries = sweep.point_summaries(point)
-        metrics = sweep.point_metrics(point, summaries)
+        needs_records = point.bank_stage is not None or cfg.tracking.trace_sample > 0
+        records = sweep.point_records(point) if needs_records else []
+        metrics = sweep.point_metrics(point, summaries, records)
         method = point.method
         retrieval = point.retrieval
         episodes_dir = sweep.ledger.episodes_dir(point.stage)
@@ -545,12 +559,6 @@ def _log_points(
         }
         if point.bank_stage is not None:
             params["memory.bank_id"] = sweep.memory.bank_of(point.bank_stage)
-        records = []
-        trace_sample = cfg.tracking.trace_sample
-        if trace_sample:
-            records = [
-                r for r in read_episodes(episodes_dir) if r.task_id in set(point.split.eval_ids)
-            ]
         child_id = tracker.log_agent(
             run_name=f"{point.method_name}:{point.model.name}",
             params=params,
@@ -573,7 +581,7 @@ def _log_points(
                 cfg.benchmark.name, list(point.split.eval_ids), point.split.eval_ids_sha
             ),
             traces=records,
-            trace_sample=trace_sample,
+            trace_sample=cfg.tracking.trace_sample,
         )
         out[point.point_id] = MethodResult(
             point.method_name,

@@ -219,7 +219,7 @@ def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(mo
         model = graph.stages[key].model
         if model is not None:
             pool.endpoints(model)
-        pool.release_after(key, order[i + 1 :])
+        pool.release_unused(order[i + 1 :])
     # the teacher (collect, build) and the student (zero-shot, 2 memory stages) each
     # started once; the teacher stopped before the students' memory stages ended
     assert sorted(launched) == ["qwen3-8b", "smollm2-135m"]
