@@ -81,6 +81,8 @@ def _override_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, list | tuple):
         return "[" + ",".join(_override_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # merged into the node: {k_st: 3} changes only k_st
+        return "{" + ",".join(f"{k}:{_override_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -125,22 +127,21 @@ def run_cli(argv: list[str]) -> int:
         if at + 1 < len(argv) and argv[at + 1] in ("job", "hydra", "all"):
             argv = argv[: at + 1] + argv[at + 2 :]
     overrides = rewrite_role_overrides([a for a in argv if a not in _FLAGS])
+    # One validation for --cfg, --plan and a run: the same configs pass or fail, with
+    # the same message, before anything prints or starts.
     try:
         points = sweep_points(overrides, multirun=bool(flags & {"-m", "--multirun"}))
-        if "--cfg" in flags:
-            for _, composed in points:
-                print(OmegaConf.to_yaml(composed))
-            return 0
-        configs = _validated(points)
-    except ConfigError as exc:
-        print(f"distillery: {exc}", file=sys.stderr)
-        print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
-        return 2
+        configs = validate_sweep(points)
+    except ValueError as exc:  # ConfigError, or a bad split, task id or sweep
+        return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
         if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            print(f"distillery: {exc}", file=sys.stderr)
-            return 2
+            return _refuse(exc)
         raise
+    if "--cfg" in flags:
+        for _, composed in points:
+            print(OmegaConf.to_yaml(composed))
+        return 0
 
     from distillery.orchestrator.run import plan, print_summary, run_sweep
 
@@ -150,11 +151,27 @@ def run_cli(argv: list[str]) -> int:
             print("Nothing ran. Drop --plan to run what is not cached.")
             return 0
         result = run_sweep(configs)
-    except ValueError as exc:  # a bad split, task id or sweep, found before Ray starts
-        print(f"distillery: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # found before Ray starts (e.g. a remote root without a store)
+        return _refuse(exc)
     print_summary(result)
     return 0
+
+
+def validate_sweep(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+    """Every point typed and validated, then the sweep planned (task ids resolved, the
+    protocol's split made, shared runtime checked) without running anything."""
+    from distillery.orchestrator.plan import plan_sweep
+
+    configs = _validated(points)
+    plan_sweep(configs)
+    return configs
+
+
+def _refuse(exc: BaseException) -> int:
+    print(f"distillery: {exc}", file=sys.stderr)
+    if isinstance(exc, ConfigError):
+        print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
+    return 2
 
 
 def main() -> None:

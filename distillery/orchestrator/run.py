@@ -30,8 +30,10 @@ from distillery.orchestrator.plan import (
     format_plan,
     plan_sweep,
     server_key,
+    stage_line,
     stage_status,
 )
+from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.protocols import TaskSplit
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, ui_hint
@@ -75,6 +77,7 @@ class MethodResult:
     mlflow_run_id: str | None
     point_id: str = ""
     stage: str = ""  # the episode stage scored, e.g. evaluate:1f2e...
+    descriptor: str = ""  # what tells this point from the sweep's others: "k_st=3 seed=1"
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ class Sweep:
         self.sweep_dir = self.ledger.sweep_dir(self.sweep_id)
         self.memory = MemoryStage(self)
         self.servers = ServerPool(graph, self.sweep_dir / "logs")
+        self.names = name_sweep(graph)
         self.stages_run = 0
         self.stages_cached = 0
 
@@ -166,11 +170,11 @@ class Sweep:
         done = self.ledger.episodes(stage.key)
         missing = longest_first(sorted(needed - set(done), key=_task_order), self.graph.tasks)
         if not missing:
-            self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {stage.label}")
+            self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {self.line(stage)}")
             return False
         self._say(
             f"{prefix} {stage.key} running {len(missing)} episodes "
-            f"({len(needed) - len(missing)} cached)  {stage.label}"
+            f"({len(needed) - len(missing)} cached)  {self.line(stage)}"
         )
         cfg = self._config_of(stage)
         model = cfg.teacher if stage.role == "teacher" else cfg.student
@@ -202,6 +206,7 @@ class Sweep:
             self.cfg.cluster,
             self.progress,
             on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+            desc=f"{stage.key.kind} {stage.role}:{model.name} {self.names.stage(stage.key)}".strip(),
         )
         return True
 
@@ -211,6 +216,9 @@ class Sweep:
             if stage.key in point.upstream:
                 return point.cfg
         return self.cfg
+
+    def line(self, stage: Stage) -> str:
+        return stage_line(self.graph, stage.key, self.names)
 
     def _say(self, text: str) -> None:
         if self.progress:
@@ -344,7 +352,7 @@ class MemoryStage:
         if output is not None and ray_get(self.service.has_bank.remote(output["bank_id"])):
             self.sweep._say(f"{prefix} {stage.key} cached: bank {output['bank_id'][:16]}")
             return False
-        self.sweep._say(f"{prefix} {stage.key} building  {stage.label}")
+        self.sweep._say(f"{prefix} {stage.key} building  {self.sweep.line(stage)}")
         output = self._build(stage) if stage.key.kind == "build" else self._render(stage)
         ledger.record_output(stage.key, output)
         return True
@@ -559,8 +567,10 @@ def _log_points(
         }
         if point.bank_stage is not None:
             params["memory.bank_id"] = sweep.memory.bank_of(point.bank_stage)
+        descriptor = sweep.names.point(point.point_id)
+        point_tags["distillery.descriptor"] = descriptor
         child_id = tracker.log_agent(
-            run_name=f"{point.method_name}:{point.model.name}",
+            run_name=" ".join([f"{point.method_name}:{point.model.name}", descriptor]).strip(),
             params=params,
             tags=point_tags,
             metrics=metrics,
@@ -594,6 +604,7 @@ def _log_points(
             child_id,
             point.point_id,
             str(point.stage),
+            descriptor,
         )
     return out
 
@@ -731,6 +742,7 @@ def run_agent(
     cluster: ClusterConfig,
     progress: bool = True,
     on_summary: Callable[[EpisodeSummary], None] | None = None,
+    desc: str | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight."""
     import ray
@@ -759,7 +771,7 @@ def run_agent(
     summaries: list[EpisodeSummary] = []
     bar = tqdm(
         total=len(task_ids),
-        desc=f"{job.stage} {job.role}:{job.model.name}",
+        desc=desc or f"{job.stage} {job.role}:{job.model.name}",
         unit="ep",
         disable=not progress,
     )
@@ -855,13 +867,19 @@ def print_summary(result: SweepResult) -> None:
         f"sweep {result.sweep_id}: {len(result.points)} point(s); stages run "
         f"{result.stages_run}, reused {result.stages_cached} -> {result.sweep_dir}"
     )
+    shown: set[str] = set()  # a point shared by sweep points (zero-shot) is shown once
     for point in result.points:
         split = point.split
+        fresh = [m for m in point.methods if m.point_id not in shown]
+        shown.update(m.point_id for m in fresh)
+        if not fresh:
+            continue
         print(f"  {len(split.eval_ids)} evaluated tasks ({len(split.memory_ids)} memory tasks)")
-        for m in point.methods:
+        for m in fresh:
             x = m.metrics
             print(
-                f"    {m.name:16s} {m.model.name:16s} success {x['success_rate']:6.1%} "
+                f"    {m.name:16s} {m.model.name:16s} {m.descriptor + ' ' if m.descriptor else ''}"
+                f"success {x['success_rate']:6.1%} "
                 f"[95% CI {x['success_rate_ci_low']:.1%}-{x['success_rate_ci_high']:.1%}] "
                 f"n={int(x['n_scored'])} steps={x['mean_steps']:.1f} "
                 f"tokens={int(x['tokens_in'])}/{int(x['tokens_out'])} "
