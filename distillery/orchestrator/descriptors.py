@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 # Shown first, in this order; the rest follow in the order facets were added.
 _LEADING = ("student", "teacher", "protocol", "seed")
+RETRIEVAL_KEYS = frozenset(
+    f"{what}_{t}" for what in ("k", "threshold", "representation") for t in ("wf", "st", "fn")
+) | {"subtask_query", "max_subtasks", "block_max_chars"}
 # Model fields never worth showing (the name is shown as the model itself).
 _MODEL_SKIP = RUNTIME_MODEL_FIELDS | {"seed", "name"}
 
@@ -93,8 +96,31 @@ def shared_facets(facets: Iterable[Mapping[str, str]]) -> dict[str, str]:
     return {k: v for k, v in first.items() if all(f.get(k) == v for f in facets[1:])}
 
 
+def agreed_facets(facets: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Key/values on which every facet set that has the key agrees (the teacher of a
+    sweep whose zero-shot points have no teacher)."""
+    values: dict[str, set[str]] = {}
+    for one in facets:
+        for key, value in one.items():
+            values.setdefault(key, set()).add(value)
+    return {k: next(iter(v)) for k, v in values.items() if len(v) == 1}
+
+
 def render(facets: Mapping[str, str], keys: Iterable[str]) -> str:
     return " ".join(f"{k}={facets[k]}" for k in keys if k in facets)
+
+
+def _varies_within_model(key: str, facets: Mapping[str, Mapping[str, str]]) -> bool:
+    """A model field (`student.temperature`) is named only where it varies for one
+    model; between models (qwen3-4b vs qwen3-8b) the model's name says it."""
+    role, dot, _ = key.partition(".")
+    if not dot or role not in ("student", "teacher"):
+        return True
+    by_model: dict[str, list[Mapping[str, str]]] = {}
+    for one in facets.values():
+        if role in one:
+            by_model.setdefault(one[role], []).append(one)
+    return any(key in varying_keys(group) for group in by_model.values())
 
 
 @dataclass(frozen=True)
@@ -112,21 +138,14 @@ class SweepNames:
         return self.stages.get(key, "")
 
 
-_SHARED_SHOWN = ("teacher", "protocol", "seed", "benchmark", "tasks")
+_SHARED_SHOWN = ("student", "teacher", "protocol", "seed", "benchmark", "tasks")
 
 
 def name_sweep(graph: StageGraph) -> SweepNames:
     facets = {pid: point_facets(p) for pid, p in graph.points.items()}
-    varying = varying_keys(facets.values())
-    # A key that only tells methods apart (k_st of WF+ST vs absent for zero-shot) is
-    # named by the method already; it is kept when it varies within one method.
-    by_method: dict[str, list[Mapping[str, str]]] = {}
-    for pid, point in graph.points.items():
-        by_method.setdefault(point.method_name, []).append(facets[pid])
-    keep = set()
-    for group in by_method.values():
-        keep.update(varying_keys(group))
-    keys = [k for k in varying if k in keep]
+    # A key absent from some points (k_st of a Workflow-only method) does not vary by
+    # that; it varies when the points that have it disagree.
+    keys = [k for k in varying_keys(facets.values()) if _varies_within_model(k, facets)]
     points = {pid: render(f, keys) for pid, f in facets.items()}
     stages: dict[StageKey, str] = {}
     users: dict[StageKey, list[Mapping[str, str]]] = {}
@@ -134,8 +153,13 @@ def name_sweep(graph: StageGraph) -> SweepNames:
         for key in point.upstream:
             users.setdefault(key, []).append(facets[pid])
     for key, used_by in users.items():
-        common = shared_facets(used_by)
-        stages[key] = render(common, keys)
-    common = shared_facets(facets.values())
-    shared = render(common, [k for k in _SHARED_SHOWN if k not in keys])
+        # What all its points share among the varying keys. A bank reads no retrieval
+        # setting, and its label says how many tasks it is built from (`tasks` counts
+        # the evaluated ones).
+        shown = keys
+        if not graph.stages[key].plays_episodes:
+            shown = [k for k in keys if k != "tasks" and k not in RETRIEVAL_KEYS]
+        stages[key] = render(shared_facets(used_by), shown)
+    agreed = agreed_facets(facets.values())
+    shared = render(agreed, [k for k in _SHARED_SHOWN if k not in keys])
     return SweepNames(points, stages, shared)

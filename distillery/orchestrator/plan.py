@@ -8,6 +8,7 @@ distinct builder config, and one zero-shot stage per student and seed.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -91,9 +92,15 @@ def server_key(model: ModelConfig) -> str:
 
 def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
     """Load the split on the driver, so a bad task id fails before Ray starts."""
-    bench = make_benchmark(cfg.benchmark.name)
-    ids = list(cfg.benchmark.task_ids) if cfg.benchmark.task_ids else None
-    return bench.load_tasks(limit=cfg.benchmark.limit, task_ids=ids)
+    b = cfg.benchmark
+    return list(_load_tasks(b.name, b.limit, tuple(b.task_ids) if b.task_ids else None))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_tasks(name: str, limit: int | None, task_ids: tuple[str, ...] | None) -> tuple:
+    """Once per process and selection: the points of a sweep mostly share their tasks."""
+    bench = make_benchmark(name)
+    return tuple(bench.load_tasks(limit=limit, task_ids=list(task_ids) if task_ids else None))
 
 
 def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:

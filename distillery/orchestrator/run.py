@@ -22,6 +22,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, MethodConfig
+from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.plan import (
@@ -33,7 +34,6 @@ from distillery.orchestrator.plan import (
     stage_line,
     stage_status,
 )
-from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.protocols import TaskSplit
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, ui_hint
@@ -652,6 +652,12 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "protocol": point.cfg.protocol.name,
             "memory_types": "+".join(r.types) if r else "",
             "seed": point.cfg.seed,
+            # the scored agent's sampling: the report tells repeated runs at temperature
+            # 0 (the same greedy requests) from sampled ones
+            "temperature": point.model.temperature,
+            "sampling_seed": effective_seed(point.model, point.cfg.seed)
+            if point.role == "student"
+            else effective_seed(point.model, 0),
             "eval_task_ids_sha": point.split.eval_ids_sha,
             "upstream": [k.digest for k in point.upstream],
             "stage": point.stage.digest,
