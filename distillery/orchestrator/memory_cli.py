@@ -60,12 +60,18 @@ def main(argv: list[str]) -> int:
             return 2
         if args.command == "show":
             for memory_type in [args.type] if args.type else list(MEMORY_TYPES):
+                if not banks[prefix].get(memory_type):  # a bank may lack a type
+                    print(f"== {memory_type}: 0 entries")
+                    continue
                 entries, _ = store.load(prefix, memory_type)
                 print(f"== {memory_type}: {len(entries)} entries")
                 for entry in entries[: args.limit]:
                     print(json.dumps(asdict(entry), indent=2, ensure_ascii=False))
             return 0
         for memory_type in MEMORY_TYPES:
+            if not banks[prefix].get(memory_type):
+                print(f"no {memory_type} entries in {prefix}: nothing written")
+                continue
             path = store.export_parquet(prefix, memory_type, f"{args.out}/{memory_type}.parquet")
             print(f"wrote {path}")
         return 0
