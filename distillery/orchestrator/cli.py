@@ -97,7 +97,14 @@ def sweep_points(overrides: list[str], multirun: bool) -> list[tuple[list[str], 
         if not grid:
             points.append((point, composed))
             continue
-        keys = list(grid)  # type: ignore[arg-type]
+        # A key the command line sets wins over the experiment's sweep axis for it
+        # (`experiment=bfcl_ablation student=qwen3_8b` evaluates qwen3_8b only).
+        given = {o.split("=", 1)[0].lstrip("+~") for o in point}
+        keys = [
+            k
+            for k in grid  # type: ignore[union-attr]
+            if k not in given and rewrite_role_overrides([f"{k}="])[0][:-1] not in given
+        ]
         for values in itertools.product(*(grid[k] for k in keys)):  # type: ignore[index]
             extra = rewrite_role_overrides(
                 [f"{k}={_override_value(v)}" for k, v in zip(keys, values, strict=True)]

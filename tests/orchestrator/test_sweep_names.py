@@ -169,7 +169,7 @@ def test_every_point_line_names_what_varies(capsys):
 
     assert run_cli(["experiment=bfcl_k_curve", "--plan"]) == 0
     out = capsys.readouterr().out
-    assert "every point: student=smollm2-135m teacher=gpt-5-mini protocol=main" in out
+    assert "every point: student=qwen3-4b teacher=gpt-5-mini protocol=main" in out
     assert "amd_wf_st_fn (wf+st+fn) k_wf=1 k_st=3 k_fn=1" in out  # the stage line
     assert "k_wf=5 k_st=1 k_fn=1" in out
 
@@ -190,3 +190,69 @@ def test_protocol_and_seed_and_student_are_named_when_they_vary():
         "student.temperature=0.0",
         "student.temperature=0.7",
     }
+
+
+def test_cfg_and_plan_refuse_a_bad_task_id_with_the_same_message(capsys):
+    messages = []
+    for flag in ("--cfg", "--plan"):
+        assert run_cli(["benchmark.task_ids=[no_such_task]", flag]) == 2
+        captured = capsys.readouterr()
+        assert not captured.out
+        messages.append(captured.err)
+    assert messages[0] == messages[1] and "no_such_task" in messages[0]
+
+
+def test_summary_names_each_point_once_with_its_descriptor(capsys):
+    from distillery.orchestrator.protocols import TaskSplit
+    from distillery.orchestrator.run import MethodResult, RunResult, SweepResult, print_summary
+
+    metrics = {
+        "success_rate": 0.5,
+        "success_rate_ci_low": 0.1,
+        "success_rate_ci_high": 0.9,
+        "n_scored": 2,
+        "mean_steps": 3.0,
+        "tokens_in": 10,
+        "tokens_out": 2,
+        "infra_errors": 0,
+    }
+    cfg = config()
+
+    def method(name, pid, descriptor):
+        return MethodResult(
+            name,
+            cfg.method(name),
+            "student",
+            cfg.student,
+            "d",
+            [],
+            metrics,
+            None,
+            pid,
+            "",
+            descriptor,
+        )
+
+    split = TaskSplit(("t1", "t2"), ("t1", "t2"), "all")
+    zero = method("zero_shot", "z", "")
+    points = [
+        RunResult("s", "dir", split, [zero, method("amd_wf_st_fn", f"a{k}", f"k_st={k}")], None, "")
+        for k in (1, 3)
+    ]
+    print_summary(SweepResult("s", "dir", points, 3, 0, None, "sqlite:///x.db"))
+    out = capsys.readouterr().out
+    assert out.count("zero_shot ") == 1  # shared by both sweep points: shown once
+    assert "k_st=1 success" in out and "k_st=3 success" in out
+
+
+def test_ablation_sweeps_the_paper_students_unless_the_command_line_names_one():
+    graph = _graph("bfcl_ablation")
+    students = {p.model.name for p in graph.points.values() if p.role == "student"}
+    assert students == {"qwen3-4b", "qwen3-8b"}
+    methods = {p.method_name for p in graph.points.values()}
+    assert {"zero_shot", "amd_wf", "amd_wf_fn", "amd_wf_st", "amd_wf_st_fn"} <= methods
+    only = _graph("bfcl_ablation", "student=qwen3_8b")
+    assert {p.model.name for p in only.points.values() if p.role == "student"} == {"qwen3-8b"}
+    assert (
+        len(validate_sweep(sweep_points(["experiment=bfcl_repeated_runs", "seed=3"], False))) == 1
+    )
