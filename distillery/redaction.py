@@ -211,11 +211,16 @@ class RedactingStream(io.TextIOBase):
         return getattr(self._target, name)
 
 
-def install() -> None:
+def install(streams: bool = True) -> None:
     """Redact every log record of this process (its message, arguments and traceback,
-    whatever handler writes it) and everything written to sys.stdout / sys.stderr.
-    Idempotent; call it in the driver and in each Ray worker."""
+    whatever handler writes it) and, with `streams`, everything written to sys.stdout /
+    sys.stderr. Idempotent; the CLI and each Ray worker call it."""
     global _installed
+    if streams:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is not None and not isinstance(stream, RedactingStream):
+                setattr(sys, name, RedactingStream(stream))
     if _installed:
         return
     _installed = True
@@ -235,7 +240,3 @@ def install() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if stream is not None and not isinstance(stream, RedactingStream):
-            setattr(sys, name, RedactingStream(stream))

@@ -38,6 +38,7 @@ from distillery.orchestrator.preflight import check_run
 from distillery.orchestrator.protocols import TaskSplit
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, ui_hint
+from distillery.redaction import install as install_redaction
 from distillery.redaction import redact, redact_obj, register_secrets, secrets_in
 from distillery.workers.envs.base import Task
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
@@ -511,6 +512,7 @@ def run_sweep(configs: list[DistilleryConfig], progress: bool = True) -> SweepRe
     graph = plan_sweep(configs)
     for c in graph.configs:
         register_secrets(secrets_in(c))
+    install_redaction(streams=False)  # this process's logs (the CLI adds its streams)
     check_run(graph)
     cfg = graph.configs[0]
     store = cfg.memory.store
