@@ -158,3 +158,16 @@ def test_the_cli_prints_one_message_and_no_traceback(tmp_path):
     said = [line for line in out.stderr.splitlines() if line.startswith("distillery:")]
     assert said == [f"distillery: output_dir: {tmp_path / 'afile'} is a file, not a folder"]
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_memory_service_uses_the_server_not_the_default_folder(tmp_path):
+    """The service no longer passes the local root's default Qdrant folder along with
+    a server URL (which MemoryStore refuses)."""
+    from distillery.workers.memory.config import EmbedderConfig, StoreConfig
+    from distillery.workers.memory_service import MemoryServiceImpl
+
+    service = MemoryServiceImpl(
+        StoreConfig(url="http://127.0.0.1:9"), EmbedderConfig(), str(tmp_path / "qdrant")
+    )
+    assert service.store.mode == "server" and service.store.location == "http://127.0.0.1:9"
+    assert not (tmp_path / "qdrant").exists()
