@@ -130,13 +130,14 @@ class ServerProcess:
         )
         # Servers print their arguments (vLLM: every non-default one, an --api-key
         # too): the log gets the output line by line, redacted.
-        threading.Thread(
+        copier = threading.Thread(
             target=_copy_redacted, args=(self._process.stdout, self.log_path), daemon=True
-        ).start()
+        )
+        copier.start()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                time.sleep(0.2)  # let the copier write the last lines
+                copier.join(timeout=5)  # the log's last lines (the pipe is at its end)
                 command = redaction.redact(" ".join(self.command))
                 raise RuntimeError(
                     f"model server exited with code {self._process.returncode} during start-up:"
