@@ -147,3 +147,28 @@ def test_a_damaged_output_root_is_reported_and_rebuilt_never_fatal(tmp_path, ray
     assert "multi_turn_base_1" in text and "written but not recorded" in text
     assert (done / "multi_turn_base_1.parquet.json").exists()
     assert again.parent_run_id == first.parent_run_id  # found again by its sweep id
+
+
+def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monkeypatch):
+    """The ledger's own check, for a store that cannot tell (a collection recreated
+    without our metadata): entry counts against the build record."""
+    from types import SimpleNamespace
+
+    from distillery.orchestrator import run
+
+    class _Call:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self, *_):
+            return self.value
+
+    stored = {"wf": 2, "st": 0, "fn": 7}
+    stage = run.MemoryStage(sweep=None)  # type: ignore[arg-type]
+    stage._service = SimpleNamespace(has_bank=_Call(True), bank_counts=_Call(stored))
+    monkeypatch.setattr(run, "ray_get", lambda value: value)
+    recorded = {"bank_id": "b" * 64, "counts": {"wf": 2, "st": 15, "fn": 7, "embedded_chars": 9}}
+    assert stage.damage(recorded) == "st: 0 entries, the build recorded 15"
+    assert stage.damage({**recorded, "counts": stored}) is None
+    stage._service = SimpleNamespace(has_bank=_Call(False), bank_counts=_Call(stored))
+    assert "missing or incomplete" in stage.damage(recorded)
