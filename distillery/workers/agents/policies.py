@@ -6,6 +6,21 @@ from typing import Any, Protocol
 
 from distillery.workers.llm.types import ChatResult
 
+# Marks observation messages in the prompt format (they are `user` messages there), so
+# they can be told apart from real user turns in the transcript. It is bookkeeping:
+# a request carries BFCL's message without it (`wire_messages`).
+OBSERVATION_NAME = "tool_results"
+
+
+def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as sent to a model: observation markers removed."""
+    if not any(m.get("name") == OBSERVATION_NAME for m in messages):
+        return messages
+    return [
+        {k: v for k, v in m.items() if k != "name"} if m.get("name") == OBSERVATION_NAME else m
+        for m in messages
+    ]
+
 
 class EpisodePolicy(Protocol):
     """Produces the next assistant message of one episode."""
@@ -52,7 +67,7 @@ class LlmPolicy:
         kwargs: dict[str, Any] = dict(self._sampling)
         if self.action_format == "native" and tools:
             kwargs["tools"] = tools
-        return await self._backend.chat(self._episode_id, messages, **kwargs)
+        return await self._backend.chat(self._episode_id, wire_messages(messages), **kwargs)
 
     async def close(self) -> None:
         self._backend.end_episode(self._episode_id)
