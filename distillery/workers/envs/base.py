@@ -8,7 +8,7 @@ checker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 
@@ -85,7 +85,10 @@ class AgentOptions:
 
     def deviations(self) -> tuple[str, ...]:
         """The names of the options that are on, in declaration order."""
-        return tuple(name for name, value in vars(self).items() if value)
+        return tuple(name for name in AGENT_OPTION_NAMES if getattr(self, name))
+
+
+AGENT_OPTION_NAMES = tuple(f.name for f in fields(AgentOptions))
 
 
 @dataclass(frozen=True)
