@@ -37,6 +37,7 @@ class BenchmarkConfig(_Frozen):
     name: str
     limit: int | None = Field(None, gt=0, description="First N tasks in benchmark order.")
     task_ids: tuple[str, ...] | None = None
+    # As in BFCL, a turn is force-quit once it has made more than this many steps.
     max_steps_per_turn: int | None = Field(None, gt=0, description="None: official limit.")
 
     @field_validator("name")

@@ -142,7 +142,7 @@ def test_step_limit_ends_the_episode(tmp_path, ray_local):
         result = run_experiment(cfg, progress=False)
     (record,) = read_episodes(result.methods[0].episodes_dir)
     assert record.termination == "step_limit"
-    assert record.steps_per_turn == [3]
+    assert record.steps_per_turn == [4]  # BFCL: the limit, then one more step
     assert record.success is False
     assert record.error_type == "multi_turn:force_terminated"
 

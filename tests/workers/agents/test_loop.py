@@ -147,3 +147,26 @@ def test_exactly_the_limit_then_text_ends_the_turn_normally(bench, task0):
     outcome, _ = _play(bench, task0, policy, max_steps=4)
     assert outcome.termination == "done"
     assert outcome.steps_per_turn[0] == 4
+
+
+class BlockHooks:
+    """Proactive memory on the second turn only."""
+
+    async def before_turn(self, turn_index, user_text, system_prompt):
+        return f"[memory]\n\n{system_prompt}" if turn_index == 1 else system_prompt
+
+    async def after_step(self, turn_index, user_text, observations):
+        return observations
+
+
+def test_native_system_message_only_when_memory_is_injected(bench, task0):
+    policy = ScriptedPolicy([], action_format="native")
+    env = bench.make_env(task0, "hooks")
+    try:
+        asyncio.run(run_agent_loop(env, policy, 20, BlockHooks()))
+    finally:
+        env.close()
+    firsts = [messages[0] for messages, _ in policy.seen]
+    assert firsts[0]["role"] == "user"  # BFCL's FC handlers send no system prompt
+    assert firsts[1] == {"role": "system", "content": "[memory]"}
+    assert firsts[2]["role"] == "user"  # and it goes again when memory does
