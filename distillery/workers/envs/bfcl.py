@@ -14,7 +14,6 @@ episode created, the checker's ``_eval`` and ``_ground_truth_eval`` replays incl
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import functools
@@ -28,11 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bfcl_eval.constants import default_prompts
-from bfcl_eval.constants.executable_backend_config import (
-    CLASS_FILE_PATH_MAPPING,
-    MULTI_TURN_FUNC_DOC_FILE_MAPPING,
-)
-from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
+from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
 
 from distillery.workers.envs.base import (
@@ -44,6 +39,7 @@ from distillery.workers.envs.base import (
     ToolCall,
     ToolResult,
 )
+from distillery.workers.envs.bfcl_tools import bfcl_tool, json_schema_tool, keyword_call
 from distillery.workers.envs.calls import (
     DEFAULT_LIMITS,
     CallLimits,
@@ -86,7 +82,6 @@ DEFAULT_OPTIONS = AgentOptions()  # BFCL's own pipeline, no deviation
 
 # Name suffixes BFCL's executor appends to the model name (episode, checker replays).
 _INSTANCE_SUFFIXES = ("", "_eval", "_ground_truth_eval")
-_OPENAPI_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
 
 # The executor and the checker are synchronous and never await, so asyncio episodes
 # cannot interleave inside them; the lock covers episodes driven from threads.
@@ -132,76 +127,6 @@ def _function_docs(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return docs
 
 
-def _openai_schema(schema: Any) -> Any:
-    """A BFCL parameter schema as JSON Schema: dict->object, float->number, tuple->array."""
-    if isinstance(schema, list):
-        return [_openai_schema(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "type" and isinstance(value, str):
-            if value != "any":  # JSON Schema has no "any": no type means any
-                out[key] = _OPENAPI_TYPES.get(value, value)
-        elif key == "properties" and isinstance(value, dict):
-            out[key] = {name: _openai_schema(sub) for name, sub in value.items()}
-        elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
-            out[key] = _openai_schema(value)
-        else:
-            out[key] = copy.deepcopy(value)  # descriptions, enums, defaults: data, not schema
-    return out
-
-
-def _json_schema_tool(doc: dict[str, Any]) -> dict[str, Any]:
-    """A doc as a plain JSON-schema tool (the `json_schema_tools` option)."""
-    return {
-        "type": "function",
-        "function": {
-            "name": doc["name"],
-            "description": doc["description"],
-            "parameters": _openai_schema(doc["parameters"]),
-        },
-    }
-
-
-def _bfcl_cast_types(properties: dict[str, Any]) -> dict[str, Any]:
-    """BFCL's `_cast_to_openai_type` with `GORILLA_TO_OPENAPI`, rule for rule: a float
-    is a number with format float and a description suffix, an unknown or missing type
-    is a string, and nested objects and item types are cast the same way."""
-    mapping = GORILLA_TO_OPENAPI
-    for value in properties.values():
-        if "type" not in value:
-            value["type"] = "string"
-        else:
-            var_type = value["type"]
-            if var_type == "float":
-                value["format"] = "float"
-                value["description"] += " This is a float type value."
-            value["type"] = mapping.get(var_type, "string")
-        if value["type"] in ("array", "object"):
-            if "properties" in value:
-                value["properties"] = _bfcl_cast_types(value["properties"])
-            elif "items" in value:
-                items = value["items"]
-                items["type"] = mapping[items["type"]]
-                if items["type"] == "array" and "items" in items:
-                    items["items"]["type"] = mapping[items["items"]["type"]]
-                elif items["type"] == "object" and "properties" in items:
-                    items["properties"] = _bfcl_cast_types(items["properties"])
-    return properties
-
-
-def _bfcl_tool(doc: dict[str, Any]) -> dict[str, Any]:
-    """A doc as BFCL's OpenAI function-calling handler sends it (`convert_to_tool` for
-    `ModelStyle.OPENAI_COMPLETIONS`): the doc itself, its parameters cast, its
-    `response` schema kept, wrapped as a function tool."""
-    item = copy.deepcopy(doc)
-    item["name"] = item["name"].replace(".", "_")
-    item["parameters"]["type"] = "object"
-    item["parameters"]["properties"] = _bfcl_cast_types(item["parameters"]["properties"])
-    return {"type": "function", "function": item}
-
-
 def _turn_text(messages: list[dict[str, Any]]) -> str:
     return "\n\n".join(m["content"] for m in messages if m.get("role") == "user")
 
@@ -215,7 +140,7 @@ def _build_task(entry: dict[str, Any], ground_truth: list[list[str]]) -> Task:
         task_id=entry["id"],
         benchmark=BENCHMARK_NAME,
         turns=tuple(_turn_text(turn) for turn in entry["question"]),
-        tools=tuple(_bfcl_tool(doc) for doc in docs),
+        tools=tuple(bfcl_tool(doc) for doc in docs),
         function_docs=tuple(docs),
         group_id="+".join(sorted(classes)),
         metadata={
@@ -226,37 +151,6 @@ def _build_task(entry: dict[str, Any], ground_truth: list[list[str]]) -> Task:
             "excluded_function": list(entry.get("excluded_function", [])),
         },
     )
-
-
-@functools.cache
-def _signature_names(class_name: str) -> dict[str, tuple[str, ...]]:
-    """Each public method of a BFCL backend class -> its parameter names, in order."""
-    import importlib
-    import inspect
-
-    cls = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
-    names = {}
-    for name, method in inspect.getmembers(cls, predicate=inspect.isfunction):
-        if not name.startswith("_"):
-            params = list(inspect.signature(method).parameters)
-            names[name] = tuple(p for p in params if p != "self")
-    return names
-
-
-def keyword_call(source: str, involved_classes: list[str] | tuple[str, ...]) -> str:
-    """A ground-truth call with its positional arguments named, as BFCL's decoder
-    needs them (it drops positional arguments): ``cd('x')`` -> ``cd(folder='x')``."""
-    node = ast.parse(source, mode="eval").body
-    if not isinstance(node, ast.Call) or not node.args:
-        return source
-    assert isinstance(node.func, ast.Name), source
-    params = next(
-        names[node.func.id]
-        for cls in involved_classes
-        if node.func.id in (names := _signature_names(cls))
-    )
-    named = [ast.keyword(arg=params[i], value=arg) for i, arg in enumerate(node.args)]
-    return ast.unparse(ast.Call(func=node.func, args=[], keywords=[*named, *node.keywords]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -335,7 +229,7 @@ def _json_schema_task(task_id: str) -> Task:
     """The task with plain JSON-schema tools (the `json_schema_tools` option)."""
     task = _loaded_tasks()[task_id]
     return dataclasses.replace(
-        task, tools=tuple(_json_schema_tool(doc) for doc in task.function_docs)
+        task, tools=tuple(json_schema_tool(doc) for doc in task.function_docs)
     )
 
 

@@ -151,7 +151,7 @@ def test_tools_are_openai_function_tools(tasks):
 
 
 def test_schema_conversion_is_recursive():
-    from distillery.workers.envs.bfcl import _openai_schema
+    from distillery.workers.envs.bfcl_tools import _openai_schema
 
     schema = {
         "type": "dict",
