@@ -113,3 +113,21 @@ def test_tools_are_bfcl_converted_for_every_task(bench, entries):
             entries[task.task_id]["function"], GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS
         )
         assert list(task.tools) == official, task.task_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("native", [True, False], ids=["native", "prompt"])
+@pytest.mark.parametrize("plan", ["correct", "positional_calls", "invalid_arguments"])
+def test_every_task_agrees_with_bfcl(bench, entries, plan, native):
+    disagreements = []
+    for task in bench.load_tasks():
+        student = bfcl_students.student(bfcl_students.PLANS[plan], native)
+        official = play_bfcl(entries[task.task_id], student, native)
+        ours = play_distillery(bench, task.task_id, student, native)
+        if (ours.valid, ours.error_type, ours.steps_per_turn) != (
+            official.valid,
+            official.error_type,
+            official.steps_per_turn,
+        ) or ours.requests != official.requests:
+            disagreements.append(task.task_id)
+    assert not disagreements, disagreements
