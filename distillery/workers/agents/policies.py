@@ -78,9 +78,9 @@ class OraclePolicy:
 
     It is an upper bound labelled as `oracle` everywhere, not a model: it lets the whole
     pipeline (episodes, checker, memory building) run offline. It writes the
-    benchmark's prompt format (ground truth has positional arguments that native tool
-    calls cannot carry), so its calls go through the same parsing and validation as
-    any model output.
+    benchmark's prompt format (the benchmark's `oracle_turns`, every argument named, as
+    BFCL's decoder reads them), so its calls go through the same decoding and
+    validation as any model output.
     """
 
     action_format = "prompt"
