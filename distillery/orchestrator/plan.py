@@ -114,11 +114,15 @@ def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
 
 
 def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int) -> dict:
-    return {
+    identity = {
         "benchmark": cfg.benchmark.name,
         "agent": model_identity(model, sweep_seed),
         "max_steps_per_turn": cfg.benchmark.max_steps_per_turn,
     }
+    deviations = cfg.agent.options().deviations()
+    if deviations:  # episodes played off BFCL's own pipeline are other episodes
+        identity["deviations"] = list(deviations)
+    return identity
 
 
 def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:

@@ -205,6 +205,7 @@ class Sweep:
             episode_retries=cfg.agent.episode_retries,
             retry_backoff_s=cfg.agent.retry_backoff_s,
             memory=memory,
+            options=cfg.agent.options(),
         )
         endpoints = self.servers.endpoints(model)
         run_agent(
@@ -698,6 +699,8 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         "role": point.role,
         "seed": str(cfg.seed),
         "memory_types": "+".join(r.types) if r else "",
+        # Deviations from the benchmark's own pipeline ("none": BFCL-faithful).
+        "deviations": ",".join(cfg.agent.options().deviations()) or "none",
     }
     if r:
         for t in r.types:

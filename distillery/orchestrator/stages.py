@@ -32,10 +32,10 @@ STAGE_KINDS: tuple[StageKind, ...] = ("collect", "build", "render", "evaluate")
 # Bump when a stage's code changes what it produces in a way its config does not show
 # (a scoring fix, a different trajectory format). Prompts are fingerprinted separately.
 CODE_VERSIONS: dict[StageKind, str] = {
-    "collect": "1",
+    "collect": "2",  # 2: BFCL's decoding, step limit and result format
     "build": "1",
     "render": "1",
-    "evaluate": "1",
+    "evaluate": "2",  # 2: BFCL's decoding, step limit and result format
 }
 
 # Fields of a model config that decide how it is reached or launched, not what it

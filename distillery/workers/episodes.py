@@ -20,7 +20,7 @@ from typing import Any
 
 from distillery.workers.agents.loop import EpisodeOutcome, run_agent_loop
 from distillery.workers.agents.policies import ChatBackend, EpisodePolicy, LlmPolicy, OraclePolicy
-from distillery.workers.envs.base import Benchmark, Score, Task
+from distillery.workers.envs.base import AgentOptions, Benchmark, Score, Task
 from distillery.workers.envs.registry import make_benchmark
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ChatResult, InfraError
@@ -34,6 +34,8 @@ from distillery.workers.trajectories import (
 )
 
 log = logging.getLogger(__name__)
+
+DEFAULT_AGENT_OPTIONS = AgentOptions()
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class AgentJob:
     episode_retries: int = 2
     retry_backoff_s: float = 2.0
     memory: Any = None  # a MemoryJob when the student reads memory
+    options: AgentOptions = DEFAULT_AGENT_OPTIONS  # deviations from the benchmark's pipeline
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,9 @@ class EpisodeRunner:
         chat_backend: ChatBackend | None = None,
     ) -> None:
         self.job = job
-        self.benchmark: Benchmark = make_benchmark(job.benchmark, **job.benchmark_options)
+        self.benchmark: Benchmark = make_benchmark(
+            job.benchmark, options=job.options, **job.benchmark_options
+        )
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
         if job.model.backend == "oracle":

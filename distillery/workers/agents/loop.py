@@ -2,25 +2,25 @@
 
 One episode = the task's user turns in order. Within a turn the policy answers; its
 calls are validated and executed by the environment and the observations go back to
-it; a response without calls ends the turn. The benchmark's step limit per turn ends
-the whole episode (BFCL force-terminates it). Infrastructure failures propagate as
-`InfraError` so the caller can retry the episode; they are never scored.
+it; a response without calls, or one the benchmark cannot decode, ends the turn.
+
+Step-limit semantics are BFCL's (`inference_multi_turn_*`): a turn may make
+`max_steps_per_turn` steps and one more; after that one its turn is closed (and later
+scored), and the episode stops. Stopping in the last turn therefore still scores every
+turn; stopping earlier leaves turns unplayed, which the checker fails as
+force-terminated. Infrastructure failures propagate as `InfraError` so the caller can
+retry the episode; they are never scored.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from distillery.workers.agents.policies import EpisodePolicy
+from distillery.workers.agents.policies import OBSERVATION_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
 from distillery.workers.llm.types import ChatResult, RequestRejected
 from distillery.workers.trajectories import CallRecord, StepRecord
-
-# Marks observation messages in the prompt format (they are `user` messages there), so
-# they can be told apart from real user turns.
-OBSERVATION_NAME = "tool_results"
 
 
 class EpisodeHooks(Protocol):
@@ -60,14 +60,12 @@ async def run_agent_loop(
     tools = list(task.tools) if fmt == "native" else None
     base_prompt = env.system_prompt(fmt)
     out = EpisodeOutcome(termination="done")
-    out.messages = [{"role": "system", "content": base_prompt}]
+    _set_system_prompt(out.messages, base_prompt)
 
     for turn_index, user_text in enumerate(task.turns):
         if hooks is not None:
-            out.messages[0] = {
-                "role": "system",
-                "content": await hooks.before_turn(turn_index, user_text, base_prompt),
-            }
+            prompt = await hooks.before_turn(turn_index, user_text, base_prompt)
+            _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
         out.messages.append({"role": "user", "content": user_text})
         steps_in_turn = 0
         while True:
@@ -80,7 +78,7 @@ async def run_agent_loop(
             _count_usage(out, result)
             action = _parse(env, fmt, result)
             out.messages.append(_assistant_message(fmt, result))
-            if action.empty:
+            if action.empty:  # no call, or nothing decodable: the turn ends
                 break
             observations = env.step(action)
             if hooks is not None:
@@ -88,13 +86,28 @@ async def run_agent_loop(
             out.messages.extend(_observation_messages(fmt, result, observations))
             out.steps.append(_step_record(turn_index, steps_in_turn, result, observations))
             steps_in_turn += 1
-            if steps_in_turn >= max_steps_per_turn:
+            if steps_in_turn > max_steps_per_turn:  # BFCL: `count > MAXIMUM_STEP_LIMIT`
+                env.end_turn()  # the force-quit turn is kept and scored
                 out.termination = "step_limit"
                 out.steps_per_turn.append(steps_in_turn)
                 return out
         env.end_turn()
         out.steps_per_turn.append(steps_in_turn)
     return out
+
+
+def _set_system_prompt(messages: list[dict[str, Any]], prompt: str) -> None:
+    """The system message is the first message when there is a prompt, else absent
+    (BFCL's function-calling handlers send none)."""
+    has_system = bool(messages) and messages[0].get("role") == "system"
+    if prompt:
+        message = {"role": "system", "content": prompt}
+        if has_system:
+            messages[0] = message
+        else:
+            messages.insert(0, message)
+    elif has_system:
+        del messages[0]
 
 
 def _parse(env: Environment, fmt: str, result: ChatResult) -> ParsedAction:
@@ -115,6 +128,8 @@ def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
 def _assistant_message(fmt: str, result: ChatResult) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": result.text or ""}
     if fmt == "native" and result.tool_calls:
+        # As a server sends a tool-call message back (and BFCL echoes it): no text is null.
+        message["content"] = result.text or None
         message["tool_calls"] = [
             {
                 "id": call["id"],
@@ -139,14 +154,10 @@ def _observation_messages(
             content = obs.content if obs else "Error: this call was not executed."
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
         return messages
-    payload = [{"call": o.call, "result": o.content} for o in observations]
-    return [
-        {
-            "role": "user",
-            "name": OBSERVATION_NAME,
-            "content": "Execution results:\n" + json.dumps(payload, ensure_ascii=False),
-        }
-    ]
+    # BFCL's `format_execution_results_prompting`: one user message, the repr of a
+    # list of tool messages named by the decoded calls.
+    payload = [{"role": "tool", "name": o.call, "content": o.content} for o in observations]
+    return [{"role": "user", "name": OBSERVATION_NAME, "content": repr(payload)}]
 
 
 def _step_record(
