@@ -30,6 +30,7 @@ from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FI
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
 
 from distillery.workers.envs.base import ParsedAction, Score, Task, ToolCall, ToolResult
+from distillery.workers.envs.bfcl_costs import execution_cost_error
 from distillery.workers.envs.calls import (
     DEFAULT_LIMITS,
     CallLimits,
@@ -333,8 +334,10 @@ class BfclEnvironment:
         runnable: list[ToolCall] = []
         refused: list[ToolResult] = []
         for call in action.calls:
-            # Re-checked here too: a ParsedAction may have been built by hand.
+            # Re-checked here too: a ParsedAction may have been built by hand. A call
+            # whose cost is unbounded is refused too (it could never be stopped).
             reason = check_call(call, self._allowed, self._limits)
+            reason = reason or execution_cost_error(call)
             if reason is None:
                 runnable.append(call)
             else:
