@@ -157,6 +157,7 @@ def test_worker_memory_stays_bounded_with_32_hostile_episodes(tmp_path, hostile_
     assert time.monotonic() - started < 300
     assert all(s.success is not None for s in summaries), [s.error_message for s in summaries]
     growth = peak[0] - baseline
+    print(f"RSS growth with 32 hostile episodes: {growth / 2**20:.0f} MiB")
     assert growth < 600 * 2**20, f"RSS grew by {growth / 2**20:.0f} MiB"
 
 
