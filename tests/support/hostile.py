@@ -93,7 +93,7 @@ MODES: dict[str, tuple[str, Callable[[Reply], Reply]]] = {
     "content_object": ("invalid", lambda b: _message(b, {"text": _text(b)})),
     "content_surrogate": ("repair", lambda b: _message(b, _text(b) + "\ud800")),
     "content_nul": ("repair", lambda b: _message(b, _text(b) + "\x00")),
-    "content_huge": ("repair", lambda b: _message(b, _text(b) + " " + "la " * 300_000)),
+    "content_huge": ("repair", lambda b: _message(b, _text(b) + " " + "la " * 100_000)),
     "message_list": ("invalid", lambda b: {"message": [_text(b)]}),
     # tool calls
     "tool_calls_object": (
