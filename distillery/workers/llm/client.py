@@ -10,6 +10,10 @@ here once (big strings such as a ~40 KB system prompt, and tool schemas, are enc
 once and reused) and sent as bytes through the openai client's generic POST, and the
 reply is read with `json.loads`; the typed `create()` path and pydantic parsing cost
 more than the rest of an episode step.
+
+A reply is data: its body is capped as it arrives (`transport.py`), `timeout_s` bounds
+the whole request, and the body is normalised into a clean `ChatResult` or refused
+with a reason (`replies.py`; `InvalidReply` is the model's failure, never retried).
 """
 
 from __future__ import annotations
@@ -126,7 +130,8 @@ class ChatClient:
             except (openai.APIConnectionError, openai.APITimeoutError) as exc:
                 last = exc
             else:
-                return _to_result(response, time.perf_counter() - started, attempt, self.base_url)
+                latency = time.perf_counter() - started
+                return parse_completion(response, latency, attempt, self.base_url)
             if attempt <= self.max_retries:
                 delay = self.backoff_s * 2 ** (attempt - 1)
                 await asyncio.sleep(delay * (0.5 + random.random()))
@@ -263,10 +268,3 @@ def _encode_request(request: dict[str, Any]) -> bytes:
             encoded = _dumps(value)
         parts.append(f"{_dumps(key)}:{encoded}")
     return ("{" + ",".join(parts) + "}").encode()
-
-
-# ------------------------------------------------------------------------- replies
-
-
-def _to_result(body: bytes, latency_s: float, attempts: int, endpoint: str) -> ChatResult:
-    return parse_completion(body, latency_s, attempts, endpoint)
