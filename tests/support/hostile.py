@@ -19,6 +19,8 @@ Add a mode by adding a function to `MODES`; tests parametrize over `MODES`.
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import uuid
 from collections.abc import Callable
@@ -28,6 +30,12 @@ from tests.support.bfcl_scripts import replay_native, replay_text
 
 Reply = dict[str, Any]
 _MISSING = object()
+
+
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """~20 KB on the wire, 20 MB inflated (ten times the default cap)."""
+    return gzip.compress(b'{"choices": [{"message": {"content": "' + b" " * 20_000_000, 1)
 
 
 def _base(request: dict[str, Any]) -> Reply:
@@ -147,6 +155,18 @@ MODES: dict[str, tuple[str, Callable[[Reply], Reply]]] = {
     "body_huge": (
         "invalid",
         lambda b: {"body": _completion_body(json.dumps({"content": "x" * 8_000_000}))},
+    ),
+    # compressed although the client asked for identity: inflated under the cap
+    "body_gzip": (
+        "repair",
+        lambda b: {
+            "body": gzip.compress(_completion_body(json.dumps(_message(b)["message"]))),
+            "headers": {"Content-Encoding": "gzip"},
+        },
+    ),
+    "body_gzip_bomb": (
+        "invalid",
+        lambda b: {"body": _gzip_bomb(), "headers": {"Content-Encoding": "gzip"}},
     ),
     "body_endless": ("invalid", lambda b: {"stream": {"chunk": " " * 65536}}),
     "body_trickle": ("infra", lambda b: {"stream": {"chunk": " ", "interval_s": 0.05}}),

@@ -5,7 +5,8 @@ import path ("module:function"), which returns ``{"content": str}`` or
 ``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, optionally with
 ``{"status": 503}`` to answer with an HTTP error. Hostile replies (see hostile.py) use
 the raw keys: ``message`` (the assistant message, sent as is), ``usage`` and
-``finish_reason`` (as is), ``body`` (the whole body, verbatim) or ``stream``
+``finish_reason`` (as is), ``body`` (the whole body, verbatim, with optional
+``headers``) or ``stream``
 (``{"chunk": str, "interval_s": float, "total_bytes": int | None}``: a body that
 trickles or never ends). JSON is written ASCII-only, so any string (lone surrogates
 included) goes over the wire as the JSON escape a real server would send. The server runs in its own process
@@ -135,7 +136,8 @@ def make_app(script: str, delay_s: float):
             )
         if "body" in reply:
             raw = reply["body"]
-            return Response(raw.encode() if isinstance(raw, str) else raw, 200, media_type=_JSON)
+            content = raw.encode() if isinstance(raw, str) else raw
+            return Response(content, 200, reply.get("headers"), media_type=_JSON)
         if "stream" in reply:
             return StreamingResponse(_stream(**reply["stream"]), 200, media_type=_JSON)
         return Response(json.dumps(completion(body, reply)).encode(), 200, media_type=_JSON)

@@ -2,14 +2,16 @@
 
 A server can send an endless or enormous body (a bug, a proxy, a degenerate model
 ignoring max_tokens); read whole, it grows the worker by tens of MB per second. The cap
-is enforced on the bytes as they arrive, on success and error replies alike, and the
-body is never inflated: we ask for `identity` encoding and do not decode a compressed
-body a server sends anyway (a small gzip body can expand a thousandfold).
+is enforced on the bytes as they arrive, on success and error replies alike. We ask
+for `identity` encoding; a gzip or deflate body sent anyway is inflated here, a piece
+at a time, and the cap applies to the inflated bytes (a small gzip body can expand a
+thousandfold).
 """
 
 from __future__ import annotations
 
 import importlib
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,15 +27,28 @@ class ResponseTooLarge(Exception):
     """A response body went over the cap (raised while it is read)."""
 
 
+_INFLATED = ("gzip", "x-gzip", "deflate")
+
+
 class _CappedStream(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, cap: int, url: str) -> None:
+    def __init__(self, inner: Any, cap: int, url: str, encoding: str) -> None:
         self._inner = inner
         self._cap = cap
         self._url = url
+        # wbits 32 + 15: a gzip or zlib header, detected from the data.
+        self._inflate = zlib.decompressobj(47) if encoding in _INFLATED else None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         received = 0
         async for chunk in self._inner:
+            if self._inflate is not None:
+                try:
+                    # Never more than the cap allows, whatever the ratio.
+                    chunk = self._inflate.decompress(chunk, self._cap - received + 1)
+                except zlib.error as exc:
+                    raise httpx.DecodingError(f"bad compressed body: {exc}") from None
+                if self._inflate.unconsumed_tail:
+                    received = self._cap + 1  # more output waiting than the cap allows
             received += len(chunk)
             if received > self._cap:
                 raise ResponseTooLarge(_message(self._url, self._cap, f"over {received} bytes"))
@@ -58,15 +73,22 @@ class CappedTransport(httpx.AsyncBaseTransport):
         if declared.isdigit() and int(declared) > self.max_bytes:
             await response.aclose()
             raise ResponseTooLarge(_message(url, self.max_bytes, f"{declared} bytes declared"))
-        headers = [
-            (key, value)
-            for key, value in response.headers.raw
-            if key.lower() != b"content-encoding"
-        ]
+        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in ("", "identity", *_INFLATED):
+            await response.aclose()
+            raise httpx.DecodingError(f"{url} sent a {encoding!r} body (asked for identity)")
+        if encoding in _INFLATED:  # inflated here, under the cap: httpx must not again
+            headers = [
+                (key, value)
+                for key, value in response.headers.raw
+                if key.lower() not in (b"content-encoding", b"content-length")
+            ]
+        else:
+            headers = response.headers.raw
         return httpx.Response(
             status_code=response.status_code,
             headers=headers,
-            stream=_CappedStream(response.stream, self.max_bytes, url),
+            stream=_CappedStream(response.stream, self.max_bytes, url, encoding),
             extensions=response.extensions,
         )
 
