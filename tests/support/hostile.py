@@ -118,6 +118,11 @@ MODES: dict[str, tuple[str, Callable[[Reply], Reply]]] = {
         "repair",
         lambda b: _message(_with_bogus_call(b), ids=lambda i: "call_0"),
     ),
+    # thousands of calls in one reply: all refused, and not all kept in the history
+    "tool_calls_many": (
+        "repair",
+        lambda b: _message({**b, "tool_calls": [{"name": "pwd", "arguments": {}}] * 2000}),
+    ),
     "arguments_object": ("repair", lambda b: _message(b, args=lambda a: a)),
     # a lone surrogate in the arguments string itself
     "arguments_surrogate": (

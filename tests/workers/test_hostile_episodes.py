@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from distillery.workers.agents.loop import MAX_HISTORY_CALLS
 from distillery.workers.episodes import AgentJob, EpisodeRunner
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ChatResult, Usage
@@ -61,7 +62,7 @@ def _runner(tmp_path, url, mode, format_="native", **model_fields):
         action_format=format_,
         max_retries=0,
         retry_backoff_s=0,
-        request_timeout_s=6.0,
+        request_timeout_s=10.0,
         max_response_bytes=512 * 1024,  # reached long before the timeout, even under load
         **model_fields,
     )
@@ -115,7 +116,9 @@ def test_no_hostile_reply_aborts_an_episode_or_hides_a_model_failure(
         if expected == "repair" and mode != "body_gzip" and format_ == "native":
             notes = json.loads(record.extra_json).get("reply_notes", [])
             assert notes, mode
-        json.loads(record.messages_json)  # the transcript is valid UTF-8 JSON
+        messages = json.loads(record.messages_json)  # the transcript is valid UTF-8 JSON
+        assert max(len(m.get("tool_calls", [])) for m in messages) <= MAX_HISTORY_CALLS
+        assert all(len(s.calls) <= MAX_HISTORY_CALLS for s in record.steps)
         assert max(record.tokens_in, record.tokens_out) < 10**9
 
 

@@ -10,8 +10,9 @@ client could not use (`InvalidReply`) ends the episode as the model's failure.
 Every tool call of a reply is answered by its own observation, matched by id; a policy
 that repeats or omits ids gets ids of ours first (the client already does this for
 server replies). What is kept in the history, and re-sent at every step, is bounded:
-text over `MAX_HISTORY_TEXT` characters and arguments over `MAX_HISTORY_ARGUMENTS`
-(both beyond what the environment accepts as a call) are cut, with a note saying so.
+text over `MAX_HISTORY_TEXT` characters, arguments over `MAX_HISTORY_ARGUMENTS` and
+calls beyond `MAX_HISTORY_CALLS` in one reply (all beyond what the environment accepts)
+are cut, with a note saying so.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ OBSERVATION_NAME = "tool_results"
 # re-sent (and held in memory) at every later step.
 MAX_HISTORY_TEXT = DEFAULT_LIMITS.max_text_chars
 MAX_HISTORY_ARGUMENTS = DEFAULT_LIMITS.max_call_chars
+MAX_HISTORY_CALLS = 4 * DEFAULT_LIMITS.max_calls  # (a reply with more is refused whole)
 MAX_NOTES = 50  # reply repairs kept per episode (the rest are counted)
 
 
@@ -112,7 +114,8 @@ async def run_agent_loop(
             if hooks is not None:
                 observations = await hooks.after_step(turn_index, user_text, observations)
             out.messages.extend(_observation_messages(fmt, result, observations))
-            out.steps.append(_step_record(turn_index, steps_in_turn, result, observations))
+            kept = observations[:MAX_HISTORY_CALLS]
+            out.steps.append(_step_record(turn_index, steps_in_turn, result, kept))
             steps_in_turn += 1
             if steps_in_turn >= max_steps_per_turn:
                 out.termination = "step_limit"
@@ -159,9 +162,14 @@ def _bounded(result: ChatResult) -> ChatResult:
         notes.append(f"content of {len(text)} characters cut to {MAX_HISTORY_TEXT}")
         text = text[:MAX_HISTORY_TEXT] + f" [... {len(text) - MAX_HISTORY_TEXT} characters cut]"
     calls = result.tool_calls
+    if len(calls) > MAX_HISTORY_CALLS:
+        # The environment refused them all (too many calls); the kept ones are answered.
+        notes.append(f"{len(calls)} tool calls cut to the first {MAX_HISTORY_CALLS}")
+        calls = calls[:MAX_HISTORY_CALLS]
     if any(len(str(c.get("arguments", ""))) > MAX_HISTORY_ARGUMENTS for c in calls):
+        kept = calls
         calls = []
-        for call in result.tool_calls:
+        for call in kept:
             size = len(str(call.get("arguments", "")))
             if size > MAX_HISTORY_ARGUMENTS:
                 notes.append(f"arguments of {call.get('name')!s:.40} ({size} characters) cut")
