@@ -34,6 +34,9 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # A \u escape in JSON text that may decode to NUL or a surrogate.
 _RISKY_ESCAPE = re.compile(r"\\u(?:[dD][89a-fA-F]|0000)", re.ASCII)
 _MAX_NOTE_VALUE = 60
+# Ids and function names are short; longer ones are cut (they would be re-sent at every
+# step, and no function of any benchmark has such a name).
+MAX_NAME_CHARS = 256
 
 
 def clean_text(text: str) -> tuple[str, bool]:
@@ -150,9 +153,13 @@ def tool_calls(raw: Any, notes: list[str]) -> list[dict[str, Any]]:
         else:
             notes.append(f"{where}: name {_show(name)} is not a string")
             name = clean_text(json.dumps(name, default=repr))[0]
+        if len(name) > MAX_NAME_CHARS:
+            notes.append(f"{where}: name of {len(name)} characters cut")
+            name = name[:MAX_NAME_CHARS]
         call_id = call.get("id")
-        if not isinstance(call_id, str) or not call_id or call_id in seen:
-            why = "repeated" if isinstance(call_id, str) and call_id else "invalid"
+        usable = isinstance(call_id, str) and 0 < len(call_id) <= MAX_NAME_CHARS
+        if not usable or call_id in seen:
+            why = "repeated" if usable else "invalid"
             fresh = f"call_{uuid.uuid4().hex[:16]}"
             notes.append(f"{where}: {why} id {_show(call_id)} replaced by {fresh}")
             call_id = fresh

@@ -76,6 +76,7 @@ def test_invalid_utf8_in_the_body_is_replaced_not_fatal():
         [{"id": 1}, [2]],  # objects and lists
         ["", None],
         ["same", "same"],  # duplicated
+        ["x" * 10_000, "y" * 300],  # too long to keep re-sending
     ],
 )
 def test_tool_call_ids_are_unique_strings(ids):
@@ -89,6 +90,11 @@ def test_a_valid_id_is_kept_and_only_the_repeat_is_replaced():
     result = _parse({"tool_calls": [_call("a"), _call("a"), _call("b")]})
     ids = [c["id"] for c in result.tool_calls]
     assert ids[0] == "a" and ids[2] == "b" and ids[1] not in ("a", "b")
+
+
+def test_an_oversize_name_is_cut():
+    result = _parse({"tool_calls": [_call("a", name="f" * 100_000)]})
+    assert len(result.tool_calls[0]["name"]) == 256 and "cut" in result.notes[0]
 
 
 def test_tool_call_shapes():
