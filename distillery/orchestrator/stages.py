@@ -49,6 +49,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "request_timeout_s",
         "max_retries",
         "retry_backoff_s",
+        "max_response_bytes",  # a guard against broken servers, far above any reply
         "replicas",
         "max_concurrency_per_server",
         "startup_timeout_s",

@@ -166,6 +166,25 @@ def test_a_server_that_stays_down_is_an_infra_error_not_a_failure(tmp_path, ray_
     assert student.metrics["n_scored"] == 0
 
 
+def test_replies_that_used_to_abort_the_sweep_are_scored_and_the_run_finishes(tmp_path, ray_local):
+    """Content as a number, a lone surrogate in the last turn, usage of 10**20: each
+    aborted the whole sweep (parent run FAILED, the same crash on every re-run)."""
+    with run_stub_server(script="tests.support.hostile:hostile") as url:
+        for mode in ("content_number", "content_surrogate@9", "usage_huge"):
+            student = [*_student(url, "native"), f"student.model={mode}"]
+            cfg = _config(tmp_path / mode, "benchmark.limit=1", "methods=[zero_shot]", *student)
+            result = run_experiment(cfg, progress=False)
+            (record,) = read_episodes(result.methods[0].episodes_dir)
+            assert record.success is not None, (mode, record.error_message)
+            assert result.methods[0].metrics["infra_errors"] == 0
+            parent = MlflowClient(cfg.tracking_uri).get_run(result.parent_run_id)
+            assert parent.info.status == "FINISHED", mode
+            if mode == "content_number":
+                assert record.termination == "invalid_reply" and record.success is False
+            else:
+                assert record.success, (mode, record.error_message)
+
+
 def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local):
     """Oracle teacher -> deterministic bank -> a copying student reading it, under
     self_excluded: memory lands in the prompt, no task sees its own entries."""

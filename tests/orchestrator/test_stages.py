@@ -40,6 +40,7 @@ def test_same_config_same_keys():
         "student.replicas=3",
         "student.max_concurrency_per_server=2",
         "student.request_timeout_s=5",
+        "student.max_response_bytes=1000",
         "student.name=renamed",
         "memory.builder.concurrency=2",
         "output_dir=/elsewhere",

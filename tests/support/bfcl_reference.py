@@ -37,7 +37,8 @@ from distillery.workers.agents.loop import run_agent_loop
 from distillery.workers.agents.policies import LlmPolicy
 from distillery.workers.envs.base import AgentOptions
 from distillery.workers.envs.bfcl import BfclMultiTurnBase
-from distillery.workers.llm.client import _encode_request, _to_result
+from distillery.workers.llm.client import _encode_request
+from distillery.workers.llm.replies import parse_completion
 from tests.support.openai_stub import completion
 
 Student = Callable[[dict[str, Any]], dict[str, Any]]
@@ -196,7 +197,7 @@ class ScriptedBackend:
         wire = json.loads(_encode_request(request))
         self.requests.append(_seen(wire))
         body = json.dumps(reply_completion(wire, self.student(wire))).encode()
-        return _to_result(body, 0.0, 1, "scripted")
+        return parse_completion(body, 0.0, 1, "scripted")
 
     def end_episode(self, episode_id: str) -> None:
         return None

@@ -39,6 +39,7 @@ from distillery.workers.envs.base import (
     ToolCall,
     ToolResult,
 )
+from distillery.workers.envs.bfcl_costs import execution_cost_error
 from distillery.workers.envs.bfcl_tools import bfcl_tool, json_schema_tool, keyword_call
 from distillery.workers.envs.calls import (
     DEFAULT_LIMITS,
@@ -344,8 +345,10 @@ class BfclEnvironment:
         runnable: list[ToolCall] = []
         refused: list[RejectedCall] = list(action.rejected)
         for call in action.calls:
-            # Re-checked here too: a ParsedAction may have been built by hand.
+            # Re-checked here too: a ParsedAction may have been built by hand. A call
+            # whose cost is unbounded is refused too (it could never be stopped).
             reason = check_call(call, self._allowed, self._limits)
+            reason = reason or execution_cost_error(call)
             if reason is None:
                 runnable.append(call)
             else:

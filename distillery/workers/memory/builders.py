@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from distillery.workers.agents.loop import OBSERVATION_NAME
-from distillery.workers.llm.types import ChatResult, RequestRejected
+from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected
 from distillery.workers.memory import prompts
 from distillery.workers.memory.masking import (
     find_values,
@@ -354,6 +354,9 @@ class _LLMClient:
                 result = await self.llm.chat(messages, **self.chat_kwargs)
             except RequestRejected:
                 self.stats.invalid[f"{self.kind}:request_rejected"] += 1
+                return None
+            except InvalidReply:
+                self.stats.invalid[f"{self.kind}:invalid_reply"] += 1
                 return None
             self.stats.tokens_in[self.kind] += result.usage.prompt_tokens
             self.stats.tokens_out[self.kind] += result.usage.completion_tokens

@@ -170,3 +170,42 @@ def test_native_system_message_only_when_memory_is_injected(bench, task0):
     assert firsts[0]["role"] == "user"  # BFCL's FC handlers send no system prompt
     assert firsts[1] == {"role": "system", "content": "[memory]"}
     assert firsts[2]["role"] == "user"  # and it goes again when memory does
+
+
+@pytest.mark.parametrize("ids", [("x", "x", "x"), (None, None, None), (1, {"a": 1}, "")])
+def test_each_observation_goes_to_its_own_call_whatever_the_ids(bench, task0, ids):
+    """Repeated, missing or non-string ids (a policy that bypasses the client's repair):
+    each call gets its own id and the observation of exactly that call."""
+    calls = [
+        ("pwd", {}),  # executed
+        ("no_such_tool", {}),  # rejected
+        ("ls", {}),  # executed
+    ]
+    reply = ChatResult(
+        text="",
+        tool_calls=[
+            {"id": i, "name": name, "arguments": json.dumps(args)}
+            for i, (name, args) in zip(ids, calls, strict=True)
+        ],
+    )
+    policy = ScriptedPolicy([reply], action_format="native")
+    outcome, _ = _play(bench, task0, policy)
+    assistant = outcome.messages[1]  # native mode: no system prompt (BFCL's FC handlers)
+    sent_ids = [c["id"] for c in assistant["tool_calls"]]
+    assert len(set(sent_ids)) == 3 and all(isinstance(i, str) and i for i in sent_ids)
+    answers = {m["tool_call_id"]: m["content"] for m in outcome.messages[2:5]}
+    assert list(answers) == sent_ids
+    pwd, rejected, ls = (answers[i] for i in sent_ids)
+    assert '"current_working_directory"' in pwd
+    assert "no_such_tool" in rejected and "Error during execution" in rejected  # BFCL wording
+    assert '"current_directory_content"' in ls
+    assert "not executed" not in pwd + ls
+
+
+def test_an_invalid_reply_ends_the_episode_as_the_models_failure(bench, task0):
+    from distillery.workers.llm.types import InvalidReply
+
+    policy = ScriptedPolicy([ChatResult(text="[pwd()]"), InvalidReply("content is int 42")])
+    outcome, score = _play(bench, task0, policy)
+    assert outcome.termination == "invalid_reply" and "int 42" in outcome.rejection
+    assert score.success is False
