@@ -8,6 +8,7 @@
     distillery experiment=bfcl_k_curve --plan    # the stage graph; nothing runs
     distillery memory list|show|export ...       # inspect memory banks
     distillery report [SWEEP_DIR]                # tables, plots, costs of a sweep
+    distillery compare RUN_A RUN_B               # per-task disagreement of two points
 
 Re-running the same command resumes an interrupted sweep: finished stages and
 episodes are reused from the ledger under output_dir.
@@ -142,6 +143,15 @@ def run_cli(argv: list[str]) -> int:
             return 2
         raise
 
+    from distillery.orchestrator.requirements_check import RequirementsError, check_requirements
+
+    try:  # before Ray starts: what to install or set, one line each
+        check_requirements(configs, services="--plan" not in flags)
+    except RequirementsError as exc:
+        for missing in exc.missing:
+            print(f"distillery: {missing}", file=sys.stderr)
+        return 2
+
     from distillery.orchestrator.run import plan, print_summary, run_sweep
 
     try:
@@ -166,6 +176,10 @@ def main() -> None:
         from distillery.orchestrator.report import main as report_main
 
         sys.exit(report_main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "compare":
+        from distillery.orchestrator.compare import main as compare_main
+
+        sys.exit(compare_main(sys.argv[2:]))
     sys.exit(run_cli(sys.argv[1:]))
 
 
