@@ -6,6 +6,7 @@
         student.model=NAME student.api_key_env=MY_KEY_VAR
     distillery -m memory.retrieval.k_wf=1,2,4 seed=0,1   # a sweep (grid of points)
     distillery experiment=bfcl_k_curve --plan    # the stage graph; nothing runs
+    distillery -v ...                            # keep Ray's and MLflow's own messages
     distillery memory list|show|export ...       # inspect memory banks
     distillery report [SWEEP_DIR]                # tables, plots, costs of a sweep
     distillery compare RUN_A RUN_B               # per-task disagreement of two points
@@ -37,7 +38,8 @@ from distillery.orchestrator.config import (  # noqa: E402
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
 # `model@student=NAME`, users say `student=NAME`.
 _ROLE_GROUP = re.compile(r"^(~|\+)?(teacher|student)=")
-_FLAGS = {"-m", "--multirun", "--plan", "--cfg", "-h", "--help"}
+_FLAGS = {"-m", "--multirun", "--plan", "--cfg", "-h", "--help", "-v", "--verbose"}
+_VERBOSE = ("-v", "--verbose")  # keep third-party libraries' announcements
 
 
 def rewrite_role_overrides(argv: list[str]) -> list[str]:
@@ -168,6 +170,11 @@ def run_cli(argv: list[str]) -> int:
 
 
 def main() -> None:
+    from distillery.orchestrator.quiet import quiet_third_party
+
+    quiet_third_party(verbose=any(a in _VERBOSE for a in sys.argv[1:]))
+    if len(sys.argv) > 1 and sys.argv[1] in ("memory", "report", "compare"):
+        sys.argv = [a for a in sys.argv if a not in _VERBOSE]
     if len(sys.argv) > 1 and sys.argv[1] == "memory":
         from distillery.orchestrator.memory_cli import main as memory_main
 
