@@ -1,7 +1,7 @@
 """Keep a run's output to the progress display and the summary.
 
 Third-party libraries announce things a distillery user cannot act on: Ray's start-up
-banner, MLflow creating its database tables and flushing its trace queue at exit,
+banner and its token-authentication notice on a private local cluster, MLflow creating its database tables and flushing its trace queue at exit,
 deprecation warnings from inside MLflow's SQL store. `distillery -v` keeps all of them;
 otherwise they are lowered to warnings (Ray, MLflow: through their own environment
 variables, so Ray's workers, which inherit the driver's environment, are quiet too) or
@@ -33,6 +33,12 @@ def quiet_third_party(verbose: bool = False) -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     # Read by Ray when it is imported: its "Started a local Ray instance" banner.
     os.environ.setdefault("RAY_LOGGER_LEVEL", "warning")
+    # Ray's notice that it enabled token authentication on the private local cluster
+    # (its default): nothing to act on. Its warnings about a real auth problem are
+    # errors and still show.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+        logging.ERROR
+    )
     for name in _ANNOUNCERS:  # already imported: their loggers are configured by now
         logger = logging.getLogger(name)
         if logger.level < logging.WARNING:

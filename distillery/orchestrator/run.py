@@ -820,9 +820,7 @@ def ray_session(cluster: ClusterConfig) -> Iterator[None]:
         ray.init(address=cluster.ray_address, log_to_driver=True)
     else:
         # A private cluster on loopback: Ray may otherwise bind the machine's external
-        # address. Token authentication is Ray's default for a new local cluster; saying
-        # so explicitly keeps it and drops Ray's notice about it from every run.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        # address.
         ray.init(
             num_cpus=cluster.num_cpus,
             include_dashboard=False,

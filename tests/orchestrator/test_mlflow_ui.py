@@ -78,7 +78,7 @@ def test_rest_api_shows_which_run_solved_each_task(sweep, capsys):
             if i["trace_metadata"]["mlflow.trace.session"] == "multi_turn_base_124"
         )
         spans = rest(url, "GET", f"3.0/mlflow/traces/get?trace_id={trace_id}")
-        names = [s["name"] for s in spans["trace"]["data"]["spans"]]
+        names = [s["name"] for s in spans["trace"]["spans"]]
         assert "episode multi_turn_base_124" in names
         assert any(n.startswith("turn ") for n in names)
         assert any(n.startswith("llm ") for n in names)
