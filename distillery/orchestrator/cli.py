@@ -84,6 +84,8 @@ def _override_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, list | tuple):
         return "[" + ",".join(_override_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # merged into the node: {k_st: 3} changes only k_st
+        return "{" + ",".join(f"{k}:{_override_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -98,7 +100,14 @@ def sweep_points(overrides: list[str], multirun: bool) -> list[tuple[list[str], 
         if not grid:
             points.append((point, composed))
             continue
-        keys = list(grid)  # type: ignore[arg-type]
+        # A key the command line sets wins over the experiment's sweep axis for it
+        # (`experiment=bfcl_ablation student=qwen3_8b` evaluates qwen3_8b only).
+        given = {o.split("=", 1)[0].lstrip("+~") for o in point}
+        keys = [
+            k
+            for k in grid  # type: ignore[union-attr]
+            if k not in given and rewrite_role_overrides([f"{k}="])[0][:-1] not in given
+        ]
         for values in itertools.product(*(grid[k] for k in keys)):  # type: ignore[index]
             extra = rewrite_role_overrides(
                 [f"{k}={_override_value(v)}" for k, v in zip(keys, values, strict=True)]
@@ -128,45 +137,76 @@ def run_cli(argv: list[str]) -> int:
         if at + 1 < len(argv) and argv[at + 1] in ("job", "hydra", "all"):
             argv = argv[: at + 1] + argv[at + 2 :]
     overrides = rewrite_role_overrides([a for a in argv if a not in _FLAGS])
+    # One validation for --cfg, --plan and a run: the same configs pass or fail, with
+    # the same message, before anything prints or starts.
     try:
         points = sweep_points(overrides, multirun=bool(flags & {"-m", "--multirun"}))
-        if "--cfg" in flags:
-            for _, composed in points:
-                print(OmegaConf.to_yaml(composed))
-            return 0
-        configs = _validated(points)
-    except ConfigError as exc:
-        print(f"distillery: {exc}", file=sys.stderr)
-        print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
-        return 2
+        # A run names every missing install at once; --plan and --cfg need only the
+        # benchmark's package (no model server starts).
+        configs = validate_sweep(points, models=not flags & {"--plan", "--cfg"})
+    except ValueError as exc:  # ConfigError, or a bad split, task id or sweep
+        return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
         if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            print(f"distillery: {exc}", file=sys.stderr)
-            return 2
+            return _refuse(exc)
         raise
+    if "--cfg" in flags:
+        for _, composed in points:
+            print(OmegaConf.to_yaml(composed))
+        return 0
 
-    from distillery.orchestrator.requirements_check import RequirementsError, check_requirements
+    from distillery import redaction
+    from distillery.orchestrator.errors import UserError
+    from distillery.orchestrator.requirements_check import check_requirements
+    from distillery.orchestrator.run import plan, print_summary, run_sweep, unscored_points
 
-    try:  # before Ray starts: what to install or set, one line each
-        check_requirements(configs, services="--plan" not in flags)
-    except RequirementsError as exc:
-        for missing in exc.missing:
-            print(f"distillery: {missing}", file=sys.stderr)
-        return 2
+    if "--plan" not in flags:
+        try:  # the services a run talks to answer, before Ray starts
+            check_requirements(configs, models=False)
+        except ValueError as exc:
+            return _refuse(exc)
 
-    from distillery.orchestrator.run import plan, print_summary, run_sweep
-
+    redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
     try:
         if "--plan" in flags:
             print(plan(configs))
             print("Nothing ran. Drop --plan to run what is not cached.")
             return 0
         result = run_sweep(configs)
-    except ValueError as exc:  # a bad split, task id or sweep, found before Ray starts
-        print(f"distillery: {exc}", file=sys.stderr)
-        return 2
+    except (UserError, ValueError) as exc:  # bad input or a busy output root, before Ray
+        return _refuse(exc)
     print_summary(result)
-    return 0
+    # Unscored episodes left after their retries: the sweep is not finished.
+    return 3 if unscored_points(result) else 0
+
+
+def validate_sweep(
+    points: list[tuple[list[str], DictConfig]], models: bool = False
+) -> list[DistilleryConfig]:
+    """Every point typed and validated, then the sweep planned (task ids resolved, the
+    protocol's split made, shared runtime checked) without running anything."""
+    from distillery.orchestrator.plan import plan_sweep
+    from distillery.orchestrator.requirements_check import check_requirements
+
+    configs = _validated(points)
+    # What is installed first (planning loads the benchmark's tasks); `models`: the
+    # model servers' packages and files too.
+    check_requirements(configs, models=models, services=False)
+    plan_sweep(configs)
+    return configs
+
+
+def _refuse(exc: BaseException) -> int:
+    from distillery.orchestrator.requirements_check import RequirementsError
+
+    if isinstance(exc, RequirementsError):  # one line per missing piece
+        for missing in exc.missing:
+            print(f"distillery: {missing}", file=sys.stderr)
+        return 2
+    print(f"distillery: {exc}", file=sys.stderr)
+    if isinstance(exc, ConfigError):
+        print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
+    return 2
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,7 +48,9 @@ from distillery.orchestrator.costs import (
     unpriced_models,
 )
 from distillery.orchestrator.links import markdown_link, run_url
+from distillery.orchestrator.repeats import repeat_notes
 from distillery.orchestrator.stats import mcnemar, wilson_interval
+from distillery.redaction import REDACTED
 from distillery.workers.storage import Location
 
 MEMORY_TYPES = ("wf", "st", "fn")
@@ -1099,6 +1102,7 @@ def build_report(
     cells = link_cells(cells, stats, data.meta, mlflow_ui)
     tables, table_notes = paper_tables(cells)
     notes += table_notes
+    notes += repeat_notes(data.points, data.episodes, CELL_KEYS)
     tests = mcnemar_table(stats, data.episodes)
     pairs = steps_against_teacher(stats, data.episodes)
     steps = steps_summary(pairs)
@@ -1388,6 +1392,15 @@ def _with_mlflow(report: Report, meta: Mapping[str, Any], enabled: bool) -> Repo
             mlflow_note="not logged to MLflow: sweep.json names no "
             "parent run (the sweep ran without tracking)",
         )
+    if REDACTED in str(uri):  # a key in the URI is never stored: the user's own URI
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not uri:
+            return replace(
+                report,
+                mlflow_failed=True,
+                mlflow_note="not logged to MLflow: the sweep's tracking URI held a key, which "
+                "is never stored; set MLFLOW_TRACKING_URI to it and run the report again",
+            )
     try:
         where = log_report(report.out_dir, str(uri), str(run_id))
     except Exception as exc:  # any store/network error: the files are written anyway

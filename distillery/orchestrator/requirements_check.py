@@ -39,7 +39,7 @@ class Missing:
         return f"{self.what}: {self.fix}"
 
 
-class RequirementsError(RuntimeError):
+class RequirementsError(ValueError):
     """Something the sweep needs is not installed or not reachable."""
 
     def __init__(self, missing: list[Missing]) -> None:
@@ -183,17 +183,20 @@ def _services(cfg: DistilleryConfig, used: Iterable[tuple[str, ModelConfig]]) ->
 def missing_requirements(
     configs: Iterable[DistilleryConfig],
     *,
+    models: bool = True,
     services: bool = True,
 ) -> list[Missing]:
-    """Every missing piece over all sweep points, each named once. `services=False`
-    skips the network checks (e.g. for `--plan`)."""
+    """Every missing piece over all sweep points, each named once. The benchmark's
+    package is always checked (planning loads its tasks); `models=False` skips the
+    model servers' packages and files, `services=False` the network checks (`--plan`
+    and `--cfg` need neither)."""
     found: dict[str, Missing] = {}
     for cfg in configs:
         used = models_in_use(cfg)
         checks = list(_benchmark(cfg))
         # On a Ray cluster servers start on worker nodes, whose installs the driver
         # cannot see; only a private local cluster is checked here.
-        if cfg.cluster.ray_address is None:
+        if models and cfg.cluster.ray_address is None:
             for role, model in used:
                 checks += _launched_model(role, model)
         if services:
@@ -203,8 +206,10 @@ def missing_requirements(
     return list(found.values())
 
 
-def check_requirements(configs: Iterable[DistilleryConfig], *, services: bool = True) -> None:
+def check_requirements(
+    configs: Iterable[DistilleryConfig], *, models: bool = True, services: bool = True
+) -> None:
     """Raise RequirementsError naming every missing piece (see missing_requirements)."""
-    missing = missing_requirements(configs, services=services)
+    missing = missing_requirements(configs, models=models, services=services)
     if missing:
         raise RequirementsError(missing)

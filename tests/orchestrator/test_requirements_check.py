@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 
-import pytest
 from hydra import compose, initialize_config_module
 
 from distillery.orchestrator import requirements_check
@@ -100,15 +99,13 @@ def test_cli_names_the_missing_piece_and_starts_nothing(capsys, tmp_path):
     assert not (tmp_path / "stages").exists()  # nothing ran
 
 
-@pytest.mark.parametrize("flag", [[], ["--plan"]])
-def test_plain_pip_install_without_setup_script_is_one_line_per_piece(flag):
+def test_plain_pip_install_without_setup_script_is_one_line_per_piece():
     """`pip install -e .` alone: no llama-cpp-python, no bfcl-eval (the setup script adds
     both). The default quickstart stops in seconds, naming both, with no traceback."""
     blocked = "import sys; sys.modules.update(llama_cpp=None, bfcl_eval=None)"
     run = "from distillery.orchestrator.cli import main; main()"
     done = subprocess.run(
-        [sys.executable, "-c", f"{blocked}; sys.argv = ['distillery', *sys.argv[1:]]; {run}",
-         *flag],
+        [sys.executable, "-c", f"{blocked}; sys.argv = ['distillery']; {run}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -118,4 +115,28 @@ def test_plain_pip_install_without_setup_script_is_one_line_per_piece(flag):
         "--no-deps bfcl-eval==2026.3.23 (or bash scripts/setup.sh)",
         "distillery: student=smollm2-135m (backend llama_cpp): llama-cpp-python is not "
         "installed: pip install -e .[cpu] (or bash scripts/setup.sh)",
+    ]
+
+
+def test_plan_needs_only_the_benchmark_package():
+    """--plan and --cfg start no server: a GPU student plans on a CPU machine, but
+    without the benchmark's package there are no tasks to plan."""
+    blocked = "import sys; sys.modules.update(llama_cpp=None, vllm=None)"
+    run = "from distillery.orchestrator.cli import main; main()"
+    argv = "['distillery', 'student=qwen3_4b', 'methods=[zero_shot]', '--plan']"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{blocked}; sys.argv = {argv}; {run}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Nothing ran" in done.stdout
+    no_bfcl = blocked.replace("vllm=None", "vllm=None, bfcl_eval=None")
+    done = subprocess.run(
+        [sys.executable, "-c", f"{no_bfcl}; sys.argv = {argv}; {run}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "distillery: benchmark=bfcl_multi_turn_base: bfcl-eval is not installed: pip install "
+        "--no-deps bfcl-eval==2026.3.23 (or bash scripts/setup.sh)"
     ]
