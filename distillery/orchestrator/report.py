@@ -31,7 +31,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -47,6 +47,7 @@ from distillery.orchestrator.costs import (
     stage_costs,
     unpriced_models,
 )
+from distillery.orchestrator.links import markdown_link, run_url
 from distillery.orchestrator.repeats import repeat_notes
 from distillery.orchestrator.stats import mcnemar, wilson_interval
 from distillery.redaction import REDACTED
@@ -482,6 +483,47 @@ class Table:
     title: str
     frame: pd.DataFrame
     caption: str = ""
+    # The same table with each cell linked to its MLflow child run(s), for report.md.
+    linked: pd.DataFrame | None = None
+
+    @property
+    def markdown(self) -> pd.DataFrame:
+        return self.frame if self.linked is None else self.linked
+
+
+def link_cells(
+    cells: pd.DataFrame, stats: pd.DataFrame, meta: Mapping[str, Any], ui_url: str | None = None
+) -> pd.DataFrame:
+    """`cells` plus `label_md`: the label as a link to the cell's MLflow child run, or,
+    for a cell of several seeds, followed by one link per seed's run. Cells of points
+    without a run (a sweep run without tracking) keep the plain label."""
+    if cells.empty:
+        return cells.assign(label_md=pd.Series(dtype=object))
+    uri = meta.get("tracking_uri")
+    experiment_id = meta.get("mlflow_experiment_id")
+    by_point = stats.set_index("point_id")
+    linked = []
+    for label, point_ids in zip(cells["label"], cells["point_ids"], strict=True):
+        runs = []
+        for pid in str(point_ids).split(","):
+            run_id = by_point.at[pid, "mlflow_run_id"] if pid in by_point.index else None
+            url = run_url(uri, _text(run_id) or None, experiment_id, ui_url)
+            if url:
+                runs.append((int(by_point.at[pid, "seed"]), url))
+        if len(runs) == 1:
+            linked.append(markdown_link(label, runs[0][1]))
+        elif runs:
+            seeds = " ".join(markdown_link(f"s{seed}", url) for seed, url in sorted(runs))
+            linked.append(f"{label} · runs {seeds}")
+        else:
+            linked.append(label)
+    return cells.assign(label_md=linked)
+
+
+def _pivots(name: str, title: str, cells: pd.DataFrame, rows: Sequence[str], column: str) -> Table:
+    frame = pivot(cells, rows, column)
+    linked = pivot(cells, rows, column, value="label_md") if "label_md" in cells else None
+    return Table(name, title, frame, linked=linked)
 
 
 def paper_tables(cells: pd.DataFrame) -> tuple[list[Table], list[str]]:
@@ -494,19 +536,23 @@ def paper_tables(cells: pd.DataFrame) -> tuple[list[Table], list[str]]:
     main, protocol = _preferred_protocol(cells)
     where = f" (protocol: {protocol})" if protocol else ""
     tables.append(
-        Table(
+        _pivots(
             "table_main",
             f"Method × student × benchmark{where}",
-            pivot(main, ["student", "method"], "benchmark"),
+            main,
+            ["student", "method"],
+            "benchmark",
         )
     )
     students = main[main["role"] == "student"]
     if students["memory_types"].nunique() > 1:
         tables.append(
-            Table(
+            _pivots(
                 "table_memory",
                 f"Memory ablation{where}",
-                pivot(students, ["student", "memory_types"], "benchmark"),
+                students,
+                ["student", "memory_types"],
+                "benchmark",
             )
         )
     else:
@@ -518,14 +564,24 @@ def paper_tables(cells: pd.DataFrame) -> tuple[list[Table], list[str]]:
     )
     with_repr = students.assign(representation=labels).loc[labels != ""]
     if with_repr["representation"].nunique() > 1:
-        frame = pivot(with_repr, ["student", "memory_types", "representation"], "benchmark")
-        frame = frame.drop(columns=[c for c in frame.columns if c.startswith("repr_")])
-        tables.append(Table("table_representation", f"Representation{where}", frame))
+        table = _pivots(
+            "table_representation",
+            f"Representation{where}",
+            with_repr,
+            ["student", "memory_types", "representation"],
+            "benchmark",
+        )
+
+        def no_repr(frame: pd.DataFrame) -> pd.DataFrame:
+            return frame.drop(columns=[c for c in frame.columns if c.startswith("repr_")])
+
+        linked = None if table.linked is None else no_repr(table.linked)
+        tables.append(replace(table, frame=no_repr(table.frame), linked=linked))
     else:
         notes.append("representation table: the representation does not vary in this sweep")
     if cells["protocol"].nunique() > 1:
         tables.append(
-            Table("table_protocol", "Protocols", pivot(cells, ["student", "method"], "protocol"))
+            _pivots("table_protocol", "Protocols", cells, ["student", "method"], "protocol")
         )
     else:
         notes.append(f"protocol table: one protocol ({protocol}) in this sweep")
@@ -1006,11 +1062,14 @@ def build_report(
     out_dir: str | Path | None = None,
     *,
     log_to_mlflow: bool = True,
+    mlflow_ui: str | None = None,
 ) -> Report:
     """Compute every table, test, cost and plot of a sweep, write them into `out_dir`
     (default `<sweep_dir>/report`) and, unless `log_to_mlflow` is false or sweep.json has
     no parent run, log them to the parent run under `report/`. `sweep_dir` may be an
-    output root: its most recent sweep is used."""
+    output root: its most recent sweep is used. Table cells in report.md link to their
+    MLflow child runs in the UI at `mlflow_ui` (default: the tracking server, or the
+    local `mlflow ui` address for a local store)."""
     data, picked = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else _default_out(data)
     out.mkdir(parents=True, exist_ok=True)
@@ -1040,6 +1099,7 @@ def build_report(
         cell_cost.columns = ["cost_usd", "cost_tokens"]
         cells = cells.join(cell_cost, on=list(CELL_KEYS))
 
+    cells = link_cells(cells, stats, data.meta, mlflow_ui)
     tables, table_notes = paper_tables(cells)
     notes += table_notes
     notes += repeat_notes(data.points, data.episodes, CELL_KEYS)
@@ -1148,7 +1208,7 @@ def render_markdown(
         "descriptors except the seed.",
     ]
     for table in tables:
-        md += ["", f"## {table.title}", "", markdown_table(table.frame)]
+        md += ["", f"## {table.title}", "", markdown_table(table.markdown)]
     md += ["", "## Paired test against zero-shot (McNemar)", ""]
     if tests.empty:
         md.append(
@@ -1322,8 +1382,6 @@ def log_report(out_dir: Path, tracking_uri: str, run_id: str) -> str:
 
 
 def _with_mlflow(report: Report, meta: Mapping[str, Any], enabled: bool) -> Report:
-    from dataclasses import replace
-
     run_id = meta.get("parent_run_id")
     uri = meta.get("tracking_uri")
     if not enabled:
@@ -1379,9 +1437,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="do not log the report to the sweep's MLflow parent run",
     )
+    parser.add_argument(
+        "--mlflow-ui",
+        default=None,
+        help="MLflow UI address the table cells link to (default: the tracking server, or "
+        "http://127.0.0.1:5000 for a local store)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        report = build_report(args.path, args.out, log_to_mlflow=not args.no_mlflow)
+        report = build_report(
+            args.path, args.out, log_to_mlflow=not args.no_mlflow, mlflow_ui=args.mlflow_ui
+        )
     except ReportError as exc:
         print(f"distillery report: {exc}", file=sys.stderr)
         return 2

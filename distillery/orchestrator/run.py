@@ -560,6 +560,7 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
                 "sweep_id": sweep.sweep_id,
                 "tracking_uri": cfg.tracking_uri,
                 "parent_run_id": pid,
+                "mlflow_experiment_id": tracker.experiment_id,
                 "experiment": cfg.experiment.name,
                 "created_at": previous.get("created_at", time.time()),
                 "updated_at": time.time(),
@@ -618,7 +619,7 @@ def _log_points(
     for point in sweep.graph.points.values():
         cfg = point.cfg
         summaries = sweep.point_summaries(point)
-        needs_records = point.bank_stage is not None or cfg.tracking.trace_sample > 0
+        needs_records = point.bank_stage is not None or cfg.tracking.trace_sample != 0
         records = sweep.point_records(summaries) if needs_records else []
         metrics = sweep.point_metrics(point, summaries, records)
         method = point.method
@@ -758,6 +759,7 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
                     "task_id": s.task_id,
                     "success": s.success,
                     "termination": s.termination,
+                    "error_type": s.error_type,
                     "total_steps": s.total_steps,
                     "n_llm_calls": s.n_llm_calls,
                     "tokens_in": s.tokens_in,

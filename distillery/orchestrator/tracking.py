@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,10 @@ import mlflow  # noqa: E402
 import pandas as pd  # noqa: E402
 from mlflow.data.code_dataset_source import CodeDatasetSource  # noqa: E402
 from mlflow.entities import (  # noqa: E402
+    AssessmentSource,
+    AssessmentSourceType,
     DatasetInput,
+    Feedback,
     InputTag,
     LifecycleStage,
     Metric,
@@ -44,12 +47,15 @@ from mlflow.entities import (  # noqa: E402
 )
 from mlflow.entities.span import NO_OP_SPAN_TRACE_ID  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
-from mlflow.tracing.constant import SpanAttributeKey  # noqa: E402
+from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey  # noqa: E402
+from mlflow.tracing.trace_manager import InMemoryTraceManager  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.mlflow_tags import (  # noqa: E402
     MLFLOW_DATASET_CONTEXT,
     MLFLOW_LOGGED_ARTIFACTS,
     MLFLOW_PARENT_RUN_ID,
+    MLFLOW_RUN_TYPE,
+    MLFLOW_RUN_TYPE_GENAI_EVALUATE,
 )
 
 from distillery.redaction import (  # noqa: E402
@@ -79,6 +85,10 @@ POINT_ID_TAG = "distillery.point_id"
 CHANGED_PARAM_TAG = "distillery.param_changed."  # + key: a param whose value changed
 _EPISODE_TAG = "distillery.episode"  # trace tag: task_id/episode_id, for idempotent re-logs
 _MAX_SPAN_TEXT = 4000  # characters kept of a model message or an observation in a span
+# Who gives an episode its verdict: the benchmark's own checker, run as code.
+_VERDICT_SOURCE = AssessmentSource(
+    source_type=AssessmentSourceType.CODE, source_id="distillery.benchmark_checker"
+)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -233,11 +243,16 @@ class Tracker:
         parent_run_id: str | None = None,
         dataset: EvalDataset | None = None,
         traces: Sequence[EpisodeRecord] = (),
-        trace_sample: int = 3,
+        trace_sample: int | None = None,
     ) -> str:
         """A finished child run: params, metrics, the per-task table, the trajectories,
         small JSON documents (e.g. the evaluated task ids), the evaluated split as a
-        dataset input and a sample of `trace_sample` episodes of `traces` as traces.
+        dataset input and the episodes of `traces` as traces with the benchmark's
+        verdict as feedback (every task; `trace_sample` of them when given, 0: none).
+
+        A run with a `dataset` is an evaluation: it is tagged as an MLflow GenAI
+        evaluation run, so the UI's Evaluations view lists it and compares two such runs
+        task by task (their traces are matched by their inputs: the task).
 
         `run_id` (or, without it, the child of the parent tagged `point_id`) is updated in
         place; otherwise a new child of `parent_run_id` (default: the open parent) is
@@ -257,6 +272,11 @@ class Tracker:
         all_tags = dict(tags)
         if point_id is not None:
             all_tags[POINT_ID_TAG] = point_id
+        if dataset is not None:
+            all_tags[MLFLOW_RUN_TYPE] = MLFLOW_RUN_TYPE_GENAI_EVALUATE
+        if {"success_rate", "success_rate_ci_low", "success_rate_ci_high"} <= set(metrics):
+            # One column of the runs table with the rate, its interval and n.
+            all_tags["success"] = success_label(metrics)
         try:
             self._log_run_data(run, params=params, tags=all_tags, metrics=metrics)
             if dataset is not None:
@@ -265,7 +285,7 @@ class Tracker:
         except BaseException:
             self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FAILED))
             raise
-        if trace_sample > 0:
+        if trace_sample != 0:
             self.log_traces(child_id, traces, trace_sample, point_id=point_id)
         self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FINISHED))
         return child_id
@@ -375,10 +395,12 @@ class Tracker:
         self,
         run_id: str,
         records: Sequence[EpisodeRecord],
-        sample: int,
+        sample: int | None = None,
         point_id: str | None = None,
     ) -> list[str]:
-        """Log `sample` of `records` (see `sample_episodes`) as traces of run `run_id`.
+        """Log `records` (one per task; `sample` of them when given, see
+        `sample_episodes`) as traces of run `run_id`, each with the benchmark's verdict
+        as feedback assessments (`episode_feedback`) and its task as the trace's session.
 
         Idempotent: traces of the run already logged for a sampled episode are kept,
         those of episodes no longer in the sample are deleted. Best effort: a failure
@@ -437,6 +459,7 @@ class Tracker:
         if point_id is not None:
             tags[POINT_ID_TAG] = point_id
         root_plan = plan.root
+        spans: list[Any] = []
         # MlflowClient.start_trace(run_id=...) writes trace metadata `mlflow.sourceRun`,
         # which is what links a trace to a run (search_traces(run_id=...), the run's
         # Traces tab); explicit experiment_id avoids the fluent "current experiment".
@@ -455,16 +478,22 @@ class Tracker:
             _log.warning("tracing is disabled (mlflow.tracing.disable?); no episode traces")
             return None
         try:
+            # Children are in start order, a parent before its children; a parent ends
+            # after them, so every span is closed once all spans are started.
             for child in plan.children:
-                span = self.client.start_span(
-                    name=child.name,
-                    trace_id=trace_id,
-                    parent_id=root.span_id,
-                    span_type=child.span_type,
-                    inputs=child.inputs,
-                    attributes=child.attributes,
-                    start_time_ns=child.start_ns,
+                parent = root if child.parent is None else spans[child.parent]
+                spans.append(
+                    self.client.start_span(
+                        name=child.name,
+                        trace_id=trace_id,
+                        parent_id=parent.span_id,
+                        span_type=child.span_type,
+                        inputs=child.inputs,
+                        attributes=child.attributes,
+                        start_time_ns=child.start_ns,
+                    )
                 )
+            for child, span in reversed(list(zip(plan.children, spans, strict=True))):
                 self.client.end_span(
                     trace_id=trace_id,
                     span_id=span.span_id,
@@ -472,6 +501,7 @@ class Tracker:
                     status=child.status,
                     end_time_ns=child.end_ns,
                 )
+            _annotate(trace_id, record)
         except Exception:
             # Close the trace so it is not left open in MLflow's in-memory trace manager.
             self.client.end_trace(trace_id, status=SpanStatusCode.ERROR)
@@ -497,17 +527,19 @@ class SpanPlan:
     outputs: dict[str, Any]
     attributes: dict[str, Any] = field(default_factory=dict)
     status: str = SpanStatusCode.OK
+    parent: int | None = None  # index of the parent in TracePlan.children; None: the root
 
 
 @dataclass(frozen=True)
 class TracePlan:
     root: SpanPlan
-    children: tuple[SpanPlan, ...]  # in time order, all children of the root
+    children: tuple[SpanPlan, ...]  # in start order, each after its parent
 
 
 def episode_trace(record: EpisodeRecord) -> TracePlan:
-    """An episode as a root AGENT span with one CHAT_MODEL span per model step and one
-    TOOL span per call after it, all direct children of the root.
+    """An episode as a root AGENT span, one CHAIN span per user turn (its user message
+    as input) and, inside each turn, one CHAT_MODEL span per model step and one TOOL
+    span per call after it.
 
     Only the per-step LLM latencies and the episode's start/end are recorded, so the
     timeline is a reconstruction: each LLM span lasts its latency, and the rest of the
@@ -517,10 +549,34 @@ def episode_trace(record: EpisodeRecord) -> TracePlan:
     llm_s = sum(max(0.0, s.latency_s) for s in record.steps)
     n_calls = sum(len(s.calls) for s in record.steps)
     per_call_s = max(0.0, end_s - start_s - llm_s) / n_calls if n_calls else 0.0
+    users = user_messages(record)
 
     children: list[SpanPlan] = []
+    turn_index: dict[int, int] = {}  # turn -> index of its span in children
     cursor = start_s
+
+    def close_turn() -> None:
+        if children and turn_index:
+            at = max(turn_index.values())
+            children[at] = replace(children[at], end_ns=_ns(cursor))
+
     for s in record.steps:
+        if s.turn not in turn_index:
+            close_turn()
+            user = users[s.turn] if 0 <= s.turn < len(users) else ""
+            turn_index[s.turn] = len(children)
+            children.append(
+                SpanPlan(
+                    name=f"turn {s.turn}",
+                    span_type=SpanType.CHAIN,
+                    start_ns=_ns(cursor),
+                    end_ns=_ns(cursor),
+                    inputs={"user": _clip(user)},
+                    outputs={"steps": sum(1 for x in record.steps if x.turn == s.turn)},
+                    attributes={"turn": s.turn},
+                )
+            )
+        parent = turn_index[s.turn]
         llm_end = cursor + max(0.0, s.latency_s)
         children.append(
             SpanPlan(
@@ -543,6 +599,7 @@ def episode_trace(record: EpisodeRecord) -> TracePlan:
                         "total_tokens": s.tokens_in + s.tokens_out,
                     },
                 },
+                parent=parent,
             )
         )
         cursor = llm_end
@@ -562,9 +619,11 @@ def episode_trace(record: EpisodeRecord) -> TracePlan:
                         "rejected": c.rejected,
                     },
                     status=SpanStatusCode.ERROR if c.error or c.rejected else SpanStatusCode.OK,
+                    parent=parent,
                 )
             )
             cursor = call_end
+    close_turn()
     outputs: dict[str, Any] = {"success": record.success, "termination": record.termination}
     if record.error_type:
         outputs["error"] = f"{record.error_type}: {record.error_message or ''}"
@@ -573,7 +632,8 @@ def episode_trace(record: EpisodeRecord) -> TracePlan:
         span_type=SpanType.AGENT,
         start_ns=_ns(start_s),
         end_ns=_ns(max(end_s, cursor)),
-        inputs={"task_id": record.task_id, "user": _clip(first_user_message(record))},
+        # What the UI matches traces of two evaluation runs by: the task, not the agent.
+        inputs={"task_id": record.task_id, "user": _clip(users[0] if users else "")},
         outputs=outputs,
         attributes={
             "task_id": record.task_id,
@@ -596,17 +656,86 @@ def episode_trace(record: EpisodeRecord) -> TracePlan:
     return TracePlan(root, tuple(children))
 
 
-def sample_episodes(records: Iterable[EpisodeRecord], n: int) -> list[EpisodeRecord]:
-    """A deterministic sample of `n` episodes: in task-id order, alternating successes
-    and failures while both last (so a researcher sees both), then filled in task-id
-    order from whatever remains (unscored episodes included). One episode per task."""
-    if n <= 0:
+def episode_feedback(record: EpisodeRecord) -> list[Feedback]:
+    """The benchmark's verdict on an episode as MLflow feedback: `success` (the
+    checker's pass/fail; an error, not a value, when the episode was not scored),
+    `error_type` (the checker's error type, "none" when it passed), `steps` and
+    `tokens`. The Evaluations view shows them as columns, per task and per run."""
+    scored = record.success is not None
+    reason = record.error_message or record.termination
+    verdict = {"termination": record.termination, "benchmark": record.benchmark}
+    if scored:
+        success = Feedback(
+            name="success",
+            value=bool(record.success),
+            rationale=None if record.success else _clip(f"{record.error_type}: {reason}", 1000),
+            source=_VERDICT_SOURCE,
+            metadata=verdict,
+        )
+    else:  # MLflow takes a value or an error, not both
+        success = Feedback(
+            name="success",
+            error=Exception(f"not scored ({record.termination}): {reason}"),
+            source=_VERDICT_SOURCE,
+            metadata=verdict,
+        )
+    return [
+        success,
+        Feedback(
+            name="error_type",
+            value=record.error_type or ("none" if record.success else record.termination),
+            source=_VERDICT_SOURCE,
+        ),
+        Feedback(name="steps", value=int(record.total_steps), source=_VERDICT_SOURCE),
+        Feedback(
+            name="tokens",
+            value=int(record.tokens_in + record.tokens_out),
+            source=_VERDICT_SOURCE,
+            metadata={"tokens_in": str(record.tokens_in), "tokens_out": str(record.tokens_out)},
+        ),
+    ]
+
+
+def _annotate(trace_id: str, record: EpisodeRecord) -> None:
+    """Session, user and verdict of a trace that is still open in MLflow's in-memory
+    trace buffer: exported with the trace itself, in the same write, rather than one
+    store call per assessment afterwards (MLflow does the same for an active trace)."""
+    with InMemoryTraceManager.get_instance().get_trace(trace_id) as trace:
+        if trace is None:
+            raise RuntimeError(f"trace {trace_id} is not open; cannot attach its verdict")
+        # The session groups a task's episodes (under every evaluated method) in the
+        # experiment's Sessions view; the user is the agent that played it.
+        trace.info.trace_metadata[TraceMetadataKey.TRACE_SESSION] = record.task_id
+        trace.info.trace_metadata[TraceMetadataKey.TRACE_USER] = record.agent
+        for feedback in episode_feedback(record):
+            feedback.trace_id = trace_id
+            trace.info.assessments.append(feedback)
+
+
+def success_label(metrics: Mapping[str, float]) -> str:
+    """`62.5% [42.7–78.8] n=24`: the success rate over scored episodes, its 95 % Wilson
+    interval and n (as the report's cells)."""
+    n = int(metrics.get("n_scored", 0))
+    return (
+        f"{metrics['success_rate']:.1%} [{100 * metrics['success_rate_ci_low']:.1f}–"
+        f"{100 * metrics['success_rate_ci_high']:.1f}] n={n}"
+    )
+
+
+def sample_episodes(records: Iterable[EpisodeRecord], n: int | None) -> list[EpisodeRecord]:
+    """One episode per task (the latest attempt): every task when `n` is None, else a
+    deterministic sample of `n`: in task-id order, alternating successes and failures
+    while both last (so a researcher sees both), then filled in task-id order from
+    whatever remains (unscored episodes included)."""
+    if n is not None and n <= 0:
         return []
     by_task: dict[str, EpisodeRecord] = {}
     for r in records:  # the latest attempt of a task wins
         if r.task_id not in by_task or r.finished_at >= by_task[r.task_id].finished_at:
             by_task[r.task_id] = r
     ordered = [by_task[t] for t in sorted(by_task)]
+    if n is None:
+        return ordered
     successes = [r for r in ordered if r.success is True]
     failures = [r for r in ordered if r.success is False]
     chosen: list[EpisodeRecord] = []
@@ -617,20 +746,25 @@ def sample_episodes(records: Iterable[EpisodeRecord], n: int) -> list[EpisodeRec
     return chosen[:n]
 
 
-def first_user_message(record: EpisodeRecord) -> str:
+def user_messages(record: EpisodeRecord) -> list[str]:
+    """The user messages of the transcript in order: one per turn."""
     try:
         messages = json.loads(record.messages_json or "[]")
     except json.JSONDecodeError:
-        return ""
+        return []
+    out = []
     for message in messages if isinstance(messages, list) else []:
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):  # OpenAI content parts
-                return "\n".join(
-                    str(p.get("text", "")) for p in content if isinstance(p, dict)
-                ).strip()
-            return "" if content is None else str(content)
-    return ""
+                out.append(
+                    "\n".join(
+                        str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    ).strip()
+                )
+            else:
+                out.append("" if content is None else str(content))
+    return out
 
 
 def _episode_key(record: EpisodeRecord) -> str:

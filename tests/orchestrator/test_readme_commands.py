@@ -65,7 +65,7 @@ def experiment_commands() -> list[str]:
 def _argv(line: str, tmp_path: Path) -> list[str]:
     line = line.replace("$PWD", str(tmp_path)).replace("<sweep_id>", "sweep-a")
     words = shlex.split(line, comments=True)[1:]
-    fill = {"DIR": str(tmp_path / "store"), "BANK": "e" * 16}
+    fill = {"DIR": str(tmp_path / "store"), "BANK": "e" * 16, "RUN_A": "pA0", "RUN_B": "pZ0"}
     return [fill.get(w, w) for w in words]
 
 
@@ -103,6 +103,14 @@ def test_command_line_runs(line, tmp_path, monkeypatch, capsys):
         write_sweep(tmp_path / "distillery_runs")
         assert report_main(argv[1:] + ["--no-mlflow"] * ("--no-mlflow" not in argv)) == 0
         assert "sweep sweep-a" in capsys.readouterr().out
+        return
+    if argv[0] == "compare":  # two points of the hand-made sweep of test_report
+        from distillery.orchestrator.compare import main as compare_main
+        from tests.orchestrator.test_report import write_sweep
+
+        write_sweep(tmp_path / "distillery_runs")
+        assert compare_main(argv[1:]) == 0, capsys.readouterr().err
+        assert "McNemar: b = 4 (A only), c = 1 (B only)" in capsys.readouterr().out
         return
     if "--cfg" not in argv and "--plan" not in argv:
         argv.append("--plan")

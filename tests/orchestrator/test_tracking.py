@@ -197,10 +197,16 @@ def test_more_params_and_metrics_than_one_batch(
 def test_eval_split_is_a_dataset_input(tracker: Tracker, uri: str) -> None:
     sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
     dataset = EvalDataset("bfcl_multi_turn_base", ["t1", "t2", "t3"], sha)
+    metrics = {"success_rate": 0.625, "success_rate_ci_low": 0.427, "success_rate_ci_high": 0.788}
     with tracker.parent("sweep", {}, {}):
-        child = _log(tracker, {}, point_id="p", dataset=dataset)
+        child = _log(tracker, {**metrics, "n_scored": 24}, point_id="p", dataset=dataset)
         _log(tracker, {}, point_id="p", dataset=dataset)  # re-logged: still one input
-    (entry,) = MlflowClient(uri).get_run(child).inputs.dataset_inputs
+    run = MlflowClient(uri).get_run(child)
+    # An evaluation child is a GenAI evaluation run (the UI's Evaluations view lists it),
+    # and one column of the runs table shows the rate with its interval.
+    assert run.data.tags["mlflow.runType"] == "genai_evaluate"
+    assert run.data.tags["success"] == "62.5% [42.7–78.8] n=24"
+    (entry,) = run.inputs.dataset_inputs
     assert entry.dataset.name == "bfcl_multi_turn_base:0123456789ab"
     assert sha.startswith(entry.dataset.digest)  # MLflow caps digests at 36 chars
     assert {t.key: t.value for t in entry.tags}["mlflow.data.context"] == "evaluation"
@@ -221,10 +227,14 @@ def test_episode_traces_are_linked_to_the_child_run(tracker: Tracker, uri: str) 
 
     ok = by_task["multi_turn_base_1"]
     assert ok.info.request_metadata["mlflow.sourceRun"] == child
-    names = [s.name for s in sorted(ok.data.spans, key=lambda s: s.start_time_ns)]
+    # The task is the session (a task's episodes group across methods); the agent the user.
+    assert ok.info.request_metadata["mlflow.trace.session"] == "multi_turn_base_1"
+    assert ok.info.request_metadata["mlflow.trace.user"] == "qwen3_4b"
+    names = [s.name for s in sorted(ok.data.spans, key=lambda s: (s.start_time_ns, s.name))]
     assert names == [
         "episode multi_turn_base_1",
         "llm 0.0",
+        "turn 0",
         "tool ls 0.0.0",
         "tool cd 0.0.1",
         "llm 0.1",
@@ -235,9 +245,13 @@ def test_episode_traces_are_linked_to_the_child_run(tracker: Tracker, uri: str) 
     assert root.outputs == {"success": True, "termination": "done"}
     assert root.start_time_ns == int(T0 * 1e9)
     assert root.end_time_ns == int((T0 + 10) * 1e9)
+    turn = next(s for s in ok.data.spans if s.name == "turn 0")
+    assert turn.span_type == SpanType.CHAIN and turn.parent_id == root.span_id
+    assert turn.inputs == {"user": "Please solve multi_turn_base_1."}
+    assert (turn.start_time_ns, turn.end_time_ns) == (root.start_time_ns, root.end_time_ns)
     llm = next(s for s in ok.data.spans if s.name == "llm 0.0")
     assert llm.span_type == SpanType.CHAT_MODEL
-    assert llm.parent_id == root.span_id
+    assert llm.parent_id == turn.span_id
     assert llm.end_time_ns - llm.start_time_ns == 2_000_000_000
     assert llm.attributes["tokens_in"] == 10
     assert llm.outputs["assistant_text"] == "[ls(), cd(folder='a')]"
@@ -246,8 +260,19 @@ def test_episode_traces_are_linked_to_the_child_run(tracker: Tracker, uri: str) 
     assert tool.inputs == {"call": "ls()"}
     assert tool.start_time_ns == llm.end_time_ns
 
+    # The benchmark's verdict is feedback on the trace, from the checker (code).
+    verdict = {a.name: a for a in ok.info.assessments}
+    assert {n: a.value for n, a in verdict.items()} == {
+        "success": True,
+        "error_type": "none",
+        "steps": 2,
+        "tokens": 21 + 6,
+    }
+    assert verdict["success"].source.source_type == "CODE"
+
     bad = by_task["multi_turn_base_2"]
-    assert len(bad.data.spans) == 3
+    assert {a.name: a.value for a in bad.info.assessments}["success"] is False
+    assert len(bad.data.spans) == 4
     rejected = next(s for s in bad.data.spans if s.span_type == SpanType.TOOL)
     assert rejected.attributes["rejected"] is True
     assert rejected.status.status_code == "ERROR"
@@ -309,3 +334,19 @@ def test_secrets_are_redacted(tracker: Tracker, uri: str) -> None:
     params = MlflowClient(uri).get_run(child).data.params
     assert params["student.api_key"] == "<redacted>"
     assert params["student.api_key_env"] == "OPENAI_API_KEY"
+
+
+def test_every_task_is_traced_by_default_and_unscored_is_an_error(
+    tracker: Tracker, uri: str
+) -> None:
+    infra = _episode("multi_turn_base_3", None, [])
+    records = [_failure(), _success(), infra]
+    with tracker.parent("sweep", {}, {}):
+        child = _log(tracker, {}, point_id="p", traces=records)
+    found = MlflowClient(uri).search_traces(locations=[tracker.experiment_id], run_id=child)
+    assert len(found) == 3
+    by_task = {t.info.tags["distillery.task_id"]: t for t in found}
+    verdict = {a.name: a for a in by_task["multi_turn_base_3"].info.assessments}
+    assert verdict["success"].value is None
+    assert "not scored (infra_error)" in verdict["success"].error.error_message
+    assert verdict["error_type"].value == "infra"

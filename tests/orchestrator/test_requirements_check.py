@@ -1,0 +1,142 @@
+"""Missing packages, model files and services are named before Ray starts, one line
+each with what to install or set."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+from hydra import compose, initialize_config_module
+
+from distillery.orchestrator import requirements_check
+from distillery.orchestrator.cli import rewrite_role_overrides, run_cli
+from distillery.orchestrator.config import to_config
+from distillery.orchestrator.requirements_check import missing_requirements, models_in_use
+from distillery.workers.llm.servers import free_port
+from tests.support.openai_stub import REPO_ROOT
+
+
+def _config(*overrides: str):
+    with initialize_config_module(config_module="distillery.conf", version_base=None):
+        return to_config(
+            compose(config_name="config", overrides=rewrite_role_overrides(list(overrides)))
+        )
+
+
+def _external(url: str) -> list[str]:
+    return ["student=external", f"student.base_url={url}", "student.model=m"]
+
+
+def test_only_the_models_the_methods_use_are_checked():
+    cfg = _config("methods=[zero_shot]", "teacher=smollm2_135m", "teacher.gguf_path=/nope.gguf")
+    assert [role for role, _ in models_in_use(cfg)] == ["student"]
+    assert missing_requirements([cfg], services=False) == []
+    with_teacher = _config(
+        "methods=[teacher,zero_shot]", "teacher=smollm2_135m", "teacher.gguf_path=/nope.gguf"
+    )
+    (missing,) = missing_requirements([with_teacher], services=False)
+    assert str(missing) == (
+        "teacher.gguf_path=/nope.gguf: no such model file: download the GGUF there or set "
+        "teacher.gguf_path to an existing file"
+    )
+
+
+def test_missing_extras_say_what_to_install(monkeypatch):
+    absent = {"llama_cpp", "bfcl_eval", "vllm"}
+    monkeypatch.setattr(requirements_check, "_installed", lambda name: name not in absent)
+    monkeypatch.setattr(requirements_check.shutil, "which", lambda name: None)
+    cfg = _config("methods=[zero_shot]", "student=smollm2_135m")
+    lines = [str(m) for m in missing_requirements([cfg], services=False)]
+    assert lines == [
+        "benchmark=bfcl_multi_turn_base: bfcl-eval is not installed: pip install --no-deps "
+        "bfcl-eval==2026.3.23 (or bash scripts/setup.sh)",
+        "student=smollm2-135m (backend llama_cpp): llama-cpp-python is not installed: "
+        "pip install -e .[cpu] (or bash scripts/setup.sh)",
+    ]
+    vllm = _config("methods=[zero_shot]", "student=qwen3_4b")
+    assert any("vLLM is not installed: pip install -e .[gpu]" in str(m) for m in
+               missing_requirements([vllm], services=False))  # fmt: skip
+    # On a Ray cluster the servers start on worker nodes: the driver's installs say nothing.
+    remote = _config("methods=[zero_shot]", "student=qwen3_4b", "cluster.ray_address=auto")
+    assert [m.what for m in missing_requirements([remote], services=False)] == [
+        "benchmark=bfcl_multi_turn_base: bfcl-eval is not installed"
+    ]
+
+
+def test_services_are_reached_before_the_run():
+    port = free_port()  # nothing listens here
+    cfg = _config("methods=[zero_shot]", *_external(f"http://127.0.0.1:{port}/v1"))
+    (missing,) = missing_requirements([cfg])
+    assert missing.what.startswith(f"student.base_url=http://127.0.0.1:{port}/v1: nothing answers")
+    assert missing.fix == "start the server, or fix student.base_url"
+    assert missing_requirements([cfg], services=False) == []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        live = server.getsockname()[1]
+        ok = _config("methods=[zero_shot]", *_external(f"http://127.0.0.1:{live}/v1"))
+        assert missing_requirements([ok]) == []
+        qdrant = _config(
+            "methods=[amd_wf]", *_external(f"http://127.0.0.1:{live}/v1"),
+            f"memory.store.url=http://127.0.0.1:{port}",
+        )  # fmt: skip
+        (down,) = missing_requirements([qdrant])
+        assert down.what.startswith(f"memory.store.url=http://127.0.0.1:{port}: no Qdrant")
+
+
+def test_cli_names_the_missing_piece_and_starts_nothing(capsys, tmp_path):
+    port = free_port()
+    code = run_cli(
+        [
+            "methods=[zero_shot]",
+            f"output_dir={tmp_path}",
+            *_external(f"http://127.0.0.1:{port}/v1"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"distillery: student.base_url=http://127.0.0.1:{port}/v1: nothing")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "stages").exists()  # nothing ran
+
+
+def test_plain_pip_install_without_setup_script_is_one_line_per_piece():
+    """`pip install -e .` alone: no llama-cpp-python, no bfcl-eval (the setup script adds
+    both). The default quickstart stops in seconds, naming both, with no traceback."""
+    blocked = "import sys; sys.modules.update(llama_cpp=None, bfcl_eval=None)"
+    run = "from distillery.orchestrator.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{blocked}; sys.argv = ['distillery']; {run}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        "distillery: benchmark=bfcl_multi_turn_base: bfcl-eval is not installed: pip install "
+        "--no-deps bfcl-eval==2026.3.23 (or bash scripts/setup.sh)",
+        "distillery: student=smollm2-135m (backend llama_cpp): llama-cpp-python is not "
+        "installed: pip install -e .[cpu] (or bash scripts/setup.sh)",
+    ]
+
+
+def test_plan_needs_only_the_benchmark_package():
+    """--plan and --cfg start no server: a GPU student plans on a CPU machine, but
+    without the benchmark's package there are no tasks to plan."""
+    blocked = "import sys; sys.modules.update(llama_cpp=None, vllm=None)"
+    run = "from distillery.orchestrator.cli import main; main()"
+    argv = "['distillery', 'student=qwen3_4b', 'methods=[zero_shot]', '--plan']"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{blocked}; sys.argv = {argv}; {run}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Nothing ran" in done.stdout
+    no_bfcl = blocked.replace("vllm=None", "vllm=None, bfcl_eval=None")
+    done = subprocess.run(
+        [sys.executable, "-c", f"{no_bfcl}; sys.argv = {argv}; {run}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "distillery: benchmark=bfcl_multi_turn_base: bfcl-eval is not installed: pip install "
+        "--no-deps bfcl-eval==2026.3.23 (or bash scripts/setup.sh)"
+    ]
