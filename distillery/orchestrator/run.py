@@ -12,9 +12,10 @@ import json
 import os
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,9 @@ class AgentRun:
     summaries: list[EpisodeSummary]
     wall_s: float
     worker_cpu_s: float
+    # What was retried: episode_retries (attempts beyond the first), worker_restarts
+    # (episode workers lost and replaced), requests_rerouted, episodes_replaced.
+    infra: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,8 @@ class Sweep:
         self.sweep_id = sweep_id_for(graph)
         self.sweep_dir = self.ledger.sweep_dir(self.sweep_id)
         self.memory = MemoryStage(self)
-        self.servers = ServerPool(graph, self.sweep_dir / "logs")
+        self.servers = ServerPool(graph, self.sweep_dir / "logs", self._say)
+        self.infra: Counter[str] = Counter()  # what was retried, for logs and MLflow
         self.stages_run = 0
         self.stages_cached = 0
 
@@ -195,14 +200,16 @@ class Sweep:
             memory=memory,
         )
         endpoints = self.servers.endpoints(model)
-        run_agent(
+        run = run_agent(
             job,
             endpoints,
             missing,
             self.cfg.cluster,
             self.progress,
             on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+            directory=self.servers.directory(model),
         )
+        self.infra.update(run.infra)
         return True
 
     def _config_of(self, stage: Stage) -> DistilleryConfig:
@@ -250,31 +257,53 @@ class Sweep:
 
 
 class ServerPool:
-    """Each model's servers start once for every stage that uses it, and stop after
-    the last one (so a teacher's GPUs are free before the students' stages)."""
+    """Each model's replica pool starts once for every stage that uses it, and stops
+    after the last one (so a teacher's GPUs are free before the students' stages)."""
 
-    def __init__(self, graph: StageGraph, log_dir: Location) -> None:
+    def __init__(self, graph: StageGraph, log_dir: Location, say: Callable[[str], None]) -> None:
         self.graph = graph
+        # Joined cluster: servers listen on their node's address for workers elsewhere.
+        self.node_address = graph.configs[0].cluster.ray_address is not None
         self.log_dir = Path(log_dir.uri) if log_dir.is_local else Path("distillery_logs")
-        self._running: dict[str, tuple[Any, list[str]]] = {}
+        self.say = say
+        self._running: dict[str, Any] = {}  # server key -> ModelServerPool
+        self.stopped_stats: Counter[str] = Counter()
 
     def endpoints(self, model: ModelConfig) -> list[str]:
         if model.backend == "oracle":
             return []
         if model.backend == "external":
             return [model.base_url or ""]
+        return list(self._pool(model).endpoints)
+
+    def directory(self, model: ModelConfig) -> Any:
+        """The pool's replica directory actor (None for models distillery does not launch)."""
+        return self._pool(model).directory if model.launched else None
+
+    def _pool(self, model: ModelConfig) -> Any:
         key = server_key(model)
         if key not in self._running:
-            from distillery.workers.llm.servers import launch_servers
+            from distillery.workers.llm.pool import start_pool
 
-            group = launch_servers(model, self.log_dir)
-            self._running[key] = (group, list(group.endpoints))
-        return self._running[key][1]
+            def report(event: Any) -> None:
+                self.say(
+                    f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}"
+                )
+
+            self._running[key] = start_pool(model, self.log_dir, report, self.node_address)
+        return self._running[key]
 
     def gpus(self, model: ModelConfig | None) -> float:
         if model is None or model.backend != "vllm":
             return 0.0
         return float(model.replicas * max(model.gpus_per_server, 1))
+
+    def stats(self) -> Counter[str]:
+        """Replica failures and restarts so far, for the logs and MLflow."""
+        total = Counter(self.stopped_stats)
+        for pool in self._running.values():
+            total.update(pool.stats())
+        return total
 
     def release_unused(self, remaining: list[StageKey]) -> None:
         """Stop the servers of models no remaining stage uses."""
@@ -285,13 +314,16 @@ class ServerPool:
         }
         for key in list(self._running):
             if key not in still:
-                group, _ = self._running.pop(key)
-                group.shutdown()
+                self._stop(key)
+
+    def _stop(self, key: str) -> None:
+        pool = self._running.pop(key)
+        self.stopped_stats.update(pool.stats())
+        pool.shutdown()
 
     def close(self) -> None:
-        for group, _ in self._running.values():
-            group.shutdown()
-        self._running.clear()
+        for key in list(self._running):
+            self._stop(key)
 
 
 class MemoryStage:
@@ -501,7 +533,10 @@ def run_sweep(configs: list[DistilleryConfig], progress: bool = True) -> SweepRe
                 "points": [point_ids for point_ids in graph.point_ids_of],
             }
         )
-        sweep.run_stages()
+        try:
+            sweep.run_stages()
+        finally:
+            log_infra_counts(sweep, tracker, pid)
         logged = _log_points(sweep, tracker, pid, tags)
     write_sweep_tables(sweep, logged)
     results = []
@@ -522,6 +557,20 @@ def run_sweep(configs: list[DistilleryConfig], progress: bool = True) -> SweepRe
         pid,
         cfg.tracking_uri,
     )
+
+
+def log_infra_counts(sweep: Sweep, tracker: Tracker, parent_id: str) -> None:
+    """What this invocation retried (episodes, workers, replicas), printed and logged
+    on the sweep's parent run as `infra.*` metrics (one value per invocation)."""
+    counts = Counter(sweep.infra)
+    counts.update(sweep.servers.stats())
+    if any(counts.values()):
+        sweep._say(
+            "infrastructure retries: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        )
+    with contextlib.suppress(Exception):  # tracking trouble must not lose the sweep
+        for name, value in sorted({**INFRA_COUNTS, **counts}.items()):
+            tracker.client.log_metric(parent_id, f"infra.{name}", float(value))
 
 
 def _shared_params(all_params: list[dict[str, str]]) -> dict[str, str]:
@@ -724,6 +773,17 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+INFRA_COUNTS = {
+    "episode_retries": 0,
+    "worker_restarts": 0,
+    "requests_rerouted": 0,
+    "episodes_replaced": 0,
+    "replica_failures": 0,
+    "replica_restarts": 0,
+    "replicas_lost": 0,
+}
+
+
 def run_agent(
     job: AgentJob,
     endpoints: list[str],
@@ -731,9 +791,19 @@ def run_agent(
     cluster: ClusterConfig,
     progress: bool = True,
     on_summary: Callable[[EpisodeSummary], None] | None = None,
+    directory: Any = None,
 ) -> AgentRun:
-    """Spread the tasks over episode workers with a bounded number in flight."""
+    """Spread the tasks over episode workers with a bounded number in flight.
+
+    Workers are spread over the cluster's nodes. Each gets its share of every
+    replica's request slots (router.worker_slots), and never more episodes in flight
+    than it has slots. A worker that dies (its actor, or its node) is replaced and
+    its in-flight tasks are dispatched again: an episode file is replaced whole, and
+    the ledger records an episode only when its summary arrives, so every task ends
+    up recorded exactly once."""
     import ray
+
+    from distillery.workers.llm.router import worker_slots
 
     in_flight_cap = cluster.num_workers * cluster.episodes_per_worker
     if job.model.backend != "oracle":
@@ -742,21 +812,38 @@ def run_agent(
         server_slots = max(1, len(endpoints)) * job.model.max_concurrency_per_server
         in_flight_cap = min(in_flight_cap, server_slots)
     n_workers = max(1, min(cluster.num_workers, in_flight_cap, len(task_ids)))
+    if job.model.backend == "oracle":
+        caps = [cluster.episodes_per_worker] * n_workers
+    else:
+        caps = [
+            min(
+                cluster.episodes_per_worker,
+                sum(
+                    worker_slots(job.model.max_concurrency_per_server, len(endpoints), w, n_workers)
+                ),
+            )
+            for w in range(n_workers)
+        ]
     worker_cls = ray.remote(EpisodeWorkerImpl)
-    workers = [
-        worker_cls.options(
-            num_cpus=cluster.worker_num_cpus, max_concurrency=cluster.episodes_per_worker
-        ).remote(job, endpoints)
-        for _ in range(n_workers)
-    ]
+
+    def spawn(index: int) -> Any:
+        return worker_cls.options(
+            num_cpus=cluster.worker_num_cpus,
+            max_concurrency=cluster.episodes_per_worker,
+            scheduling_strategy="SPREAD",
+        ).remote(job, endpoints, directory, (index, n_workers))
+
+    workers = [spawn(w) for w in range(n_workers)]
     ray.get([w.ready.remote() for w in workers])
-    cpu_before = sum(ray.get([w.cpu_time_s.remote() for w in workers]))
+    cpu_before = ray.get([w.cpu_time_s.remote() for w in workers])
+    generation = [0] * n_workers  # bumped when a worker is replaced
     started = time.perf_counter()
 
     pending = list(reversed(task_ids))
     busy = [0] * n_workers
-    owner: dict[object, int] = {}
+    owner: dict[object, tuple[int, int, str]] = {}  # ref -> (worker, its generation, task)
     summaries: list[EpisodeSummary] = []
+    infra: Counter[str] = Counter()
     bar = tqdm(
         total=len(task_ids),
         desc=f"{job.stage} {job.role}:{job.model.name}",
@@ -765,38 +852,65 @@ def run_agent(
     )
     try:
         while pending or owner:
-            while pending and len(owner) < in_flight_cap:
-                index = busy.index(min(busy))
-                ref = workers[index].run_task.remote(pending.pop())
-                owner[ref] = index
+            while pending:
+                free = [w for w in range(n_workers) if busy[w] < caps[w]]
+                if not free or len(owner) >= in_flight_cap:
+                    break
+                index = min(free, key=lambda w: (busy[w] / caps[w], w))
+                task_id = pending.pop()
+                ref = workers[index].run_task.remote(task_id)
+                owner[ref] = (index, generation[index], task_id)
                 busy[index] += 1
             done, _ = ray.wait(list(owner), num_returns=1)
             for ref in done:
-                busy[owner.pop(ref)] -= 1
-                summary = ray.get(ref)
+                index, born, task_id = owner.pop(ref)
+                busy[index] -= 1
+                try:
+                    summary = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                    # The worker (or its node) is gone: an infrastructure failure, never
+                    # the agent's. Replace it once and dispatch its tasks again.
+                    pending.append(task_id)
+                    if born == generation[index]:  # not replaced yet for another of its tasks
+                        with contextlib.suppress(Exception):
+                            ray.kill(workers[index])
+                        workers[index] = spawn(index)
+                        generation[index] += 1
+                        cpu_before[index] = 0.0
+                        infra["worker_restarts"] += 1
+                        tqdm.write(
+                            f"  episode worker {index} lost ({type(exc).__name__}: "
+                            f"{str(exc)[:120]}); replaced, its episodes dispatched again"
+                        )
+                    continue
                 if on_summary is not None:  # the ledger: recorded as soon as it lands
                     on_summary(summary)
                 summaries.append(summary)
+                infra["episode_retries"] += max(0, summary.attempts - 1)
                 bar.update(1)
                 wins = sum(1 for s in summaries if s.success)
-                infra = sum(1 for s in summaries if s.success is None)
+                infra_errors = sum(1 for s in summaries if s.success is None)
                 tokens = sum(s.tokens_in + s.tokens_out for s in summaries)
                 bar.set_postfix(
                     success=wins,
-                    failed=len(summaries) - wins - infra,
-                    infra_errors=infra,
+                    failed=len(summaries) - wins - infra_errors,
+                    infra_errors=infra_errors,
                     in_flight=len(owner),
                     tokens=tokens,
                 )
         wall_s = time.perf_counter() - started
-        worker_cpu_s = sum(ray.get([w.cpu_time_s.remote() for w in workers])) - cpu_before
+        cpu_after = ray.get([w.cpu_time_s.remote() for w in workers])
+        worker_cpu_s = sum(cpu_after) - sum(cpu_before)
+        for stats in ray.get([w.routing_stats.remote() for w in workers]):
+            infra.update(stats)
     finally:
         bar.close()
         for w in workers:
-            ray.kill(w)
+            with contextlib.suppress(Exception):
+                ray.kill(w)
     order = {t: i for i, t in enumerate(task_ids)}
     ordered = sorted(summaries, key=lambda s: order[s.task_id])
-    return AgentRun(ordered, wall_s, worker_cpu_s)
+    return AgentRun(ordered, wall_s, worker_cpu_s, dict(infra))
 
 
 def results_frame(summaries: list[EpisodeSummary]) -> pd.DataFrame:

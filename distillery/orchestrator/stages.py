@@ -58,6 +58,17 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "enable_prefix_caching",
         "gpu_memory_utilization",
         "extra_args",
+        "max_num_seqs",
+        "command",
+        "command_cwd",
+        "server_num_cpus",
+        "health_interval_s",
+        "health_timeout_s",
+        "health_failures",
+        "max_restarts",
+        "restart_backoff_s",
+        "routing",
+        "reroute_margin",
     }
 )
 

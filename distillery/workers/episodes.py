@@ -96,10 +96,15 @@ class EpisodeSummary:
         )
 
 
-def make_chat_backend(model: ModelConfig, endpoints: list[str]) -> ChatBackend:
+def make_chat_backend(
+    model: ModelConfig,
+    endpoints: list[str],
+    directory: Any = None,
+    share: tuple[int, int] = (0, 1),
+) -> ChatBackend:
     from distillery.workers.llm.router import RoutedChat
 
-    return RoutedChat.from_config(model, endpoints)
+    return RoutedChat.from_config(model, endpoints, directory, share)
 
 
 class EpisodeRunner:
@@ -108,6 +113,8 @@ class EpisodeRunner:
         job: AgentJob,
         endpoints: list[str] | None = None,
         chat_backend: ChatBackend | None = None,
+        directory: Any = None,
+        share: tuple[int, int] = (0, 1),
     ) -> None:
         self.job = job
         self.benchmark: Benchmark = make_benchmark(job.benchmark, **job.benchmark_options)
@@ -116,7 +123,9 @@ class EpisodeRunner:
         if job.model.backend == "oracle":
             self._chat = None
         else:
-            self._chat = chat_backend or make_chat_backend(job.model, endpoints or [])
+            self._chat = chat_backend or make_chat_backend(
+                job.model, endpoints or [], directory, share
+            )
 
     def _policy(self, task: Task, episode_id: str) -> EpisodePolicy:
         if self._chat is None:
@@ -275,15 +284,26 @@ class EpisodeRunner:
 class EpisodeWorkerImpl:
     """Ray actor body: one EpisodeRunner per agent job, many episodes in flight."""
 
-    def __init__(self, job: AgentJob, endpoints: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        job: AgentJob,
+        endpoints: list[str] | None = None,
+        directory: Any = None,
+        share: tuple[int, int] = (0, 1),
+    ) -> None:
         logging.basicConfig(level=logging.WARNING)
-        self._runner = EpisodeRunner(job, endpoints)
+        self._runner = EpisodeRunner(job, endpoints, directory=directory, share=share)
 
     async def run_task(self, task_id: str) -> EpisodeSummary:
         return await self._runner.run_task(task_id)
 
     def ready(self) -> bool:
         return True
+
+    def routing_stats(self) -> dict[str, int]:
+        """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""
+        stats = getattr(self._runner._chat, "stats", None)
+        return stats() if callable(stats) else {}
 
     def cpu_time_s(self) -> float:
         """CPU seconds this worker process has used (for overhead accounting)."""
