@@ -290,7 +290,11 @@ class ServerPool:
                     f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}"
                 )
 
-            self._running[key] = start_pool(model, self.log_dir, report, self.node_address)
+            pool = start_pool(model, self.log_dir, report, self.node_address)
+            self.say(
+                f"  model {model.name}: {model.replicas} replicas on {len(set(pool.nodes))} nodes"
+            )
+            self._running[key] = pool
         return self._running[key]
 
     def gpus(self, model: ModelConfig | None) -> float:
@@ -834,7 +838,9 @@ def run_agent(
         ).remote(job, endpoints, directory, (index, n_workers))
 
     workers = [spawn(w) for w in range(n_workers)]
-    ray.get([w.ready.remote() for w in workers])
+    nodes = ray.get([w.ready.remote() for w in workers])
+    if progress and len(set(nodes)) > 1:
+        tqdm.write(f"  {n_workers} episode workers on {len(set(nodes))} nodes")
     cpu_before = ray.get([w.cpu_time_s.remote() for w in workers])
     generation = [0] * n_workers  # bumped when a worker is replaced
     started = time.perf_counter()
@@ -929,7 +935,15 @@ def ray_session(cluster: ClusterConfig) -> Iterator[None]:
     # rewriting their environment.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     if cluster.ray_address:
-        ray.init(address=cluster.ray_address, log_to_driver=True)
+        try:
+            ray.init(address=cluster.ray_address, log_to_driver=True)
+        except ConnectionError as exc:
+            raise ConnectionError(
+                f"cannot join the Ray cluster at {cluster.ray_address} ({exc}). With token "
+                "authentication (the default from Ray 2.59), export RAY_AUTH_MODE=token "
+                "and the cluster's token as RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH; "
+                "`ray get-auth-token` on the head prints it)"
+            ) from exc
     else:
         # A private cluster on loopback: Ray may otherwise bind the machine's external
         # address.

@@ -62,6 +62,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "command",
         "command_cwd",
         "server_num_cpus",
+        "server_resources",
         "health_interval_s",
         "health_timeout_s",
         "health_failures",

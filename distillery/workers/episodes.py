@@ -297,8 +297,11 @@ class EpisodeWorkerImpl:
     async def run_task(self, task_id: str) -> EpisodeSummary:
         return await self._runner.run_task(task_id)
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str:
+        """The Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
 
     def routing_stats(self) -> dict[str, int]:
         """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""

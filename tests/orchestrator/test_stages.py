@@ -203,6 +203,7 @@ def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(mo
             self.name = model.name
             self.endpoints = [f"http://{model.name}/v1"]
             self.directory = None
+            self.nodes = ["n1"]
 
         def stats(self):
             return {"replica_restarts": 0}

@@ -60,6 +60,8 @@ class ModelConfig(BaseModel):
     command: tuple[str, ...] = ()
     command_cwd: str | None = None  # command: working directory (None: the actor's)
     server_num_cpus: float = Field(1.0, gt=0)  # CPUs a llama_cpp/command replica reserves
+    # Custom Ray resources each replica reserves with its server (e.g. a GPU type label).
+    server_resources: dict[str, float] = Field(default_factory=dict)
 
     # The replica pool (launched backends): health polling, restarts, routing.
     health_interval_s: float = Field(5.0, gt=0)

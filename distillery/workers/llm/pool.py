@@ -31,12 +31,13 @@ log = logging.getLogger(__name__)
 
 def placement_bundles(cfg: ModelConfig) -> list[dict[str, float]]:
     """The resources one replica reserves; bundle 0 holds the server's own actor."""
+    extra = dict(cfg.server_resources)
     if cfg.backend == "vllm" and cfg.gpus_per_server > 0:
         gpus = max(cfg.gpus_per_server, cfg.tensor_parallel_size)
-        return [{"CPU": 1.0, "GPU": 1.0}] + [{"GPU": 1.0} for _ in range(gpus - 1)]
+        return [{"CPU": 1.0, "GPU": 1.0, **extra}] + [{"GPU": 1.0} for _ in range(gpus - 1)]
     if cfg.backend == "vllm":
-        return [{"CPU": 1.0}]
-    return [{"CPU": cfg.server_num_cpus}]
+        return [{"CPU": 1.0, **extra}]
+    return [{"CPU": cfg.server_num_cpus, **extra}]
 
 
 class ReplicaDirectoryImpl:
@@ -93,6 +94,7 @@ class ModelServerPool:
         self.replicas: list[ReplicaState] = []
         self.directory: Any = None
         self.events: list[PoolEvent] = []
+        self.nodes: list[str] = []  # the Ray node of each replica at start
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -119,6 +121,7 @@ class ModelServerPool:
             raise
         for replica, url in zip(self.replicas, urls, strict=True):
             replica.url, replica.state = url, "up"
+        self.nodes = ray.get([r.actor.node_id.remote() for r in self.replicas])
         actor = ray.remote(ReplicaDirectoryImpl).options(num_cpus=0)
         self.directory = actor.remote(self.snapshot())
         self._watcher = threading.Thread(
@@ -193,11 +196,13 @@ class ModelServerPool:
             )
 
         head = bundles[0]
+        custom = {k: v for k, v in head.items() if k not in ("CPU", "GPU")}
         replica.actor = (
             ray.remote(LlmServerImpl)
             .options(
                 num_cpus=head.get("CPU", 0),
                 num_gpus=head.get("GPU", 0),
+                resources=custom,
                 max_restarts=0,  # the pool restarts it (on a new port)
                 scheduling_strategy=in_bundle(0),
             )

@@ -238,6 +238,11 @@ class LlmServerImpl:
     def healthy(self) -> bool:
         return self._server.healthy()
 
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def server_pid(self) -> int | None:
         """The server subprocess's pid (diagnostics; chaos tests)."""
         return self._server.pid
