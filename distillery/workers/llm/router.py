@@ -64,9 +64,10 @@ class Replica:
     suspect_until: float = 0.0  # monotonic time; failed here recently
 
     def usable(self, now: float) -> bool:
-        return (
-            self.healthy and self.url is not None and self.slots > 0 and now >= self.suspect_until
-        )
+        """Serving, with slots for this worker, and not suspected at `now` (0: ignore)."""
+        if not (self.healthy and self.url is not None and self.slots > 0):
+            return False
+        return not now or now >= self.suspect_until
 
 
 class Router:
@@ -104,6 +105,8 @@ class Router:
         """The replica index for the episode's next request."""
         now = time.monotonic()
         usable = [i for i, r in enumerate(self.replicas) if r.usable(now) and i not in avoid]
+        if not usable:  # suspicion only steers away from a replica while others can serve
+            usable = [i for i, r in enumerate(self.replicas) if r.usable(0.0) and i not in avoid]
         if not usable:
             raise InfraError("no server replica is available (all down, restarting or failed)")
         if self.policy == "round_robin":

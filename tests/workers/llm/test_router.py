@@ -185,3 +185,9 @@ def test_per_replica_slots_are_never_exceeded():
     asyncio.run(go())
     assert [c.peak for c in clients.values()] == [2, 1, 3]
     assert sum(c.calls for c in clients.values()) == 72
+
+
+def test_a_lone_suspected_replica_still_serves():
+    router = Router(URLS[:1])
+    router.suspect(0)
+    assert router.endpoint_for("ep") == URLS[0]
