@@ -63,6 +63,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "command_cwd",
         "server_num_cpus",
         "server_resources",
+        "server_host",
         "health_interval_s",
         "health_timeout_s",
         "health_failures",

@@ -81,6 +81,9 @@ def sweep_configs(tmp_path: Path, cluster: LocalRayCluster, delay_s: float = 0.2
                 "{port}",
             ),
             "command_cwd": str(REPO_ROOT),
+            # every "node" of this cluster is this machine, and servers here stay on
+            # loopback (Ray reports the machine's address as each node's)
+            "server_host": "127.0.0.1",
             "replicas": 2,
             "server_num_cpus": 1,
             "server_resources": {"replica_slot": 1},

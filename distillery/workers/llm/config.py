@@ -60,6 +60,9 @@ class ModelConfig(BaseModel):
     command: tuple[str, ...] = ()
     command_cwd: str | None = None  # command: working directory (None: the actor's)
     server_num_cpus: float = Field(1.0, gt=0)  # CPUs a llama_cpp/command replica reserves
+    # Where a launched server listens. None: its node's address when a cluster is
+    # joined (workers elsewhere must reach it), loopback on a private local Ray.
+    server_host: str | None = None
     # Custom Ray resources each replica reserves with its server (e.g. a GPU type label).
     server_resources: dict[str, float] = Field(default_factory=dict)
 

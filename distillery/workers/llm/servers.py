@@ -224,7 +224,7 @@ class LlmServerImpl:
 
         # On a cluster, the node's own address: episode workers on other nodes must
         # reach it. A private local Ray keeps its servers on loopback.
-        host = ray.util.get_node_ip_address() if node_address else "127.0.0.1"
+        host = cfg.server_host or (ray.util.get_node_ip_address() if node_address else "127.0.0.1")
         self._server = server_process_for(cfg, log_dir, host)
 
     def start(self, more_gpus: list[str] | None = None) -> str:
