@@ -161,34 +161,45 @@ def routing_episodes(n: int, seed: int, shared_tokens: int) -> list[tuple[str, l
 def bench_routing(args: argparse.Namespace) -> None:
     ray_up(8)
     episodes = routing_episodes(args.episodes, 0, args.shared_tokens)
+    policies = ("sticky_least_loaded", "round_robin", "consistent_hash")
+    runs: dict[str, list[tuple[float, float, float, float]]] = {p: [] for p in policies}
+    for _ in range(args.repeats):  # interleaved, so machine load hits every policy alike
+        for policy in policies:
+            runs[policy].append(route_once(args, episodes, policy))
     print(
         f"routing: {args.episodes} episodes (a quarter 16 turns, the rest 4) over "
         f"{args.replicas} replicas x {args.max_seqs} slots; latency {args.base_ms:.0f} ms + "
         f"{args.ms_per_token} ms per uncached prompt token; LRU prefix cache "
-        f"{args.cache_tokens} tokens per replica"
+        f"{args.cache_tokens} tokens per replica; median of {args.repeats} runs"
     )
     print(f"{'policy':>20} {'p50 s':>7} {'p90 s':>7} {'wall s':>7} {'cache hit':>9}")
-    for policy in ("sticky_least_loaded", "round_robin", "consistent_hash"):
-        cfg = sim_model(
-            args.replicas,
-            args.max_seqs,
-            policy,
-            base_ms=args.base_ms,
-            ms_per_token=args.ms_per_token,
-            cache_tokens=args.cache_tokens,
-        )
-        pool = start_pool(cfg, tempfile.mkdtemp(prefix="bench-logs-"))
-        try:
-            chat = RoutedChat.from_config(cfg, pool.endpoints, pool.directory)
-            started = time.perf_counter()
-            walls = asyncio.run(play(chat, episodes, args.replicas * args.max_seqs))
-            wall = time.perf_counter() - started
-            stats = server_stats(pool.endpoints)
-        finally:
-            pool.shutdown()
-        hit = stats["cached_tokens"] / (stats["cached_tokens"] + stats["uncached_tokens"])
-        q = statistics.quantiles(walls, n=10)
-        print(f"{policy:>20} {statistics.median(walls):7.2f} {q[8]:7.2f} {wall:7.2f} {hit:9.1%}")
+    for policy in policies:
+        cols = [statistics.median(col) for col in zip(*runs[policy], strict=True)]
+        print(f"{policy:>20} {cols[0]:7.2f} {cols[1]:7.2f} {cols[2]:7.2f} {cols[3]:9.1%}")
+
+
+def route_once(
+    args: argparse.Namespace, episodes: list[tuple[str, list[str]]], policy: str
+) -> tuple[float, float, float, float]:
+    cfg = sim_model(
+        args.replicas,
+        args.max_seqs,
+        policy,
+        base_ms=args.base_ms,
+        ms_per_token=args.ms_per_token,
+        cache_tokens=args.cache_tokens,
+    )
+    pool = start_pool(cfg, tempfile.mkdtemp(prefix="bench-logs-"))
+    try:
+        chat = RoutedChat.from_config(cfg, pool.endpoints, pool.directory)
+        started = time.perf_counter()
+        walls = asyncio.run(play(chat, episodes, args.replicas * args.max_seqs))
+        wall = time.perf_counter() - started
+        stats = server_stats(pool.endpoints)
+    finally:
+        pool.shutdown()
+    hit = stats["cached_tokens"] / (stats["cached_tokens"] + stats["uncached_tokens"])
+    return statistics.median(walls), statistics.quantiles(walls, n=10)[8], wall, hit
 
 
 # -- driver at scale ------------------------------------------------------------------
@@ -266,6 +277,7 @@ def main() -> None:
     rout.add_argument("--ms-per-token", type=float, default=0.2)
     rout.add_argument("--cache-tokens", type=int, default=16000)
     rout.add_argument("--shared-tokens", type=int, default=1000)
+    rout.add_argument("--repeats", type=int, default=3)
     drv = sub.add_parser("driver")
     drv.add_argument("--episodes", type=int, default=10000)
     drv.add_argument("--mark-every", type=int, default=1000)

@@ -850,6 +850,7 @@ def run_agent(
     owner: dict[object, tuple[int, int, str]] = {}  # ref -> (worker, its generation, task)
     summaries: list[EpisodeSummary] = []
     infra: Counter[str] = Counter()
+    tally: Counter[str] = Counter()
     bar = tqdm(
         total=len(task_ids),
         desc=f"{job.stage} {job.role}:{job.model.name}",
@@ -893,17 +894,19 @@ def run_agent(
                     on_summary(summary)
                 summaries.append(summary)
                 infra["episode_retries"] += max(0, summary.attempts - 1)
+                # Running totals: the driver's cost per episode stays flat in their number.
+                tally["success"] += summary.success is True
+                tally["infra_errors"] += summary.success is None
+                tally["tokens"] += summary.tokens_in + summary.tokens_out
                 bar.update(1)
-                wins = sum(1 for s in summaries if s.success)
-                infra_errors = sum(1 for s in summaries if s.success is None)
-                tokens = sum(s.tokens_in + s.tokens_out for s in summaries)
-                bar.set_postfix(
-                    success=wins,
-                    failed=len(summaries) - wins - infra_errors,
-                    infra_errors=infra_errors,
-                    in_flight=len(owner),
-                    tokens=tokens,
-                )
+                if progress:
+                    bar.set_postfix(
+                        success=tally["success"],
+                        failed=len(summaries) - tally["success"] - tally["infra_errors"],
+                        infra_errors=tally["infra_errors"],
+                        in_flight=len(owner),
+                        tokens=tally["tokens"],
+                    )
         wall_s = time.perf_counter() - started
         cpu_after = ray.get([w.cpu_time_s.remote() for w in workers])
         worker_cpu_s = sum(cpu_after) - sum(cpu_before)
