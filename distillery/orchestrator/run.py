@@ -829,12 +829,19 @@ def run_agent(
             for w in range(n_workers)
         ]
     worker_cls = ray.remote(EpisodeWorkerImpl)
+    homes = worker_nodes(cluster.worker_num_cpus)
 
     def spawn(index: int) -> Any:
+        # Dealt over the nodes that can hold one; soft, so a worker whose node is gone
+        # or full is placed anywhere.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        home = homes[index % len(homes)] if homes else None
+        strategy = NodeAffinitySchedulingStrategy(home, soft=True) if home else "SPREAD"
         return worker_cls.options(
             num_cpus=cluster.worker_num_cpus,
             max_concurrency=cluster.episodes_per_worker,
-            scheduling_strategy="SPREAD",
+            scheduling_strategy=strategy,
         ).remote(job, endpoints, directory, (index, n_workers))
 
     workers = [spawn(w) for w in range(n_workers)]
@@ -920,6 +927,18 @@ def run_agent(
     order = {t: i for i, t in enumerate(task_ids)}
     ordered = sorted(summaries, key=lambda s: order[s.task_id])
     return AgentRun(ordered, wall_s, worker_cpu_s, dict(infra))
+
+
+def worker_nodes(num_cpus: float) -> list[str]:
+    """Alive nodes with room for an episode worker (a KubeRay head with num-cpus 0 has
+    none)."""
+    import ray
+
+    return [
+        n["NodeID"]
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= num_cpus
+    ]
 
 
 def results_frame(summaries: list[EpisodeSummary]) -> pd.DataFrame:

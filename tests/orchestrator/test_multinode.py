@@ -67,6 +67,7 @@ def sweep_configs(tmp_path: Path, cluster: LocalRayCluster, delay_s: float = 0.2
     configs = [to_config(c) for _, c in sweep_points(rewrite_role_overrides(argv), False)]
     student = configs[0].student.model_copy(
         update={
+            "name": "scripted",
             "backend": "command",
             "base_url": None,
             "command": (
