@@ -40,15 +40,16 @@ HASH_RING_POINTS = 64  # virtual nodes per replica on the consistent-hash ring
 def worker_slots(cap: int, replicas: int, worker: int, workers: int) -> list[int]:
     """Worker `worker`'s share of each replica's `cap` concurrent requests.
 
-    The cap x replicas global slots are dealt out round-robin over the workers
-    (replica-major within each slot rank), so shares differ by at most one and every
-    worker gets a slot when there are at least as many slots as workers."""
+    The cap x replicas global slots, replica by replica, are dealt out round-robin over
+    the workers: shares differ by at most one, every worker gets a slot when there are
+    at least as many slots as workers, and when cap >= workers every worker has a slot
+    on every replica (so it can fail over to any of them)."""
     if not 0 <= worker < workers:
         raise ValueError(f"worker {worker} out of range for {workers} workers")
     shares = [0] * replicas
-    for rank in range(cap):
-        for replica in range(replicas):
-            if (rank * replicas + replica) % workers == worker:
+    for replica in range(replicas):
+        for rank in range(cap):
+            if (replica * cap + rank) % workers == worker:
                 shares[replica] += 1
     return shares
 

@@ -79,6 +79,8 @@ def test_worker_shares_add_up_to_each_replicas_cap():
         assert max(totals) - min(totals) <= 1
         if cap * replicas >= workers:
             assert min(totals) >= 1
+        if cap >= workers:  # every worker can fail over to every replica
+            assert all(min(s) >= 1 for s in shares)
 
 
 def test_a_replica_without_slots_for_this_worker_gets_none_of_its_episodes():
