@@ -291,6 +291,11 @@ class EpisodeWorkerImpl:
         directory: Any = None,
         share: tuple[int, int] = (0, 1),
     ) -> None:
+        from distillery import redaction
+
+        # Before anything can log: this worker's logs and streams are Ray session logs.
+        redaction.register_secrets(redaction.secrets_in(job.model))
+        redaction.install()
         logging.basicConfig(level=logging.WARNING)
         self._runner = EpisodeRunner(job, endpoints, directory=directory, share=share)
 

@@ -16,12 +16,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from distillery import redaction
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.packaged import packaged_file
 
@@ -127,23 +130,30 @@ class ServerProcess:
 
     def start(self) -> str:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
+        redaction.register_secrets(redaction.secrets_in(self.command))
         self._process = subprocess.Popen(
             self.command,
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(self.env or {})},
             cwd=self.cwd,
             start_new_session=True,  # its own process group, so stop() takes children too
             preexec_fn=_die_with_parent,
         )
-        log.close()
+        # Servers print their arguments (vLLM: every non-default one, an --api-key
+        # too): the log gets the output line by line, redacted.
+        copier = threading.Thread(
+            target=_copy_redacted, args=(self._process.stdout, self.log_path), daemon=True
+        )
+        copier.start()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
+                copier.join(timeout=5)  # the log's last lines (the pipe is at its end)
+                command = redaction.redact(" ".join(self.command))
                 raise RuntimeError(
                     f"model server exited with code {self._process.returncode} during start-up:"
-                    f"\n{' '.join(self.command)}\n--- log tail ---\n{self.log_tail()}"
+                    f"\n{command}\n--- log tail ---\n{self.log_tail()}"
                 )
             if self.healthy():
                 return self.base_url
@@ -185,6 +195,14 @@ class ServerProcess:
             return "(no log)"
 
 
+def _copy_redacted(pipe: Any, log_path: Path) -> None:
+    with log_path.open("ab") as log:
+        for line in iter(pipe.readline, b""):
+            log.write(redaction.redact(line.decode(errors="replace")).encode())
+            log.flush()
+    pipe.close()
+
+
 def _die_with_parent() -> None:
     """Linux: the server gets SIGTERM when its owner (e.g. a killed Ray actor) dies, so
     a crash never leaves a model server holding a GPU."""
@@ -221,6 +239,9 @@ class LlmServerImpl:
 
     def __init__(self, cfg: ModelConfig, log_dir: str, node_address: bool = False) -> None:
         import ray
+
+        redaction.register_secrets(redaction.secrets_in(cfg))
+        redaction.install()
 
         # On a cluster, the node's own address: episode workers on other nodes must
         # reach it. A private local Ray keeps its servers on loopback.
