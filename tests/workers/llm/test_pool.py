@@ -149,7 +149,8 @@ def test_a_replica_that_stops_answering_is_replaced(ray_cpus, tmp_path):
     pid = ray.get(pool.replicas[0].actor.server_pid.remote())
     try:
         os.kill(pid, signal.SIGSTOP)  # alive, but answers nothing
-        wait_for(lambda: pool.replicas[0].generation == 1, what="the restart")
+        # (the stopped server gets 20 s to honour SIGTERM before SIGKILL)
+        wait_for(lambda: pool.replicas[0].generation == 1, 120, what="the restart")
         assert "does not answer" in pool.events[0].detail
         assert answers(pool.endpoints[0])
     finally:
