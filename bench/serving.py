@@ -215,7 +215,8 @@ def rss_mb() -> float:
 
 def bench_driver(args: argparse.Namespace) -> None:
     from distillery.orchestrator.config import ClusterConfig
-    from distillery.orchestrator.run import ray_session, run_agent
+    from distillery.orchestrator.dispatch import run_agent
+    from distillery.orchestrator.run import ray_session
     from distillery.workers.envs.registry import make_benchmark
     from distillery.workers.episodes import AgentJob
 
