@@ -214,7 +214,7 @@ def test_a_killed_server_replica_is_restarted_and_its_requests_rerouted(cluster,
 def test_losing_the_second_node_mid_sweep(cluster, tmp_path):
     """Its worker and its replica go with it; the sweep finishes on the head (the
     replica cannot come back: its slot was on the lost node) or a re-run does."""
-    configs = sweep_configs(tmp_path, cluster)
+    configs = sweep_configs(tmp_path, cluster, delay_s=0.6)  # long enough to kill mid-way
     configs = [
         c.model_copy(
             update={
