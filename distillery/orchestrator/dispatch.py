@@ -49,6 +49,7 @@ def run_agent(
     progress: bool = True,
     on_summary: Callable[[EpisodeSummary], None] | None = None,
     directory: Any = None,
+    desc: str | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight.
 
@@ -113,7 +114,7 @@ def run_agent(
     tally: Counter[str] = Counter()
     bar = tqdm(
         total=len(task_ids),
-        desc=f"{job.stage} {job.role}:{job.model.name}",
+        desc=desc or f"{job.stage} {job.role}:{job.model.name}",
         unit="ep",
         disable=not progress,
     )
