@@ -150,6 +150,7 @@ class DistilleryConfig(_Frozen):
             raise ValueError("methods: a method is listed twice")
         for name in self.methods:
             self.retrieval_for(name)  # overrides must validate too
+        self._no_ground_truth_memory()
         builder = self.memory.builder.model
         if builder not in ("teacher", "none") and builder not in self.builder_models:
             raise ValueError(
@@ -157,6 +158,20 @@ class DistilleryConfig(_Frozen):
                 "builder_models"
             )
         return self
+
+    def _no_ground_truth_memory(self) -> None:
+        """The oracle's memory is the benchmark's ground truth (masked): under
+        protocol=main a task would retrieve the answers of its own ground truth."""
+        if self.teacher.backend != "oracle" or self.protocol.name != "main":
+            return
+        reading = [n for n in self.methods if self.method_catalog[n].kind == "amd"]
+        if reading:
+            raise ValueError(
+                f"protocol.name: protocol=main with teacher={self.teacher.name} (an oracle "
+                "replaying the ground truth) lets each task retrieve memory built from its "
+                f"own answers (methods {', '.join(reading)}); set teacher= a model (e.g. "
+                "teacher=gpt5_mini) or protocol=self_excluded / protocol=cross_split"
+            )
 
     def method(self, name: str) -> MethodConfig:
         return self.method_catalog[name]
