@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -24,6 +25,7 @@ from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, MethodConfig
 from distillery.orchestrator.descriptors import name_sweep
+from distillery.orchestrator.dispatch import INFRA_COUNTS, run_agent
 from distillery.orchestrator.ledger import Ledger, read_sweep_record
 from distillery.orchestrator.locks import run_locks
 from distillery.orchestrator.metrics import agent_metrics
@@ -43,7 +45,7 @@ from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, 
 from distillery.redaction import install as install_redaction
 from distillery.redaction import redact, redact_obj, register_secrets, secrets_in
 from distillery.workers.envs.base import Task
-from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
+from distillery.workers.episodes import AgentJob, EpisodeSummary
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.bank import BuiltBank, bank_id_for
 from distillery.workers.memory.records import MEMORY_TYPES
@@ -62,15 +64,6 @@ from distillery.workers.trajectories import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AgentRun:
-    """One agent's episodes plus what running them cost the orchestrator."""
-
-    summaries: list[EpisodeSummary]
-    wall_s: float
-    worker_cpu_s: float
 
 
 @dataclass(frozen=True)
@@ -141,7 +134,8 @@ class Sweep:
         self.sweep_id = sweep_id_for(graph)
         self.sweep_dir = self.ledger.sweep_dir(self.sweep_id)
         self.memory = MemoryStage(self)
-        self.servers = ServerPool(graph, self.sweep_dir / "logs")
+        self.servers = ServerPool(graph, self.sweep_dir / "logs", self._say)
+        self.infra: Counter[str] = Counter()  # what was retried, for logs and MLflow
         self.names = name_sweep(graph)
         self.stages_run = 0
         self.stages_cached = 0
@@ -208,15 +202,17 @@ class Sweep:
             options=cfg.agent.options(),
         )
         endpoints = self.servers.endpoints(model)
-        run_agent(
+        run = run_agent(
             job,
             endpoints,
             missing,
             self.cfg.cluster,
             self.progress,
             on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+            directory=self.servers.directory(model),
             desc=f"{stage.key.kind} {stage.role}:{model.name} {self.names.stage(stage.key)}".strip(),
         )
+        self.infra.update(run.infra)
         return True
 
     def _config_of(self, stage: Stage) -> DistilleryConfig:
@@ -275,31 +271,57 @@ class Sweep:
 
 
 class ServerPool:
-    """Each model's servers start once for every stage that uses it, and stop after
-    the last one (so a teacher's GPUs are free before the students' stages)."""
+    """Each model's replica pool starts once for every stage that uses it, and stops
+    after the last one (so a teacher's GPUs are free before the students' stages)."""
 
-    def __init__(self, graph: StageGraph, log_dir: Location) -> None:
+    def __init__(self, graph: StageGraph, log_dir: Location, say: Callable[[str], None]) -> None:
         self.graph = graph
+        # Joined cluster: servers listen on their node's address for workers elsewhere.
+        self.node_address = graph.configs[0].cluster.ray_address is not None
         self.log_dir = Path(log_dir.uri) if log_dir.is_local else Path("distillery_logs")
-        self._running: dict[str, tuple[Any, list[str]]] = {}
+        self.say = say
+        self._running: dict[str, Any] = {}  # server key -> ModelServerPool
+        self.stopped_stats: Counter[str] = Counter()
 
     def endpoints(self, model: ModelConfig) -> list[str]:
         if model.backend == "oracle":
             return []
         if model.backend == "external":
             return [model.base_url or ""]
+        return list(self._pool(model).endpoints)
+
+    def directory(self, model: ModelConfig) -> Any:
+        """The pool's replica directory actor (None for models distillery does not launch)."""
+        return self._pool(model).directory if model.launched else None
+
+    def _pool(self, model: ModelConfig) -> Any:
         key = server_key(model)
         if key not in self._running:
-            from distillery.workers.llm.servers import launch_servers
+            from distillery.workers.llm.pool import start_pool
 
-            group = launch_servers(model, self.log_dir)
-            self._running[key] = (group, list(group.endpoints))
-        return self._running[key][1]
+            def report(event: Any) -> None:
+                self.say(
+                    f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}"
+                )
+
+            pool = start_pool(model, self.log_dir, report, self.node_address)
+            self.say(
+                f"  model {model.name}: {model.replicas} replicas on {len(set(pool.nodes))} nodes"
+            )
+            self._running[key] = pool
+        return self._running[key]
 
     def gpus(self, model: ModelConfig | None) -> float:
         if model is None or model.backend != "vllm":
             return 0.0
         return float(model.replicas * max(model.gpus_per_server, 1))
+
+    def stats(self) -> Counter[str]:
+        """Replica failures and restarts so far, for the logs and MLflow."""
+        total = Counter(self.stopped_stats)
+        for pool in self._running.values():
+            total.update(pool.stats())
+        return total
 
     def release_unused(self, remaining: list[StageKey]) -> None:
         """Stop the servers of models no remaining stage uses."""
@@ -310,13 +332,16 @@ class ServerPool:
         }
         for key in list(self._running):
             if key not in still:
-                group, _ = self._running.pop(key)
-                group.shutdown()
+                self._stop(key)
+
+    def _stop(self, key: str) -> None:
+        pool = self._running.pop(key)
+        self.stopped_stats.update(pool.stats())
+        pool.shutdown()
 
     def close(self) -> None:
-        for group, _ in self._running.values():
-            group.shutdown()
-        self._running.clear()
+        for key in list(self._running):
+            self._stop(key)
 
 
 class MemoryStage:
@@ -569,7 +594,10 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
                 "points": [point_ids for point_ids in graph.point_ids_of],
             }
         )
-        sweep.run_stages()
+        try:
+            sweep.run_stages()
+        finally:
+            log_infra_counts(sweep, tracker, pid)
         logged = _log_points(sweep, tracker, pid, tags)
     write_sweep_tables(sweep, logged)
     results = []
@@ -590,6 +618,20 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         pid,
         cfg.tracking_uri,
     )
+
+
+def log_infra_counts(sweep: Sweep, tracker: Tracker, parent_id: str) -> None:
+    """What this invocation retried (episodes, workers, replicas), printed and logged
+    on the sweep's parent run as `infra.*` metrics (one value per invocation)."""
+    counts = Counter(sweep.infra)
+    counts.update(sweep.servers.stats())
+    if any(counts.values()):
+        sweep._say(
+            "infrastructure retries: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        )
+    with contextlib.suppress(Exception):  # tracking trouble must not lose the sweep
+        for name, value in sorted({**INFRA_COUNTS, **counts}.items()):
+            tracker.client.log_metric(parent_id, f"infra.{name}", float(value))
 
 
 def sweep_parent(tracker: Tracker, sweep_id: str) -> str | None:
@@ -826,82 +868,6 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def run_agent(
-    job: AgentJob,
-    endpoints: list[str],
-    task_ids: list[str],
-    cluster: ClusterConfig,
-    progress: bool = True,
-    on_summary: Callable[[EpisodeSummary], None] | None = None,
-    desc: str | None = None,
-) -> AgentRun:
-    """Spread the tasks over episode workers with a bounded number in flight."""
-    import ray
-
-    in_flight_cap = cluster.num_workers * cluster.episodes_per_worker
-    if job.model.backend != "oracle":
-        # Beyond the servers' capacity episodes would only queue, with their episode
-        # timeout running.
-        server_slots = max(1, len(endpoints)) * job.model.max_concurrency_per_server
-        in_flight_cap = min(in_flight_cap, server_slots)
-    n_workers = max(1, min(cluster.num_workers, in_flight_cap, len(task_ids)))
-    worker_cls = ray.remote(EpisodeWorkerImpl)
-    workers = [
-        worker_cls.options(
-            num_cpus=cluster.worker_num_cpus, max_concurrency=cluster.episodes_per_worker
-        ).remote(job, endpoints)
-        for _ in range(n_workers)
-    ]
-    ray.get([w.ready.remote() for w in workers])
-    cpu_before = sum(ray.get([w.cpu_time_s.remote() for w in workers]))
-    started = time.perf_counter()
-
-    pending = list(reversed(task_ids))
-    busy = [0] * n_workers
-    owner: dict[object, int] = {}
-    summaries: list[EpisodeSummary] = []
-    bar = tqdm(
-        total=len(task_ids),
-        desc=desc or f"{job.stage} {job.role}:{job.model.name}",
-        unit="ep",
-        disable=not progress,
-    )
-    try:
-        while pending or owner:
-            while pending and len(owner) < in_flight_cap:
-                index = busy.index(min(busy))
-                ref = workers[index].run_task.remote(pending.pop())
-                owner[ref] = index
-                busy[index] += 1
-            done, _ = ray.wait(list(owner), num_returns=1)
-            for ref in done:
-                busy[owner.pop(ref)] -= 1
-                summary = ray.get(ref)
-                if on_summary is not None:  # the ledger: recorded as soon as it lands
-                    on_summary(summary)
-                summaries.append(summary)
-                bar.update(1)
-                wins = sum(1 for s in summaries if s.success)
-                infra = sum(1 for s in summaries if s.success is None)
-                tokens = sum(s.tokens_in + s.tokens_out for s in summaries)
-                bar.set_postfix(
-                    success=wins,
-                    failed=len(summaries) - wins - infra,
-                    infra_errors=infra,
-                    in_flight=len(owner),
-                    tokens=tokens,
-                )
-        wall_s = time.perf_counter() - started
-        worker_cpu_s = sum(ray.get([w.cpu_time_s.remote() for w in workers])) - cpu_before
-    finally:
-        bar.close()
-        for w in workers:
-            ray.kill(w)
-    order = {t: i for i, t in enumerate(task_ids)}
-    ordered = sorted(summaries, key=lambda s: order[s.task_id])
-    return AgentRun(ordered, wall_s, worker_cpu_s)
-
-
 def results_frame(summaries: list[EpisodeSummary]) -> pd.DataFrame:
     columns = list(EpisodeSummary.__dataclass_fields__)
     return pd.DataFrame([asdict(s) for s in summaries], columns=columns)
@@ -918,7 +884,15 @@ def ray_session(cluster: ClusterConfig) -> Iterator[None]:
     # rewriting their environment.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     if cluster.ray_address:
-        ray.init(address=cluster.ray_address, log_to_driver=True)
+        try:
+            ray.init(address=cluster.ray_address, log_to_driver=True)
+        except ConnectionError as exc:
+            raise ConnectionError(
+                f"cannot join the Ray cluster at {cluster.ray_address} ({exc}). With token "
+                "authentication (the default from Ray 2.59), export RAY_AUTH_MODE=token "
+                "and the cluster's token as RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH; "
+                "`ray get-auth-token` on the head prints it)"
+            ) from exc
     else:
         # A private cluster on loopback: Ray may otherwise bind the machine's external
         # address.

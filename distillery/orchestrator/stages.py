@@ -59,6 +59,19 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "enable_prefix_caching",
         "gpu_memory_utilization",
         "extra_args",
+        "max_num_seqs",
+        "command",
+        "command_cwd",
+        "server_num_cpus",
+        "server_resources",
+        "server_host",
+        "health_interval_s",
+        "health_timeout_s",
+        "health_failures",
+        "max_restarts",
+        "restart_backoff_s",
+        "routing",
+        "reroute_margin",
     }
 )
 

@@ -104,10 +104,15 @@ class EpisodeSummary:
         )
 
 
-def make_chat_backend(model: ModelConfig, endpoints: list[str]) -> ChatBackend:
+def make_chat_backend(
+    model: ModelConfig,
+    endpoints: list[str],
+    directory: Any = None,
+    share: tuple[int, int] = (0, 1),
+) -> ChatBackend:
     from distillery.workers.llm.router import RoutedChat
 
-    return RoutedChat.from_config(model, endpoints)
+    return RoutedChat.from_config(model, endpoints, directory, share)
 
 
 class EpisodeRunner:
@@ -116,6 +121,8 @@ class EpisodeRunner:
         job: AgentJob,
         endpoints: list[str] | None = None,
         chat_backend: ChatBackend | None = None,
+        directory: Any = None,
+        share: tuple[int, int] = (0, 1),
     ) -> None:
         self.job = job
         self.benchmark: Benchmark = make_benchmark(
@@ -126,7 +133,9 @@ class EpisodeRunner:
         if job.model.backend == "oracle":
             self._chat = None
         else:
-            self._chat = chat_backend or make_chat_backend(job.model, endpoints or [])
+            self._chat = chat_backend or make_chat_backend(
+                job.model, endpoints or [], directory, share
+            )
 
     def _policy(self, task: Task, episode_id: str) -> EpisodePolicy:
         if self._chat is None:
@@ -302,20 +311,34 @@ class EpisodeRunner:
 class EpisodeWorkerImpl:
     """Ray actor body: one EpisodeRunner per agent job, many episodes in flight."""
 
-    def __init__(self, job: AgentJob, endpoints: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        job: AgentJob,
+        endpoints: list[str] | None = None,
+        directory: Any = None,
+        share: tuple[int, int] = (0, 1),
+    ) -> None:
         from distillery import redaction
 
         # Before anything can log: this worker's logs and streams are Ray session logs.
         redaction.register_secrets(redaction.secrets_in(job.model))
         redaction.install()
         logging.basicConfig(level=logging.WARNING)
-        self._runner = EpisodeRunner(job, endpoints)
+        self._runner = EpisodeRunner(job, endpoints, directory=directory, share=share)
 
     async def run_task(self, task_id: str) -> EpisodeSummary:
         return await self._runner.run_task(task_id)
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str:
+        """The Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+
+    def routing_stats(self) -> dict[str, int]:
+        """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""
+        stats = getattr(self._runner._chat, "stats", None)
+        return stats() if callable(stats) else {}
 
     def cpu_time_s(self) -> float:
         """CPU seconds this worker process has used (for overhead accounting)."""

@@ -220,28 +220,33 @@ def test_cli_rejects_a_grid_without_multirun(capsys):
 def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(monkeypatch):
     from distillery.orchestrator.plan import server_key
     from distillery.orchestrator.run import ServerPool
-    from distillery.workers.llm import servers
+    from distillery.workers.llm import pool as pools
     from distillery.workers.storage import Location
 
     launched: list[str] = []
     stopped: list[str] = []
 
-    class Group:
+    class Pool:
         def __init__(self, model):
             self.name = model.name
             self.endpoints = [f"http://{model.name}/v1"]
+            self.directory = None
+            self.nodes = ["n1"]
+
+        def stats(self):
+            return {"replica_restarts": 0}
 
         def shutdown(self):
             stopped.append(self.name)
 
-    def fake_launch(model, log_dir):
+    def fake_start(model, log_dir, on_event, node_address):
         launched.append(model.name)
-        return Group(model)
+        return Pool(model)
 
-    monkeypatch.setattr(servers, "launch_servers", fake_launch)
+    monkeypatch.setattr(pools, "start_pool", fake_start)
     cfgs = [config("teacher=qwen3_8b", f"memory.retrieval.k_wf={k}") for k in (1, 2)]
     graph = plan_sweep(cfgs)
-    pool = ServerPool(graph, Location.of("/tmp/logs"))
+    pool = ServerPool(graph, Location.of("/tmp/logs"), print)
     order = sorted(graph.stages, key=graph.depth)
     for i, key in enumerate(order):
         model = graph.stages[key].model

@@ -6,14 +6,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Backend = Literal["llama_cpp", "vllm", "external", "oracle"]
+Backend = Literal["llama_cpp", "vllm", "command", "external", "oracle"]
+Routing = Literal["sticky_least_loaded", "round_robin", "consistent_hash"]
 ActionFormat = Literal["native", "prompt"]
 
 
 class ModelConfig(BaseModel):
     """One teacher, student or builder model.
 
-    `llama_cpp` and `vllm` are launched by distillery as Ray actors; `external` is any
+    `llama_cpp`, `vllm` and `command` (any OpenAI-compatible server started from your
+    command line) are launched by distillery as pools of Ray actors; `external` is any
     running OpenAI-compatible endpoint; `oracle` replays the benchmark's ground truth
     (a labelled upper bound, not a model).
     """
@@ -55,7 +57,28 @@ class ModelConfig(BaseModel):
     tool_call_parser: str | None = "hermes"  # vllm: enables auto tool choice when set
     max_model_len: int | None = None  # vllm
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vllm
+    max_num_seqs: int | None = Field(None, gt=0)  # vllm: None -> max_concurrency_per_server
     extra_args: tuple[str, ...] = ()  # appended verbatim to the launch line
+    # command: the launch line, with {host} and {port} filled in per replica.
+    command: tuple[str, ...] = ()
+    command_cwd: str | None = None  # command: working directory (None: the actor's)
+    server_num_cpus: float = Field(1.0, gt=0)  # CPUs a llama_cpp/command replica reserves
+    # Where a launched server listens. None: its node's address when a cluster is
+    # joined (workers elsewhere must reach it), loopback on a private local Ray.
+    server_host: str | None = None
+    # Custom Ray resources each replica reserves with its server (e.g. a GPU type label).
+    server_resources: dict[str, float] = Field(default_factory=dict)
+
+    # The replica pool (launched backends): health polling, restarts, routing.
+    health_interval_s: float = Field(5.0, gt=0)
+    health_timeout_s: float = Field(10.0, gt=0)
+    health_failures: int = Field(3, ge=1)  # consecutive failed polls before a restart
+    max_restarts: int = Field(3, ge=0)  # per replica, per sweep
+    restart_backoff_s: float = Field(5.0, ge=0)  # doubled after each restart
+    routing: Routing = "sticky_least_loaded"
+    # sticky_least_loaded: an episode leaves its replica when that replica's queue
+    # exceeds its slots by more than this fraction of them while another has room.
+    reroute_margin: float = Field(0.5, ge=0)
 
     @model_validator(mode="after")
     def _check_backend_fields(self) -> ModelConfig:
@@ -63,10 +86,12 @@ class ModelConfig(BaseModel):
             raise ValueError("backend=external needs base_url (e.g. http://host:8000/v1)")
         if self.backend in ("external", "vllm") and not self.model:
             raise ValueError(f"backend={self.backend} needs model (the served model id)")
+        if self.backend == "command" and not any("{port}" in part for part in self.command):
+            raise ValueError("backend=command needs command, a launch line containing {port}")
         if self.backend == "vllm" and self.tensor_parallel_size > max(self.gpus_per_server, 1):
             raise ValueError("tensor_parallel_size cannot exceed gpus_per_server")
         return self
 
     @property
     def launched(self) -> bool:
-        return self.backend in ("llama_cpp", "vllm")
+        return self.backend in ("llama_cpp", "vllm", "command")

@@ -1,10 +1,11 @@
-"""Model servers launched by distillery: llama.cpp on CPU, vLLM on GPUs, as Ray actors.
+"""Model servers launched by distillery: llama.cpp on CPU, vLLM on GPUs, or any
+OpenAI-compatible server from a command line, each replica owned by a Ray actor.
 
-Each replica is a subprocess serving the OpenAI-compatible API on loopback of its
-node, started by a Ray actor that owns it (so Ray places it on a node with the
-resources it needs and kills it with the actor), and health-checked on /v1/models
-before anyone talks to it. Everything after the launch line is the same client for
-every backend.
+Each replica is a subprocess serving the OpenAI-compatible API on its node, started
+by a Ray actor that owns it (so Ray places it where its placement group reserved the
+resources, and kills it with the actor), and health-checked on /v1/models before
+anyone talks to it. Pools of replicas (placement, health polling, restarts) are in
+pool.py; everything after the launch line is the same client for every backend.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,10 @@ def vllm_command(cfg: ModelConfig, host: str, port: int) -> list[str]:
         "--gpu-memory-utilization",
         str(cfg.gpu_memory_utilization),
         "--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching",
+        # The router never sends a replica more than its slots; a larger batch only
+        # reserves KV cache for requests that never come.
+        "--max-num-seqs",
+        str(cfg.max_num_seqs or cfg.max_concurrency_per_server),
     ]
     if cfg.seed is not None:
         command += ["--seed", str(cfg.seed)]
@@ -91,6 +95,11 @@ def vllm_command(cfg: ModelConfig, host: str, port: int) -> list[str]:
     if cfg.tool_call_parser:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", cfg.tool_call_parser]
     return command + list(cfg.extra_args)
+
+
+def command_line(cfg: ModelConfig, host: str, port: int) -> list[str]:
+    """backend=command: the user's launch line with {host} and {port} filled in."""
+    return [part.replace("{host}", host).replace("{port}", str(port)) for part in cfg.command]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -109,12 +118,14 @@ class ServerProcess:
         log_path: str | Path,
         startup_timeout_s: float = 600.0,
         env: dict[str, str] | None = None,
+        cwd: str | None = None,
     ) -> None:
         self.command = command
         self.base_url = base_url
         self.log_path = Path(log_path)
         self.startup_timeout_s = startup_timeout_s
         self.env = env
+        self.cwd = cwd
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
@@ -125,6 +136,7 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(self.env or {})},
+            cwd=self.cwd,
             start_new_session=True,  # its own process group, so stop() takes children too
             preexec_fn=_die_with_parent,
         )
@@ -152,7 +164,13 @@ class ServerProcess:
             f"(startup_timeout_s):\n{self.log_tail()}"
         )
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def healthy(self) -> bool:
+        if self._process is not None and self._process.poll() is not None:
+            return False  # exited: whatever answers on its port now is not it
         try:
             return httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200
         except httpx.HTTPError:
@@ -197,71 +215,68 @@ def _die_with_parent() -> None:
         pass
 
 
-def server_process_for(cfg: ModelConfig, log_dir: str | Path) -> ServerProcess:
-    host = "127.0.0.1"
+def server_process_for(
+    cfg: ModelConfig, log_dir: str | Path, host: str = "127.0.0.1"
+) -> ServerProcess:
     port = free_port(host)
     if cfg.backend == "llama_cpp":
         model_path = cfg.gguf_path or find_smollm2_gguf()
         command = llama_cpp_command(cfg, model_path, host, port)
     elif cfg.backend == "vllm":
         command = vllm_command(cfg, host, port)
+    elif cfg.backend == "command":
+        command = command_line(cfg, host, port)
     else:
         raise ValueError(f"backend {cfg.backend!r} is not launched by distillery")
     log = Path(log_dir) / f"{cfg.name}-{port}.log"
-    return ServerProcess(command, f"http://{host}:{port}/v1", log, cfg.startup_timeout_s)
+    return ServerProcess(
+        command, f"http://{host}:{port}/v1", log, cfg.startup_timeout_s, cwd=cfg.command_cwd
+    )
 
 
 class LlmServerImpl:
     """Ray actor body: owns one server replica on the node it was placed on."""
 
-    def __init__(self, cfg: ModelConfig, log_dir: str) -> None:
+    def __init__(self, cfg: ModelConfig, log_dir: str, node_address: bool = False) -> None:
+        import ray
+
         redaction.register_secrets(redaction.secrets_in(cfg))
         redaction.install()
-        self._server = server_process_for(cfg, log_dir)
 
-    def start(self) -> str:
+        # On a cluster, the node's own address: episode workers on other nodes must
+        # reach it. A private local Ray keeps its servers on loopback.
+        host = cfg.server_host or (ray.util.get_node_ip_address() if node_address else "127.0.0.1")
+        self._server = server_process_for(cfg, log_dir, host)
+
+    def start(self, more_gpus: list[str] | None = None) -> str:
+        if more_gpus:  # the other GPU bundles of its placement group (tensor parallel)
+            import ray
+
+            gpus = [str(g) for g in ray.get_gpu_ids()] + list(more_gpus)
+            self._server.env = {**(self._server.env or {}), "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
         return self._server.start()
 
     def healthy(self) -> bool:
         return self._server.healthy()
 
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def server_pid(self) -> int | None:
+        """The server subprocess's pid (diagnostics; chaos tests)."""
+        return self._server.pid
+
     def stop(self) -> None:
         self._server.stop()
 
 
-@dataclass
-class ServerGroup:
-    endpoints: list[str]
-    actors: list[Any] = field(default_factory=list)
+class GpuLeaseImpl:
+    """Ray actor body holding one GPU bundle of a tensor-parallel replica: it reports
+    the GPU Ray assigned it, so the replica's server can be given all of them."""
 
-    def shutdown(self) -> None:
+    def gpu_ids(self) -> list[str]:
         import ray
 
-        for actor in self.actors:
-            # The actor may be gone already; it is killed regardless.
-            with contextlib.suppress(Exception):
-                ray.get(actor.stop.remote(), timeout=60)
-            ray.kill(actor)
-        self.actors.clear()
-
-
-def launch_servers(cfg: ModelConfig, log_dir: str | Path = "distillery_logs") -> ServerGroup:
-    """Start `cfg.replicas` replicas in parallel (Ray must be initialised)."""
-    if cfg.backend == "external":
-        return ServerGroup([cfg.base_url or ""])
-    import ray
-
-    if cfg.backend == "vllm":
-        options = {"num_gpus": cfg.gpus_per_server, "num_cpus": 1}
-    else:
-        options = {"num_cpus": min(cfg.n_threads, 1)}
-    actor_cls = ray.remote(LlmServerImpl)
-    log_dir = str(Path(log_dir).resolve())
-    actors = [actor_cls.options(**options).remote(cfg, log_dir) for _ in range(cfg.replicas)]
-    group = ServerGroup([], actors)
-    try:
-        group.endpoints = ray.get([a.start.remote() for a in actors])
-    except Exception:
-        group.shutdown()
-        raise
-    return group
+        return [str(g) for g in ray.get_gpu_ids()]

@@ -139,19 +139,19 @@ def test_llama_cpp_replicas_as_ray_actors(tmp_path):
     import httpx
     import ray
 
-    from distillery.workers.llm.servers import launch_servers
+    from distillery.workers.llm.pool import start_pool
 
     cfg = ModelConfig(name="smol", backend="llama_cpp", model="smol", n_ctx=1024, replicas=2)
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
     try:
-        group = launch_servers(cfg, tmp_path)
+        pool = start_pool(cfg, tmp_path)
         try:
-            assert len(set(group.endpoints)) == 2
-            for url in group.endpoints:
+            assert len(set(pool.endpoints)) == 2
+            for url in pool.endpoints:
                 assert httpx.get(f"{url}/models", timeout=5).status_code == 200
         finally:
-            group.shutdown()
-        for url in group.endpoints:
+            pool.shutdown()
+        for url in pool.endpoints:
             with pytest.raises(httpx.HTTPError):
                 httpx.get(f"{url}/models", timeout=2)
     finally:

@@ -1,0 +1,187 @@
+"""A real multi-node Ray cluster on this machine, as `ray start` makes one: a head
+and extra nodes with their own resources, token authentication on (Ray 2.60), every
+port chosen free, and a temp dir of its own.
+
+Each node runs `ray start --block` in a session of its own, so killing that process
+group takes exactly that node's processes (raylet, its workers, agents) and nothing
+else on the machine: `kill_node` is a node failure, `stop` ends only this cluster
+(never `ray stop`, which would end every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from distillery.workers.llm.servers import free_port
+
+# On a loaded 2-core machine Ray's agents take longer than the defaults allow.
+SLOW_MACHINE_ENV = {
+    "RAY_agent_register_timeout_ms": "180000",
+    "RAY_raylet_start_wait_time_s": "180",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+}
+
+
+@dataclass
+class RayNode:
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+
+@dataclass
+class LocalRayCluster:
+    temp_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dray-")))
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
+    port: int = field(default_factory=free_port)
+    nodes: dict[str, RayNode] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a process needs to join this cluster (token auth included)."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, **SLOW_MACHINE_ENV}
+
+    def start_head(self, num_cpus: float, resources: dict[str, float] | None = None) -> None:
+        self._start(
+            "head",
+            [
+                "--head",
+                "--port",
+                str(self.port),
+                "--include-dashboard",
+                "false",
+                "--dashboard-port",
+                str(free_port()),
+                "--ray-client-server-port",
+                str(free_port()),
+            ],
+            num_cpus,
+            resources,
+        )
+
+    def add_node(
+        self, name: str, num_cpus: float, resources: dict[str, float] | None = None
+    ) -> None:
+        self._start(name, ["--address", self.address], num_cpus, resources)
+
+    def _start(
+        self, name: str, args: list[str], num_cpus: float, resources: dict[str, float] | None
+    ) -> None:
+        # A node whose agents start too slowly on a loaded machine dies at start-up
+        # (Ray's own timeout): try again, a bounded number of times.
+        for attempt in range(1, 4):
+            node = self._launch(name, args, num_cpus, resources, attempt)
+            if self._wait_started(node):
+                self.nodes[name] = node
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.process.pid, signal.SIGKILL)
+            node.process.wait(timeout=30)
+        raise RuntimeError(f"ray node {name} did not start:\n{node.log.read_text()[-3000:]}")
+
+    def _launch(
+        self,
+        name: str,
+        args: list[str],
+        num_cpus: float,
+        resources: dict[str, float] | None,
+        attempt: int,
+    ) -> RayNode:
+        ports = [
+            f"--{option}={free_port()}"
+            for option in (
+                "node-manager-port",
+                "object-manager-port",
+                "dashboard-agent-listen-port",
+                "dashboard-agent-grpc-port",
+                "runtime-env-agent-port",
+                "metrics-export-port",
+            )
+        ]
+        log = self.temp_dir / f"{name}.{attempt}.log"
+        command = [
+            "ray",
+            "start",
+            *args,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--temp-dir",
+            str(self.temp_dir),
+            "--num-cpus",
+            str(num_cpus),
+            "--resources",
+            json.dumps({f"node_{name}": 1.0, **(resources or {})}),
+            "--disable-usage-stats",
+            "--block",
+            *ports,
+        ]
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command,
+                env={**os.environ, **self.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return RayNode(name, process, log)
+
+    @staticmethod
+    def _wait_started(node: RayNode, timeout_s: float = 300.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if "Ray runtime started" in node.log.read_text(errors="replace"):
+                return True
+            if node.process.poll() is not None:
+                return False
+            time.sleep(1)
+        return False
+
+    def kill_node(self, name: str) -> None:
+        """A node failure: SIGKILL every process of that node at once."""
+        node = self.nodes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.process.pid, signal.SIGKILL)
+        node.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        for name in [n for n in self.nodes if n != "head"] + ["head"]:
+            if name in self.nodes:
+                node = self.nodes.pop(name)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.process.pid, signal.SIGTERM)
+                try:
+                    node.process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(node.process.pid, signal.SIGKILL)
+        # Ray's processes may have left the node's session (a daemonised reaper, say):
+        # whatever still runs out of this cluster's temp dir is this cluster's.
+        _kill_stragglers(self.temp_dir)
+
+
+def _kill_stragglers(temp_dir: Path) -> None:
+    marker = str(temp_dir)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(proc.name), signal.SIGKILL)
