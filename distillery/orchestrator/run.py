@@ -25,6 +25,7 @@ from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, Meth
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.plan import (
+    BankSource,
     EvalPoint,
     StageGraph,
     format_plan,
@@ -38,6 +39,7 @@ from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, 
 from distillery.workers.envs.base import Task
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.types import RequestConfigError
 from distillery.workers.memory.bank import BuiltBank, bank_id_for
 from distillery.workers.memory_service import (
     MemoryJob,
@@ -361,7 +363,7 @@ class MemoryStage:
                 raise RuntimeError(f"{source.source} has no finished episode for {task_id}")
             table = read_episode_file(summary.file)
             episodes.extend(record_from_row(row) for row in table.to_pylist())
-        builder_model = cfg.builder_model()
+        builder_model = source.builder_model
         model_name = builder_model.name if builder_model else "none"
         bank_id = digest_of(
             {
@@ -375,28 +377,29 @@ class MemoryStage:
             counts = ray_get(self.service.bank_counts.remote(bank_id))
             return {"bank_id": bank_id, "counts": counts, "reused": True}
         tasks = [self.sweep.graph.tasks[e.task_id] for e in episodes]
-        bank = self._run_built(cfg, build_bank_task, episodes, tasks, source.split, False)
+        bank = self._run_built(source, build_bank_task, episodes, tasks, source.split, False)
         counts = ray_get(self.service.write_bank.remote(bank_id, bank))
         return {"bank_id": bank_id, "counts": counts, "stats": bank.stats.as_dict()}
 
     def _render(self, stage: Stage) -> dict[str, Any]:
         base_key = self.sweep.graph.render_base[stage.key]
         base_id = self.bank_of(base_key)
-        cfg = self.sweep.graph.bank_sources[base_key].cfg
+        source = self.sweep.graph.bank_sources[base_key]
         text_id = digest_of({"bank": base_id, "render": stage.identity})
         if ray_get(self.service.has_bank.remote(text_id)):
             counts = ray_get(self.service.bank_counts.remote(text_id))
             return {"bank_id": text_id, "counts": counts, "reused": True}
         base = ray_get(self.service.load_bank.remote(base_id))
-        bank = self._run_built(cfg, render_text_task, base)
+        bank = self._run_built(source, render_text_task, base)
         counts = ray_get(self.service.write_bank.remote(text_id, bank))
         return {"bank_id": text_id, "counts": counts, "stats": bank.stats.as_dict()}
 
-    def _run_built(self, cfg: DistilleryConfig, body: Any, *args: Any) -> BuiltBank:
+    def _run_built(self, source: BankSource, body: Any, *args: Any) -> BuiltBank:
         """Run a build body as a Ray task next to the builder model's servers."""
         import ray
 
-        model = cfg.builder_model()
+        cfg = source.cfg
+        model = source.builder_model
         remote = ray.remote(num_cpus=0.5)(_run_async)
         if model is None:  # deterministic entries, no server needed
             return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
@@ -450,9 +453,16 @@ def _run_async(body: Any, *args: Any) -> Any:
 
 
 def ray_get(ref: Any) -> Any:
+    """ray.get, with a RequestConfigError raised as itself (one message: the model,
+    the server's words, the key to change; not a remote traceback)."""
     import ray
 
-    return ray.get(ref)
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, RequestConfigError):
+            raise exc.cause from None
+        raise
 
 
 def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
@@ -613,6 +623,12 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         "seed": str(cfg.seed),
         "memory_types": "+".join(r.types) if r else "",
     }
+    if point.bank_stage is not None:  # who wrote the bank it reads
+        out["memory_writer"] = cfg.bank_writer(point.method.kind == "student_memory")
+        if r and r.thresholds_set_for != cfg.memory.embedder.model:
+            out["thresholds_embedder"] = (
+                f"set for {r.thresholds_set_for}, run with {cfg.memory.embedder.model}"
+            )
     if r:
         for t in r.types:
             out[f"k_{t}"] = str(r.k(t))
@@ -749,7 +765,16 @@ def run_agent(
         ).remote(job, endpoints)
         for _ in range(n_workers)
     ]
-    ray.get([w.ready.remote() for w in workers])
+    try:
+        ray.get([w.ready.remote() for w in workers])
+        # A request refused for how it was built stops the run here, at its first.
+        unreachable = ray_get(workers[0].preflight.remote())
+    except BaseException:
+        for w in workers:
+            ray.kill(w)
+        raise
+    if unreachable:
+        tqdm.write(f"warning: {job.model.name} preflight request failed: {unreachable[:300]}")
     cpu_before = sum(ray.get([w.cpu_time_s.remote() for w in workers]))
     started = time.perf_counter()
 
@@ -773,7 +798,7 @@ def run_agent(
             done, _ = ray.wait(list(owner), num_returns=1)
             for ref in done:
                 busy[owner.pop(ref)] -= 1
-                summary = ray.get(ref)
+                summary = ray_get(ref)  # a RequestConfigError stops every episode
                 if on_summary is not None:  # the ledger: recorded as soon as it lands
                     on_summary(summary)
                 summaries.append(summary)

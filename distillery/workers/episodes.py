@@ -22,8 +22,9 @@ from distillery.workers.agents.loop import EpisodeOutcome, run_agent_loop
 from distillery.workers.agents.policies import ChatBackend, EpisodePolicy, LlmPolicy, OraclePolicy
 from distillery.workers.envs.base import Benchmark, Score, Task
 from distillery.workers.envs.registry import make_benchmark
+from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.llm.types import ChatResult, InfraError
+from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
 from distillery.workers.memory.method import AmdHooks
 from distillery.workers.memory_service import ServiceLookup
 from distillery.workers.trajectories import (
@@ -71,6 +72,7 @@ class EpisodeSummary:
     error_message: str | None
     file: str = ""  # where the full record was written, and its checksum: the ledger's
     sha256: str = ""  # proof that this episode is finished and intact
+    tokens_reasoning: int = 0  # of tokens_out, thinking tokens (server-reported)
 
     @property
     def finished(self) -> bool:
@@ -93,6 +95,7 @@ class EpisodeSummary:
             error_message=record.error_message,
             file=written.uri if written else "",
             sha256=written.sha256 if written else "",
+            tokens_reasoning=record.tokens_reasoning,
         )
 
 
@@ -123,8 +126,25 @@ class EpisodeRunner:
             return OraclePolicy(self.benchmark.oracle_turns(task))
         m = self.job.model
         return LlmPolicy(
-            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed
+            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed, m.top_p
         )
+
+    async def preflight(self) -> str | None:
+        """One request shaped exactly like an episode's (the same sampling, token cap,
+        reasoning and thinking fields), so a server that refuses how this model's
+        requests are built stops the run at its first request (`RequestConfigError`
+        propagates) instead of failing every episode. An unreachable server is left to
+        the episodes (they record it as `infra_error`); its message is returned."""
+        if self._chat is None or not self._tasks:
+            return None
+        policy = self._policy(next(iter(self._tasks.values())), f"preflight-{uuid.uuid4().hex}")
+        try:
+            await policy.respond([{"role": "user", "content": PREFLIGHT_PROMPT}], None)
+        except InfraError as exc:
+            return str(exc)
+        finally:
+            await policy.close()
+        return None
 
     async def run_task(self, task_id: str) -> EpisodeSummary:
         """Play one task (retrying infrastructure failures) and persist the record."""
@@ -139,6 +159,8 @@ class EpisodeRunner:
             episode_id = f"{self.job.role}-{task_id}-{uuid.uuid4().hex[:12]}"
             try:
                 record = await self._attempt(task, episode_id, started, attempts)
+            except RequestConfigError:
+                raise  # not a result: the run stops (never retried, never recorded)
             except InfraError as exc:
                 failure = ("infra_error", f"{type(exc).__name__}: {exc}")
             except TimeoutError:
@@ -175,6 +197,7 @@ class EpisodeRunner:
             outcome.n_llm_calls += hooks.log.llm_calls
             outcome.tokens_in += hooks.log.usage.prompt_tokens
             outcome.tokens_out += hooks.log.usage.completion_tokens
+            outcome.tokens_reasoning += hooks.log.usage.reasoning_tokens
         record = self._record(task, episode_id, started, attempts, outcome, score)
         if hooks is not None:
             record = replace(record, extra_json=json.dumps(hooks.log.as_dict()))
@@ -243,6 +266,7 @@ class EpisodeRunner:
             n_llm_calls=outcome.n_llm_calls,
             tokens_in=outcome.tokens_in,
             tokens_out=outcome.tokens_out,
+            tokens_reasoning=outcome.tokens_reasoning,
             llm_latency_s=outcome.llm_latency_s,
             steps=outcome.steps,
             messages_json=messages_to_json(outcome.messages),
@@ -281,6 +305,9 @@ class EpisodeWorkerImpl:
 
     async def run_task(self, task_id: str) -> EpisodeSummary:
         return await self._runner.run_task(task_id)
+
+    async def preflight(self) -> str | None:
+        return await self._runner.preflight()
 
     def ready(self) -> bool:
         return True

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 
 from distillery.workers.storage import Location
 
-# Termination reasons. Only `done`, `step_limit` and `request_rejected` episodes are
-# scored; `infra_error` and `timeout` are infrastructure failures, never student ones.
-SCORED_TERMINATIONS = ("done", "step_limit", "request_rejected")
+# Termination reasons. `done`, `step_limit`, `context_overflow` (the conversation
+# outgrew the model's context window) and `request_rejected` episodes are scored;
+# `infra_error` and `timeout` are infrastructure failures, never student ones.
+SCORED_TERMINATIONS = ("done", "step_limit", "context_overflow", "request_rejected")
 INFRA_TERMINATIONS = ("infra_error", "timeout")
 
 
@@ -77,6 +78,7 @@ class EpisodeRecord:
     steps: list[StepRecord] = field(default_factory=list)
     messages_json: str = "[]"  # the full chat transcript, as sent to the model
     extra_json: str = "{}"  # method-specific details (e.g. memory retrievals)
+    tokens_reasoning: int = 0  # of tokens_out, thinking tokens (as the server reports)
 
     @property
     def scored(self) -> bool:
@@ -135,6 +137,7 @@ EPISODE_SCHEMA = pa.schema(
         ("steps", pa.list_(_STEP)),
         ("messages_json", pa.string()),
         ("extra_json", pa.string()),
+        ("tokens_reasoning", pa.int64()),
     ]
 )
 
@@ -195,7 +198,9 @@ def record_from_row(row: dict[str, Any]) -> EpisodeRecord:
     steps = [
         StepRecord(**{**s, "calls": [CallRecord(**c) for c in s["calls"]]}) for s in row["steps"]
     ]
-    return EpisodeRecord(**{**row, "steps": steps})
+    # Files written before a column existed read it as null.
+    reasoning = row.get("tokens_reasoning") or 0
+    return EpisodeRecord(**{**row, "steps": steps, "tokens_reasoning": reasoning})
 
 
 def messages_to_json(messages: list[dict[str, Any]]) -> str:

@@ -3,7 +3,11 @@
 Replies come from a *script*, a function ``script(request: dict) -> dict`` named by
 import path ("module:function"), which returns ``{"content": str}`` or
 ``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, optionally with
-``{"status": 503}`` to answer with an HTTP error. The server runs in its own process
+``{"status": 503}`` to answer with an HTTP error (``"body"``: the exact error body to
+send, e.g. OpenAI's own). The client's preflight request (one user message,
+`PREFLIGHT_PROMPT`) is counted apart (``preflight``, not ``requests``); a script that
+cannot read it (it is no benchmark task) answers it "OK" as any server would.
+The server runs in its own process
 (so it never competes with the code under test for the GIL), adds a fixed delay per
 call, counts usage (4 characters = 1 token) and exposes request counts at /stats.
 
@@ -86,6 +90,13 @@ def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]
     }
 
 
+def _is_preflight(body: dict[str, Any]) -> bool:
+    from distillery.workers.llm.compat import PREFLIGHT_PROMPT
+
+    messages = body.get("messages") or []
+    return len(messages) == 1 and messages[0].get("content") == PREFLIGHT_PROMPT
+
+
 def make_app(script: str, delay_s: float):
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -100,18 +111,24 @@ def make_app(script: str, delay_s: float):
 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
-        stats["requests"] += 1
+        preflight = _is_preflight(body)
+        stats["preflight" if preflight else "requests"] += 1
         stats[f"model:{body.get('model')}"] += 1
         if delay_s:
             await asyncio.sleep(delay_s)
-        reply = play(body)
+        try:
+            reply = play(body)
+        except Exception:
+            if not preflight:
+                raise
+            reply = {"content": "OK"}
         status = int(reply.get("status", 200))
         if status != 200:
             stats["errors"] += 1
-            return JSONResponse(
-                {"error": {"message": reply.get("content", "error"), "code": status}},
-                status_code=status,
-            )
+            error = reply.get("body") or {
+                "error": {"message": reply.get("content", "error"), "code": status}
+            }
+            return JSONResponse(error, status_code=status)
         return JSONResponse(completion(body, reply))
 
     async def embeddings(request: Request) -> JSONResponse:
