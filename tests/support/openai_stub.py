@@ -2,7 +2,8 @@
 
 Replies come from a *script*, a function ``script(request: dict) -> dict`` named by
 import path ("module:function"), which returns ``{"content": str}`` or
-``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, optionally with
+``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` (with ``reasoning_content`` and
+``reasoning_tokens`` for a thinking model's reply), optionally with
 ``{"status": 503}`` to answer with an HTTP error (``"body"``: the exact error body to
 send, e.g. OpenAI's own). The client's preflight request (one user message,
 `PREFLIGHT_PROMPT`) is counted apart (``preflight``, not ``requests``); a script that
@@ -76,17 +77,24 @@ def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]
         message["content"] = reply.get("content")
         finish = "tool_calls"
         out_text += json.dumps(reply["tool_calls"])
+    usage: dict[str, Any] = {
+        "prompt_tokens": max(1, prompt_chars // 4),
+        "completion_tokens": _tokens(out_text),
+        "total_tokens": max(1, prompt_chars // 4) + _tokens(out_text),
+    }
+    if reply.get("reasoning_content") is not None:  # vLLM with a reasoning parser
+        message["reasoning_content"] = reply["reasoning_content"]
+    if reply.get("reasoning_tokens"):  # as OpenAI reports them
+        usage["completion_tokens"] += reply["reasoning_tokens"]
+        usage["total_tokens"] += reply["reasoning_tokens"]
+        usage["completion_tokens_details"] = {"reasoning_tokens": reply["reasoning_tokens"]}
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": request.get("model", "stub"),
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {
-            "prompt_tokens": max(1, prompt_chars // 4),
-            "completion_tokens": _tokens(out_text),
-            "total_tokens": max(1, prompt_chars // 4) + _tokens(out_text),
-        },
+        "usage": usage,
     }
 
 
