@@ -139,3 +139,20 @@ def test_subtask_labels_are_parsed_from_the_answer_not_the_thinking():
     assert hooks.log.decomposition == ["open the file", "mail it"]
     assert not hooks.log.decomposition_fallback and hooks.log.llm_calls == 1
     assert hooks.log.usage.reasoning_tokens == 9
+
+
+def test_episode_files_from_before_reasoning_tokens_read_as_zero(tmp_path):
+    from dataclasses import asdict
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from distillery.workers import trajectories
+    from tests.workers.test_trajectories import _record
+
+    old_schema = pa.schema([f for f in trajectories.EPISODE_SCHEMA if f.name != "tokens_reasoning"])
+    row = asdict(_record())
+    row.pop("tokens_reasoning")
+    pq.write_table(pa.Table.from_pylist([row], schema=old_schema), tmp_path / "old.parquet")
+    (record,) = trajectories.read_episodes(tmp_path)
+    assert record.tokens_reasoning == 0 and record.task_id == row["task_id"]
