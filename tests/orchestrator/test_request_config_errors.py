@@ -85,3 +85,23 @@ def test_the_shipped_gpt5_mini_config_collects_and_builds_a_bank(tmp_path, ray_l
     assert (
         tags["thresholds_embedder"] == "set for text-embedding-3-small, run with all-MiniLM-L6-v2"
     )
+
+
+def test_a_refusal_the_preflight_cannot_meet_stops_every_episode(tmp_path, ray_local):
+    # OpenAI refuses the tool schemas on each episode's first request: nothing in it
+    # was written by the model, so it is how distillery built it.
+    with run_stub_server("tests.support.openai_errors:invalid_tool_schema") as url:
+        cfg = _config(
+            tmp_path,
+            "benchmark.limit=6",
+            "methods=[zero_shot]",
+            *_student(url, "native"),
+            "cluster.num_workers=1",
+            "cluster.episodes_per_worker=2",
+        )
+        with pytest.raises(RequestConfigError, match="Invalid schema for function 'cd'"):
+            run_sweep([cfg], progress=False)
+        stats = stub_stats(url)
+    assert stats["preflight"] == 1
+    assert stats["requests"] <= 2  # the episodes in flight, not all six
+    assert not list((Path(cfg.output_dir) / "stages").glob("*/*/done/*.json"))

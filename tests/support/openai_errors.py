@@ -128,3 +128,22 @@ def overflow_after_first_call(request: dict[str, Any]) -> dict[str, Any]:
 
 def vllm_overflow(request: dict[str, Any]) -> dict[str, Any]:
     return _refuse(400, VLLM_CONTEXT_OVERFLOW)
+
+
+INVALID_TOOL_SCHEMA = {
+    "error": {
+        "message": "Invalid schema for function 'cd': In context=('properties', 'folder'), "
+        "'float' is not valid under any of the given schemas.",
+        "type": "invalid_request_error",
+        "param": "tools[0].function.parameters",
+        "code": "invalid_function_parameters",
+    }
+}
+
+
+def invalid_tool_schema(request: dict[str, Any]) -> dict[str, Any]:
+    """Accepts plain requests (the preflight), refuses every one carrying the tools:
+    a refusal only the episodes' own requests meet."""
+    if request.get("tools"):
+        return _refuse(400, INVALID_TOOL_SCHEMA)
+    return {"content": "OK"}

@@ -136,6 +136,12 @@ def test_an_unexplained_400_is_ours_before_the_model_spoke_and_the_models_after(
     assert type(late) is RequestRejected
 
 
+def test_a_refused_tool_schema_on_a_first_request_is_ours():
+    error = _classify(400, oe.INVALID_TOOL_SCHEMA, MESSAGES)
+    assert isinstance(error, RequestConfigError)
+    assert "holds nothing the model wrote" in str(error)
+
+
 def test_server_errors_parse_from_every_shape_servers_send():
     assert ServerError.parse(400, b"plain text failure").message == "plain text failure"
     parsed = ServerError.parse(400, oe.UNSUPPORTED_MAX_TOKENS)
