@@ -4,7 +4,8 @@
 the same thing as a Ray actor (an async actor: its concurrency is the number of
 episodes in flight). An infrastructure failure is retried with a fresh environment
 and, if it persists, recorded as `infra_error` / `timeout` with `success=None`:
-never scored as a student failure.
+never scored as a student failure. A `RequestConfigError` (the server refused how the
+request was built) is no result at all: it propagates and stops the run.
 """
 
 from __future__ import annotations

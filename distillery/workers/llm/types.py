@@ -7,7 +7,7 @@ from typing import Any
 
 
 class InfraError(RuntimeError):
-    """The model could not be reached or kept failing (transport, timeout, 5xx, auth).
+    """The model could not be reached or kept failing (transport, timeout, 429, 5xx).
 
     Never a student failure: the episode is retried and, if it persists, recorded as
     `infra_error` and excluded from scoring.
