@@ -166,12 +166,13 @@ class DistilleryConfig(_Frozen):
         for name in self.methods:
             self.retrieval_for(name)  # overrides must validate too
         self._no_ground_truth_memory()
-        builder = self.memory.builder.model
-        if builder not in ("teacher", "none") and builder not in self.builder_models:
-            raise ValueError(
-                f"memory.builder.model: {builder!r} is neither teacher, none, nor a key of "
-                "builder_models"
-            )
+        for key in ("model", "student_memory_model"):
+            builder = getattr(self.memory.builder, key)
+            if builder not in _BANK_WRITERS and builder not in self.builder_models:
+                raise ValueError(
+                    f"memory.builder.{key}: {builder!r} is neither teacher, student, none, "
+                    "nor a key of builder_models"
+                )
         return self
 
     def _no_ground_truth_memory(self) -> None:
@@ -200,21 +201,32 @@ class DistilleryConfig(_Frozen):
             inner = _describe(exc).removeprefix("invalid config at ")
             raise ValueError(f"method_catalog.{name}.retrieval.{inner}") from None
 
-    def builder_model(self) -> ModelConfig | None:
-        """The model that writes memory entries; None: deterministic entries only (the
-        oracle teacher is no model, so it builds deterministically too)."""
-        choice = self.memory.builder.model
+    def builder_model(self, student_memory: bool = False) -> ModelConfig | None:
+        """The model that writes a bank's entries (`student_memory`: a bank of the
+        student's own trajectories); None: deterministic entries only (the oracle is no
+        model, so a bank it would write is built deterministically too)."""
+        builder = self.memory.builder
+        choice = builder.student_memory_model if student_memory else builder.model
         if choice == "none":
             return None
-        if choice == "teacher":
-            return None if self.teacher.backend == "oracle" else self.teacher
+        if choice in ("teacher", "student"):
+            model = self.teacher if choice == "teacher" else self.student
+            return None if model.backend == "oracle" else model
         return self.builder_models[choice]
+
+    def bank_writer(self, student_memory: bool = False) -> str:
+        """Who writes a bank, for tags: a model config name, or `deterministic`."""
+        model = self.builder_model(student_memory)
+        return model.name if model is not None else "deterministic"
 
     @property
     def tracking_uri(self) -> str:
         if self.tracking.uri:
             return self.tracking.uri
         return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+_BANK_WRITERS = ("teacher", "student", "none")
 
 
 class ConfigError(ValueError):

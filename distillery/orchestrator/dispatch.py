@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
+from distillery.workers.llm.types import RequestConfigError
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,19 @@ class AgentRun:
     # What was retried: episode_retries (attempts beyond the first), worker_restarts
     # (episode workers lost and replaced), requests_rerouted, episodes_replaced.
     infra: dict[str, int] = field(default_factory=dict)
+
+
+def ray_get(ref: Any) -> Any:
+    """ray.get, with a RequestConfigError raised as itself (one message: the model,
+    the server's words, the key to change; not a remote traceback)."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, RequestConfigError):
+            raise exc.cause from None
+        raise
 
 
 INFRA_COUNTS = {
@@ -99,7 +113,16 @@ def run_agent(
         ).remote(job, endpoints, directory, (index, n_workers))
 
     workers = [spawn(w) for w in range(n_workers)]
-    nodes = ray.get([w.ready.remote() for w in workers])
+    try:
+        nodes = ray.get([w.ready.remote() for w in workers])
+        # A request refused for how it was built stops the run here, at its first.
+        unreachable = ray_get(workers[0].preflight.remote())
+    except BaseException:
+        for w in workers:
+            ray.kill(w)
+        raise
+    if unreachable:
+        tqdm.write(f"warning: {job.model.name} preflight request failed: {unreachable[:300]}")
     if progress and len(set(nodes)) > 1:
         tqdm.write(f"  {n_workers} episode workers on {len(set(nodes))} nodes")
     cpu_before = ray.get([w.cpu_time_s.remote() for w in workers])
@@ -134,7 +157,7 @@ def run_agent(
                 index, born, task_id = owner.pop(ref)
                 busy[index] -= 1
                 try:
-                    summary = ray.get(ref)
+                    summary = ray_get(ref)  # a RequestConfigError stops every episode
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
                     # The worker (or its node) is gone: an infrastructure failure, never
                     # the agent's. Replace it once and dispatch its tasks again.

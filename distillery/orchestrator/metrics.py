@@ -44,4 +44,7 @@ def agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
         "latency_p95_s": percentile(walls, 95) if walls else nan,
         "infra_errors": float(sum(1 for e in episodes if e.termination in INFRA_TERMINATIONS)),
         "step_limit_hits": float(sum(1 for e in episodes if e.termination == "step_limit")),
+        # The model's own failure (scored), counted apart from other failures.
+        "context_overflows": float(sum(1 for e in episodes if e.termination == "context_overflow")),
+        "tokens_reasoning": float(sum(getattr(e, "tokens_reasoning", 0) for e in episodes)),
     }

@@ -32,6 +32,11 @@ class BankSource:
     task_ids: tuple[str, ...]
     split: str  # the memory split label stored with every entry
     cfg: DistilleryConfig  # builder, builder model and embedder come from here
+    student_memory: bool = False  # the student's own trajectories (who writes them differs)
+
+    @property
+    def builder_model(self) -> ModelConfig | None:
+        return self.cfg.builder_model(self.student_memory)
 
 
 @dataclass(frozen=True)
@@ -234,12 +239,15 @@ def _plan_method(
 def _bank(
     graph: StageGraph, cfg: DistilleryConfig, name: str, source: StageKey, split: TaskSplit
 ) -> StageKey:
-    builder_model = cfg.builder_model()
+    student_memory = cfg.method(name).kind == "student_memory"
+    builder_model = cfg.builder_model(student_memory)
     builder_identity = model_identity(builder_model) if builder_model else None
     identity = {
         "memory_task_ids": ids_sha(sorted(split.memory_ids)),
         "split": split.memory_split,
-        "builder": cfg.memory.builder.model_dump(mode="json", exclude={"concurrency", "model"}),
+        "builder": cfg.memory.builder.model_dump(
+            mode="json", exclude={"concurrency", "model", "student_memory_model"}
+        ),
         "builder_model": builder_identity,
         "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
     }
@@ -254,7 +262,10 @@ def _bank(
         )
     )
     graph.bank_sources.setdefault(
-        build, BankSource(source, tuple(sorted(split.memory_ids)), split.memory_split, cfg)
+        build,
+        BankSource(
+            source, tuple(sorted(split.memory_ids)), split.memory_split, cfg, student_memory
+        ),
     )
     retrieval = cfg.retrieval_for(name)
     with_text = any(

@@ -1146,6 +1146,8 @@ def build_report(
         "n_episodes": len(data.episodes),
         "n_scored": int(data.episodes["success"].notna().sum()),
         "n_infra": int(data.episodes["success"].isna().sum()),
+        # Scored failures with their own cause: the conversation outgrew the context.
+        "n_context_overflow": int((data.episodes["termination"] == "context_overflow").sum()),
         "seeds": sorted(int(s) for s in data.points["seed"].unique()),
         "cost_line": _cost_line(breakdown, use_usd, unpriced),
         "use_usd": use_usd,
@@ -1178,6 +1180,11 @@ def _key_columns(frame: pd.DataFrame, base: Sequence[str]) -> dict[str, pd.Serie
     return {k: frame[k].map(lambda v, k=k: _display(k, str(v))) for k in keys}
 
 
+def _overflows(summary: Mapping[str, Any]) -> str:
+    n = summary.get("n_context_overflow", 0)
+    return f"; {n} context overflows, scored as failures" if n else ""
+
+
 def render_markdown(
     data: SweepData,
     summary: Mapping[str, Any],
@@ -1198,7 +1205,8 @@ def render_markdown(
         "",
         f"Experiment `{meta.get('experiment', '?')}` · {summary['n_points']} points · "
         f"{summary['n_episodes']} episodes ({summary['n_scored']} scored, "
-        f"{summary['n_infra']} infrastructure failures, not scored) · seeds "
+        f"{summary['n_infra']} infrastructure failures, not scored"
+        f"{_overflows(summary)}) · seeds "
         f"{', '.join(map(str, summary['seeds'])) or _NA} · git `{meta.get('git_sha', '?')}` · "
         f"created {when}",
         "",

@@ -25,11 +25,12 @@ from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, MethodConfig
 from distillery.orchestrator.descriptors import name_sweep
-from distillery.orchestrator.dispatch import INFRA_COUNTS, run_agent
+from distillery.orchestrator.dispatch import INFRA_COUNTS, ray_get, run_agent
 from distillery.orchestrator.ledger import Ledger, read_sweep_record
 from distillery.orchestrator.locks import run_locks
 from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.plan import (
+    BankSource,
     EvalPoint,
     StageGraph,
     format_plan,
@@ -428,7 +429,7 @@ class MemoryStage:
                 raise RuntimeError(f"{source.source} has no finished episode for {task_id}")
             table = read_episode_file(summary.file)
             episodes.extend(record_from_row(row) for row in table.to_pylist())
-        builder_model = cfg.builder_model()
+        builder_model = source.builder_model
         model_name = builder_model.name if builder_model else "none"
         bank_id = digest_of(
             {
@@ -442,28 +443,29 @@ class MemoryStage:
             counts = ray_get(self.service.bank_counts.remote(bank_id))
             return {"bank_id": bank_id, "counts": counts, "reused": True}
         tasks = [self.sweep.graph.tasks[e.task_id] for e in episodes]
-        bank = self._run_built(cfg, build_bank_task, episodes, tasks, source.split, False)
+        bank = self._run_built(source, build_bank_task, episodes, tasks, source.split, False)
         counts = ray_get(self.service.write_bank.remote(bank_id, bank))
         return {"bank_id": bank_id, "counts": counts, "stats": bank.stats.as_dict()}
 
     def _render(self, stage: Stage) -> dict[str, Any]:
         base_key = self.sweep.graph.render_base[stage.key]
         base_id = self.bank_of(base_key)
-        cfg = self.sweep.graph.bank_sources[base_key].cfg
+        source = self.sweep.graph.bank_sources[base_key]
         text_id = digest_of({"bank": base_id, "render": stage.identity})
         if ray_get(self.service.has_bank.remote(text_id)):
             counts = ray_get(self.service.bank_counts.remote(text_id))
             return {"bank_id": text_id, "counts": counts, "reused": True}
         base = ray_get(self.service.load_bank.remote(base_id))
-        bank = self._run_built(cfg, render_text_task, base)
+        bank = self._run_built(source, render_text_task, base)
         counts = ray_get(self.service.write_bank.remote(text_id, bank))
         return {"bank_id": text_id, "counts": counts, "stats": bank.stats.as_dict()}
 
-    def _run_built(self, cfg: DistilleryConfig, body: Any, *args: Any) -> BuiltBank:
+    def _run_built(self, source: BankSource, body: Any, *args: Any) -> BuiltBank:
         """Run a build body as a Ray task next to the builder model's servers."""
         import ray
 
-        model = cfg.builder_model()
+        cfg = source.cfg
+        model = source.builder_model
         remote = ray.remote(num_cpus=0.5)(_run_async)
         if model is None:  # deterministic entries, no server needed
             return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
@@ -520,12 +522,6 @@ def _run_async(body: Any, *args: Any) -> Any:
     redaction.install()
 
     return asyncio.run(body(*args))
-
-
-def ray_get(ref: Any) -> Any:
-    import ray
-
-    return ray.get(ref)
 
 
 def run_experiment(cfg: DistilleryConfig, progress: bool = True) -> RunResult:
@@ -745,6 +741,12 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         # Deviations from the benchmark's own pipeline ("none": BFCL-faithful).
         "deviations": ",".join(cfg.agent.options().deviations()) or "none",
     }
+    if point.bank_stage is not None:  # who wrote the bank it reads
+        out["memory_writer"] = cfg.bank_writer(point.method.kind == "student_memory")
+        if r and r.thresholds_set_for != cfg.memory.embedder.model:
+            out["thresholds_embedder"] = (
+                f"set for {r.thresholds_set_for}, run with {cfg.memory.embedder.model}"
+            )
     if r:
         for t in r.types:
             out[f"k_{t}"] = str(r.k(t))

@@ -4,7 +4,8 @@
 the same thing as a Ray actor (an async actor: its concurrency is the number of
 episodes in flight). An infrastructure failure is retried with a fresh environment
 and, if it persists, recorded as `infra_error` / `timeout` with `success=None`:
-never scored as a student failure.
+never scored as a student failure. A `RequestConfigError` (the server refused how the
+request was built) is no result at all: it propagates and stops the run.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from distillery.workers.agents.policies import ChatBackend, EpisodePolicy, LlmPo
 from distillery.workers.envs.base import AgentOptions, Benchmark, Score, Task
 from distillery.workers.envs.execution import close_in_env_thread, run_in_env_thread
 from distillery.workers.envs.registry import make_benchmark
+from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import clean_text
-from distillery.workers.llm.types import ChatResult, InfraError
+from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
 from distillery.workers.memory.method import AmdHooks
 from distillery.workers.memory_service import ServiceLookup
 from distillery.workers.trajectories import (
@@ -79,6 +81,7 @@ class EpisodeSummary:
     error_message: str | None
     file: str = ""  # where the full record was written, and its checksum: the ledger's
     sha256: str = ""  # proof that this episode is finished and intact
+    tokens_reasoning: int = 0  # of tokens_out, thinking tokens (server-reported)
 
     @property
     def finished(self) -> bool:
@@ -101,6 +104,7 @@ class EpisodeSummary:
             error_message=record.error_message,
             file=written.uri if written else "",
             sha256=written.sha256 if written else "",
+            tokens_reasoning=record.tokens_reasoning,
         )
 
 
@@ -142,8 +146,25 @@ class EpisodeRunner:
             return OraclePolicy(self.benchmark.oracle_turns(task))
         m = self.job.model
         return LlmPolicy(
-            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed
+            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed, m.top_p
         )
+
+    async def preflight(self) -> str | None:
+        """One request shaped exactly like an episode's (the same sampling, token cap,
+        reasoning and thinking fields), so a server that refuses how this model's
+        requests are built stops the run at its first request (`RequestConfigError`
+        propagates) instead of failing every episode. An unreachable server is left to
+        the episodes (they record it as `infra_error`); its message is returned."""
+        if self._chat is None or not self._tasks:
+            return None
+        policy = self._policy(next(iter(self._tasks.values())), f"preflight-{uuid.uuid4().hex}")
+        try:
+            await policy.respond([{"role": "user", "content": PREFLIGHT_PROMPT}], None)
+        except InfraError as exc:
+            return str(exc)
+        finally:
+            await policy.close()
+        return None
 
     async def run_task(self, task_id: str) -> EpisodeSummary:
         """Play one task (retrying infrastructure failures) and persist the record."""
@@ -160,6 +181,8 @@ class EpisodeRunner:
                 record = await self._attempt(task, episode_id, started, attempts)
                 # Inside the handling too: nothing in a record may abort the sweep.
                 written = await self._write(record)
+            except RequestConfigError:
+                raise  # not a result: the run stops (never retried, never recorded)
             except InfraError as exc:
                 failure = ("infra_error", f"{type(exc).__name__}: {exc}")
             except TimeoutError:
@@ -205,6 +228,7 @@ class EpisodeRunner:
             outcome.n_llm_calls += hooks.log.llm_calls
             outcome.tokens_in += hooks.log.usage.prompt_tokens
             outcome.tokens_out += hooks.log.usage.completion_tokens
+            outcome.tokens_reasoning += hooks.log.usage.reasoning_tokens
         record = self._record(task, episode_id, started, attempts, outcome, score)
         extra: dict[str, Any] = hooks.log.as_dict() if hooks is not None else {}
         if outcome.reply_notes:
@@ -279,6 +303,7 @@ class EpisodeRunner:
             n_llm_calls=outcome.n_llm_calls,
             tokens_in=outcome.tokens_in,
             tokens_out=outcome.tokens_out,
+            tokens_reasoning=outcome.tokens_reasoning,
             llm_latency_s=outcome.llm_latency_s,
             steps=outcome.steps,
             messages_json=messages_to_json(outcome.messages),
@@ -339,6 +364,9 @@ class EpisodeWorkerImpl:
         """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""
         stats = getattr(self._runner._chat, "stats", None)
         return stats() if callable(stats) else {}
+
+    async def preflight(self) -> str | None:
+        return await self._runner.preflight()
 
     def cpu_time_s(self) -> float:
         """CPU seconds this worker process has used (for overhead accounting)."""

@@ -179,9 +179,15 @@ class ServiceLookup:
 class RoutedBuilderLLM:
     """A builder LLM over a model's replicas: each request is its own routing unit."""
 
-    def __init__(self, routed: Any, temperature: float, max_tokens: int) -> None:
+    def __init__(
+        self,
+        routed: Any,
+        temperature: float | None,
+        max_tokens: int | None,
+        top_p: float | None = None,
+    ) -> None:
         self._routed = routed
-        self._defaults = {"temperature": temperature, "max_tokens": max_tokens}
+        self._defaults = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p}
 
     async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
         import uuid
@@ -199,7 +205,8 @@ def _builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
     from distillery.workers.llm.router import RoutedChat
 
     routed = RoutedChat.from_config(model, endpoints)
-    return RoutedBuilderLLM(routed, model.temperature, max(model.max_tokens, 512))
+    cap = None if model.max_tokens is None else max(model.max_tokens, 512)
+    return RoutedBuilderLLM(routed, model.temperature, cap, model.top_p)
 
 
 async def render_text_task(

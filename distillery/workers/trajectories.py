@@ -20,10 +20,17 @@ import pyarrow.parquet as pq
 from distillery.redaction import redact_obj
 from distillery.workers.storage import Location
 
-# Termination reasons. Only `done`, `step_limit`, `request_rejected` and
-# `invalid_reply` (a reply the client could not use: the model's failure) episodes are
-# scored; `infra_error` and `timeout` are infrastructure failures, never student ones.
-SCORED_TERMINATIONS = ("done", "step_limit", "request_rejected", "invalid_reply")
+# Termination reasons. `done`, `step_limit`, `context_overflow` (the conversation
+# outgrew the model's context window), `request_rejected` and `invalid_reply` (a reply
+# the client could not use: the model's failure) episodes are scored; `infra_error` and
+# `timeout` are infrastructure failures, never student ones.
+SCORED_TERMINATIONS = (
+    "done",
+    "step_limit",
+    "context_overflow",
+    "request_rejected",
+    "invalid_reply",
+)
 INFRA_TERMINATIONS = ("infra_error", "timeout")
 
 
@@ -79,6 +86,7 @@ class EpisodeRecord:
     steps: list[StepRecord] = field(default_factory=list)
     messages_json: str = "[]"  # the full chat transcript, as sent to the model
     extra_json: str = "{}"  # method-specific details (e.g. memory retrievals)
+    tokens_reasoning: int = 0  # of tokens_out, thinking tokens (as the server reports)
 
     @property
     def scored(self) -> bool:
@@ -137,6 +145,7 @@ EPISODE_SCHEMA = pa.schema(
         ("steps", pa.list_(_STEP)),
         ("messages_json", pa.string()),
         ("extra_json", pa.string()),
+        ("tokens_reasoning", pa.int64()),
     ]
 )
 
@@ -205,7 +214,9 @@ def record_from_row(row: dict[str, Any]) -> EpisodeRecord:
     steps = [
         StepRecord(**{**s, "calls": [CallRecord(**c) for c in s["calls"]]}) for s in row["steps"]
     ]
-    return EpisodeRecord(**{**row, "steps": steps})
+    # Files written before a column existed read it as null.
+    reasoning = row.get("tokens_reasoning") or 0
+    return EpisodeRecord(**{**row, "steps": steps, "tokens_reasoning": reasoning})
 
 
 def messages_to_json(messages: list[dict[str, Any]]) -> str:

@@ -2,14 +2,19 @@
 
 Replies come from a *script*, a function ``script(request: dict) -> dict`` named by
 import path ("module:function"), which returns ``{"content": str}`` or
-``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, optionally with
-``{"status": 503}`` to answer with an HTTP error. Hostile replies (see hostile.py) use
-the raw keys: ``message`` (the assistant message, sent as is), ``usage`` and
-``finish_reason`` (as is), ``body`` (the whole body, verbatim, with optional
-``headers``) or ``stream``
+``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` (with ``reasoning_content`` and
+``reasoning_tokens`` for a thinking model's reply), optionally with
+``{"status": 503}`` to answer with an HTTP error (``"body"``: the exact error body to
+send, e.g. OpenAI's own). The client's preflight request (one user message,
+`PREFLIGHT_PROMPT`) is counted apart (``preflight``, not ``requests``); a script that
+cannot read it (it is no benchmark task) answers it "OK" as any server would.
+Hostile replies (see hostile.py) use the raw keys: ``message`` (the assistant message,
+sent as is), ``usage`` and ``finish_reason`` (as is), ``body`` (with status 200: the
+whole body, verbatim, with optional ``headers``) or ``stream``
 (``{"chunk": str, "interval_s": float, "total_bytes": int | None}``: a body that
 trickles or never ends). JSON is written ASCII-only, so any string (lone surrogates
-included) goes over the wire as the JSON escape a real server would send. The server runs in its own process
+included) goes over the wire as the JSON escape a real server would send.
+The server runs in its own process
 (so it never competes with the code under test for the GIL), adds a fixed delay per
 call, counts usage (4 characters = 1 token) and exposes request counts at /stats.
 
@@ -94,18 +99,32 @@ def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]
         message["content"] = reply.get("content")
         finish = "tool_calls"
         out_text += json.dumps(reply["tool_calls"])
+    usage: dict[str, Any] = {
+        "prompt_tokens": max(1, prompt_chars // 4),
+        "completion_tokens": _tokens(out_text),
+        "total_tokens": max(1, prompt_chars // 4) + _tokens(out_text),
+    }
+    if reply.get("reasoning_content") is not None:  # vLLM with a reasoning parser
+        message["reasoning_content"] = reply["reasoning_content"]
+    if reply.get("reasoning_tokens"):  # as OpenAI reports them
+        usage["completion_tokens"] += reply["reasoning_tokens"]
+        usage["total_tokens"] += reply["reasoning_tokens"]
+        usage["completion_tokens_details"] = {"reasoning_tokens": reply["reasoning_tokens"]}
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": request.get("model", "stub"),
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {
-            "prompt_tokens": max(1, prompt_chars // 4),
-            "completion_tokens": _tokens(out_text),
-            "total_tokens": max(1, prompt_chars // 4) + _tokens(out_text),
-        },
+        "usage": usage,
     }
+
+
+def _is_preflight(body: dict[str, Any]) -> bool:
+    from distillery.workers.llm.compat import PREFLIGHT_PROMPT
+
+    messages = body.get("messages") or []
+    return len(messages) == 1 and messages[0].get("content") == PREFLIGHT_PROMPT
 
 
 def make_app(script: str, delay_s: float):
@@ -122,18 +141,24 @@ def make_app(script: str, delay_s: float):
 
     async def chat(request: Request) -> Response:
         body = await request.json()
-        stats["requests"] += 1
+        preflight = _is_preflight(body)
+        stats["preflight" if preflight else "requests"] += 1
         stats[f"model:{body.get('model')}"] += 1
         if delay_s:
             await asyncio.sleep(delay_s)
-        reply = play(body)
+        try:
+            reply = play(body)
+        except Exception:
+            if not preflight:
+                raise
+            reply = {"content": "OK"}
         status = int(reply.get("status", 200))
         if status != 200:
             stats["errors"] += 1
-            return JSONResponse(
-                {"error": {"message": reply.get("content", "error"), "code": status}},
-                status_code=status,
-            )
+            error = reply.get("body") or {
+                "error": {"message": reply.get("content", "error"), "code": status}
+            }
+            return JSONResponse(error, status_code=status)
         if "body" in reply:
             raw = reply["body"]
             content = raw.encode() if isinstance(raw, str) else raw

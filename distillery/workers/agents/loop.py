@@ -31,7 +31,12 @@ from distillery.workers.agents.policies import OBSERVATION_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
 from distillery.workers.envs.calls import DEFAULT_LIMITS
 from distillery.workers.envs.execution import run_in_env_thread
-from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected
+from distillery.workers.llm.types import (
+    ChatResult,
+    ContextOverflow,
+    InvalidReply,
+    RequestRejected,
+)
 from distillery.workers.trajectories import CallRecord, StepRecord
 
 # What one assistant message may keep in the history: the environment refuses longer
@@ -57,13 +62,14 @@ class EpisodeHooks(Protocol):
 
 @dataclass
 class EpisodeOutcome:
-    termination: str  # done | step_limit | request_rejected | invalid_reply
+    termination: str  # done | step_limit | context_overflow | request_rejected | invalid_reply
     steps: list[StepRecord] = field(default_factory=list)
     steps_per_turn: list[int] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
     n_llm_calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_reasoning: int = 0  # of tokens_out, the server-reported thinking part
     llm_latency_s: float = 0.0
     rejection: str | None = None
     reply_notes: list[str] = field(default_factory=list)  # repairs of the model's replies
@@ -93,8 +99,11 @@ async def run_agent_loop(
         while True:
             try:
                 result = await policy.respond(out.messages, tools)
-            except RequestRejected as exc:
-                out.termination, out.rejection = "request_rejected", str(exc)
+            except RequestRejected as exc:  # the model's doing (RequestConfigError is not)
+                out.termination = (
+                    "context_overflow" if isinstance(exc, ContextOverflow) else "request_rejected"
+                )
+                out.rejection = str(exc)
                 out.steps_per_turn.append(steps_in_turn)
                 return out
             except InvalidReply as exc:
@@ -207,6 +216,7 @@ def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
     out.n_llm_calls += 1
     out.tokens_in += result.usage.prompt_tokens
     out.tokens_out += result.usage.completion_tokens
+    out.tokens_reasoning += result.usage.reasoning_tokens
     out.llm_latency_s += result.latency_s
 
 

@@ -52,14 +52,22 @@ class LlmPolicy:
         backend: ChatBackend,
         episode_id: str,
         action_format: str,
-        temperature: float,
-        max_tokens: int,
+        temperature: float | None,
+        max_tokens: int | None,
         seed: int | None,
+        top_p: float | None = None,
     ) -> None:
         self._backend = backend
         self._episode_id = episode_id
         self.action_format = action_format
-        self._sampling = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+        # None: not sent (the server's default); the client sends each as its model's
+        # server wants it (e.g. max_tokens as max_completion_tokens).
+        self._sampling = {
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "seed": seed,
+            "top_p": top_p,
+        }
 
     async def respond(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None

@@ -1,9 +1,12 @@
 """One client for every OpenAI-compatible chat endpoint (vLLM, llama.cpp, OpenAI, ...).
 
-Retries are ours, not the openai package's, so attempts can be counted: transport
-errors, timeouts, 429 and 5xx are retried with exponential backoff and jitter; 400/422
-mean this request is impossible (`RequestRejected`); 401/403/404 are configuration
-problems (`InfraError` at once, with what to check).
+Requests are built as the model's server wants them (`compat.RequestShape`, from the
+model config). Retries are ours, not the openai package's, so attempts can be counted:
+transport errors, timeouts, 429 and 5xx are retried with exponential backoff and
+jitter. Refusals are classified by `compat.classify_refusal`: how distillery built the
+request (an unsupported parameter, 401/403, 404 unknown model) is a
+`RequestConfigError` that stops the run; a context overflow (`ContextOverflow`) or
+another refusal of the conversation (`RequestRejected`) is the model's failure.
 
 Per request CPU matters (one worker drives dozens of episodes): the body is encoded
 here once (big strings such as a ~40 KB system prompt, and tool schemas, are encoded
@@ -32,6 +35,7 @@ from typing import Any
 import openai
 import pydantic
 
+from distillery.workers.llm.compat import RequestShape, build_request, classify_refusal
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import parse_completion
 from distillery.workers.llm.transport import (
@@ -39,13 +43,7 @@ from distillery.workers.llm.transport import (
     capped_http_client,
     timeout_request,
 )
-from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply, RequestRejected
-
-_CONFIG_HINTS = {
-    401: "the API key was refused: check the variable named by api_key_env",
-    403: "access denied: check the API key's permissions",
-    404: "not found: check base_url (it must end in /v1) and the model name",
-}
+from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply, RequestConfigError
 
 
 class ChatClient:
@@ -58,9 +56,11 @@ class ChatClient:
         max_retries: int = 4,
         backoff_s: float = 1.0,
         max_response_bytes: int = 2 * 1024 * 1024,
+        shape: RequestShape | None = None,
     ) -> None:
         self.base_url = base_url
         self.model = model
+        self.shape = shape or RequestShape(model_name=model)
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
@@ -82,6 +82,7 @@ class ChatClient:
             max_retries=cfg.max_retries,
             backoff_s=cfg.retry_backoff_s,
             max_response_bytes=cfg.max_response_bytes,
+            shape=RequestShape.of(cfg),
         )
 
     def __repr__(self) -> str:  # never shows the key
@@ -91,27 +92,25 @@ class ChatClient:
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
-        temperature: float = 0.0,
-        max_tokens: int = 512,
+        temperature: float | None = 0.0,
+        max_tokens: int | None = 512,
         seed: int | None = None,
         response_format: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
+        top_p: float | None = None,
     ) -> ChatResult:
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": temperature,
-            "max_tokens": max_tokens,
-        }
-        if tools:
-            request["tools"] = tools
-        if seed is not None:
-            request["seed"] = seed
-        if response_format is not None:
-            request["response_format"] = response_format
-        if extra_body:
-            request.update(extra_body)
-
+        request = build_request(
+            self.shape,
+            self.model,
+            messages,
+            tools=tools,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            seed=seed,
+            top_p=top_p,
+            response_format=response_format,
+            extra_body=extra_body,
+        )
         body = _encode_request(request)
         last: Exception | None = None
         for attempt in range(1, self.max_retries + 2):
@@ -120,13 +119,17 @@ class ChatClient:
                 response = await self._post(body)
             except openai.APIStatusError as exc:
                 status = exc.status_code
-                if status in (400, 422):
-                    raise RequestRejected(f"HTTP {status}: {_short(exc)}") from None
-                if status in _CONFIG_HINTS:
-                    raise InfraError(
-                        f"HTTP {status} from {self.base_url}: {_CONFIG_HINTS[status]}"
+                if status == 429 and _quota_exhausted(exc):
+                    raise RequestConfigError(
+                        f"{self.shape.model_name or self.model} at {self.base_url}: HTTP 429: "
+                        f"{_error_text(exc)} (not transient). Change: the account behind "
+                        "api_key_env"
                     ) from None
-                last = exc  # 429, 5xx: retry
+                if status < 500 and status not in (408, 409, 429):
+                    raise classify_refusal(
+                        status, _error_text(exc), self.shape, request, self.base_url
+                    ) from None
+                last = exc  # 408, 409, 429, 5xx: retry
             except (openai.APIConnectionError, openai.APITimeoutError) as exc:
                 last = exc
             else:
@@ -178,6 +181,19 @@ def api_key_from_env(name: str | None) -> str | None:
 
 def _short(exc: Exception | None, limit: int = 300) -> str:
     return str(exc)[:limit] if exc else ""
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    """The server's error body as sent (the openai client keeps only a part of it)."""
+    try:
+        return exc.response.text
+    except Exception:  # a response whose body could not be read
+        return json.dumps(exc.body, default=str) if exc.body is not None else str(exc)
+
+
+def _quota_exhausted(exc: openai.APIStatusError) -> bool:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    return body.get("code") == "insufficient_quota" or "insufficient_quota" in _error_text(exc)
 
 
 # ------------------------------------------------------------------ request bodies

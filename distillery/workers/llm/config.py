@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Backend = Literal["llama_cpp", "vllm", "command", "external", "oracle"]
 Routing = Literal["sticky_least_loaded", "round_robin", "consistent_hash"]
 ActionFormat = Literal["native", "prompt"]
+# How the server names the cap on generated tokens: OpenAI's reasoning models (the
+# GPT-5 family, o-series) refuse `max_tokens` and take only `max_completion_tokens`.
+TokenLimitParam = Literal["max_tokens", "max_completion_tokens"]
+SamplingParam = Literal["temperature", "top_p", "seed"]
+SAMPLING_PARAMS: tuple[SamplingParam, ...] = ("temperature", "top_p", "seed")
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+# Body fields distillery writes itself; extra_body may not shadow them.
+_OWN_BODY_FIELDS = frozenset(
+    {"model", "messages", "tools", "response_format", "max_tokens", "max_completion_tokens"}
+    | set(SAMPLING_PARAMS)
+    | {"reasoning_effort", "chat_template_kwargs"}
+)
 
 
 class ModelConfig(BaseModel):
@@ -28,10 +40,23 @@ class ModelConfig(BaseModel):
     model: str = Field("", description="Model id sent in requests (and served by vLLM).")
     action_format: ActionFormat = "native"
 
-    # Sampling.
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(512, gt=0)
+    # Sampling. A value of None is not sent: the server's default applies.
+    temperature: float | None = Field(0.0, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    # Cap on generated tokens per request (reasoning included); None: not sent.
+    max_tokens: int | None = Field(512, gt=0)
     seed: int | None = 0
+
+    # How its server wants a request (see README "Model backends").
+    token_limit_param: TokenLimitParam = "max_tokens"  # the body key max_tokens is sent as
+    # The sampling parameters the server accepts; setting one it does not is refused
+    # before anything starts (OpenAI reasoning models accept none of them).
+    sampling_params: tuple[SamplingParam, ...] = SAMPLING_PARAMS
+    reasoning_effort: ReasoningEffort | None = None  # sent when set (OpenAI reasoning models)
+    # Thinking models (Qwen3, Gemma 4): sent as chat_template_kwargs.enable_thinking, the
+    # way vLLM and llama.cpp servers take it; None sends nothing (the template's default).
+    enable_thinking: bool | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into every request
 
     # Reaching it.
     base_url: str | None = None  # external only
@@ -55,6 +80,7 @@ class ModelConfig(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1)  # vllm
     enable_prefix_caching: bool = True  # vllm
     tool_call_parser: str | None = "hermes"  # vllm: enables auto tool choice when set
+    reasoning_parser: str | None = None  # vllm: --reasoning-parser (qwen3, gemma4, ...)
     max_model_len: int | None = None  # vllm
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vllm
     max_num_seqs: int | None = Field(None, gt=0)  # vllm: None -> max_concurrency_per_server
@@ -90,6 +116,31 @@ class ModelConfig(BaseModel):
             raise ValueError("backend=command needs command, a launch line containing {port}")
         if self.backend == "vllm" and self.tensor_parallel_size > max(self.gpus_per_server, 1):
             raise ValueError("tensor_parallel_size cannot exceed gpus_per_server")
+        for param in SAMPLING_PARAMS:
+            value = getattr(self, param)
+            if value is not None and param not in self.sampling_params:
+                raise ValueError(
+                    f"{param}={value} is set but {self.name} accepts only its default "
+                    f"{param} (sampling_params={list(self.sampling_params)}): set {param} "
+                    f"to null, or add {param} to sampling_params if its server takes it"
+                )
+        shadowed = sorted(set(self.extra_body) & _OWN_BODY_FIELDS)
+        if shadowed:
+            raise ValueError(
+                f"extra_body may not set {shadowed}: use the model config's own keys "
+                "(max_tokens/token_limit_param, temperature, top_p, seed, "
+                "reasoning_effort, enable_thinking)"
+            )
+        if self.reasoning_parser and self.backend != "vllm":
+            raise ValueError(
+                "reasoning_parser is a vLLM launch flag: only for backend=vllm (other "
+                "servers' reasoning is split off by the client)"
+            )
+        if self.backend == "vllm" and self.enable_thinking and not self.reasoning_parser:
+            raise ValueError(
+                "enable_thinking=true on vLLM needs reasoning_parser (e.g. qwen3), or "
+                "vLLM's tool parser reads calls out of the thinking text"
+            )
         return self
 
     @property

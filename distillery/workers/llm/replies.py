@@ -26,6 +26,7 @@ import re
 import uuid
 from typing import Any
 
+from distillery.workers.llm.reasoning import reasoning_tokens, split_reasoning
 from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply, Usage
 
 # One request's tokens; anything above is not a count (10**20 overflows int64 storage).
@@ -191,9 +192,12 @@ def usage(raw: Any, notes: list[str]) -> Usage:
     if not isinstance(raw, dict):
         notes.append(f"usage {_show(raw)} is not an object: counted as 0")
         return Usage()
+    completion = token_count(raw.get("completion_tokens"), "completion_tokens", notes)
     return Usage(
         prompt_tokens=token_count(raw.get("prompt_tokens"), "prompt_tokens", notes),
-        completion_tokens=token_count(raw.get("completion_tokens"), "completion_tokens", notes),
+        completion_tokens=completion,
+        # A part of completion_tokens: never more than it (a hostile count is no count).
+        reasoning_tokens=min(reasoning_tokens(raw), completion),
     )
 
 
@@ -229,8 +233,15 @@ def parse_completion(body: bytes, latency_s: float, attempts: int, endpoint: str
         message = {}
     if not isinstance(message, dict):
         raise InvalidReply(f"message is {type(message).__name__} {_show(message)}, not an object")
+    # Reasoning (a separate field, or <think> blocks in the content) is split off the
+    # cleaned text: it never enters a history or a parser.
+    content = reply_text(message.get("content"), notes)
+    fields = {k: message.get(k) for k in ("reasoning_content", "reasoning")}
+    clean_fields = {k: clean_text(v)[0] if isinstance(v, str) else None for k, v in fields.items()}
+    text, reasoning = split_reasoning({"content": content, **clean_fields})
     return ChatResult(
-        text=reply_text(message.get("content"), notes),
+        text=text,
+        reasoning=reasoning,
         tool_calls=tool_calls(message.get("tool_calls"), notes),
         usage=usage(response.get("usage"), notes),
         latency_s=latency_s,

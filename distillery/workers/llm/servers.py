@@ -94,6 +94,10 @@ def vllm_command(cfg: ModelConfig, host: str, port: int) -> list[str]:
         command += ["--max-model-len", str(cfg.max_model_len)]
     if cfg.tool_call_parser:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", cfg.tool_call_parser]
+    if cfg.reasoning_parser:
+        # Splits thinking into reasoning_content, so the tool parser reads only the
+        # answer (matches the request's chat_template_kwargs.enable_thinking).
+        command += ["--reasoning-parser", cfg.reasoning_parser]
     return command + list(cfg.extra_args)
 
 

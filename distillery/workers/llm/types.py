@@ -7,7 +7,7 @@ from typing import Any
 
 
 class InfraError(RuntimeError):
-    """The model could not be reached or kept failing (transport, timeout, 5xx, auth).
+    """The model could not be reached or kept failing (transport, timeout, 429, 5xx).
 
     Never a student failure: the episode is retried and, if it persists, recorded as
     `infra_error` and excluded from scoring.
@@ -15,9 +15,24 @@ class InfraError(RuntimeError):
 
 
 class RequestRejected(RuntimeError):
-    """The server refused this particular request (HTTP 400, e.g. context too long).
+    """The server refused this particular request (HTTP 400) because of what the
+    conversation holds (e.g. a malformed history the model's own replies produced).
 
-    The model's own limits, so it ends the episode and is scored like any failure.
+    The model's own doing, so it ends the episode and is scored like any failure.
+    """
+
+
+class ContextOverflow(RequestRejected):
+    """The conversation outgrew the model's context window: the model's failure, with
+    its own termination reason (`context_overflow`), scored and counted apart."""
+
+
+class RequestConfigError(ValueError):
+    """The server refused a request because of how distillery built it from the model
+    config (an unsupported parameter, a bad key, an unknown model).
+
+    Not a result: it stops the run at once with the server's own message and the
+    config key to change, and is never scored, retried or recorded as an episode.
     """
 
 
@@ -34,12 +49,14 @@ class InvalidReply(RuntimeError):
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = 0  # reasoning tokens included, as servers count them
+    reasoning_tokens: int = 0  # of completion_tokens, the server-reported thinking part
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -47,7 +64,7 @@ class Usage:
 class ChatResult:
     """One chat completion as the agent loop needs it."""
 
-    text: str
+    text: str  # the answer only: reasoning (think blocks) is split off into `reasoning`
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"id","name","arguments"}
     usage: Usage = Usage()
     latency_s: float = 0.0
@@ -55,3 +72,6 @@ class ChatResult:
     attempts: int = 1
     endpoint: str | None = None  # base_url that answered
     notes: tuple[str, ...] = ()  # what the client repaired in the reply (see replies.py)
+    # The model's reasoning text: kept for the record, never sent back in a history
+    # and never parsed for actions.
+    reasoning: str = ""

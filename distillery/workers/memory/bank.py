@@ -69,7 +69,10 @@ def bank_id_for(
         "episodes": sorted(
             (e.task_id, e.agent, _trajectory_digest(e)) for e in episodes if e.success is True
         ),
-        "builder": config.model_dump(mode="json", exclude={"concurrency"}),
+        # Who writes is `builder_model` (the choice keys only say how it was picked).
+        "builder": config.model_dump(
+            mode="json", exclude={"concurrency", "model", "student_memory_model"}
+        ),
         "builder_model": builder_model,
         "split": split,
         "text": with_text,

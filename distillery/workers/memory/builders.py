@@ -41,7 +41,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from distillery.workers.agents.loop import OBSERVATION_NAME
-from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected
+from distillery.workers.llm.reasoning import split_think_blocks
+from distillery.workers.llm.types import (
+    ChatResult,
+    ContextOverflow,
+    InvalidReply,
+    RequestRejected,
+)
 from distillery.workers.memory import prompts
 from distillery.workers.memory.masking import (
     find_values,
@@ -308,15 +314,12 @@ def _looks_like_error(content: str) -> bool:
 
 # --- LLM plumbing -----------------------------------------------------------------
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 
 
 def _strip_reasoning(text: str) -> str:
-    text = _THINK.sub("", text or "")
-    if "</think>" in text:  # an unterminated block from a truncated template
-        text = text.rsplit("</think>", 1)[1]
-    return text.strip()
+    # The chat client splits reasoning off already; a BuilderLLM need not be one.
+    return split_think_blocks(text or "")[0].strip()
 
 
 def _strip_fences(text: str) -> str:
@@ -352,8 +355,9 @@ class _LLMClient:
             self.stats.requests[self.kind] += 1
             try:
                 result = await self.llm.chat(messages, **self.chat_kwargs)
-            except RequestRejected:
-                self.stats.invalid[f"{self.kind}:request_rejected"] += 1
+            except RequestRejected as exc:  # a RequestConfigError is no refusal: it stops
+                reason = "context_overflow" if isinstance(exc, ContextOverflow) else "rejected"
+                self.stats.invalid[f"{self.kind}:request_{reason}"] += 1
                 return None
             except InvalidReply:
                 self.stats.invalid[f"{self.kind}:invalid_reply"] += 1

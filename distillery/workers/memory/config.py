@@ -27,6 +27,10 @@ class RetrievalConfig(BaseModel):
     representation_wf: Representation = "text"
     representation_st: Representation = "code"
     representation_fn: Representation = "code"
+    # The embedding model the thresholds were tuned for: cosine scales differ between
+    # embedders, so a run with another one is tagged (distillery.thresholds_embedder).
+    # The defaults are the authors' BFCL values, set with OpenAI text-embedding-3-small.
+    thresholds_set_for: str = "text-embedding-3-small"
     # decompose: the student splits the first instruction into <= max_subtasks labels
     # (paper Algorithm 1); per_turn: each user turn is the query (authors' BFCL code).
     subtask_query: SubtaskQuery = "per_turn"
@@ -78,11 +82,15 @@ class BuilderConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Which model writes insights, segmentations and text renderings: "teacher" (the
-    # teacher's own model, as in the paper), "none" (deterministic entries only, the
-    # default for the oracle teacher, which is no model), or a model config name
-    # defined under `memory.builder_models`.
+    # Which model writes insights, segmentations and text renderings of a bank of
+    # teacher trajectories: "teacher" (the teacher's own model, as in the paper),
+    # "student", "none" (deterministic entries only, also what the oracle gets: it is
+    # no model), or a model config name defined under `builder_models`.
     model: str = "teacher"
+    # The same for `student_memory` banks (the student's own zero-shot trajectories):
+    # by default the student's own model writes them (the paper's "student-generated
+    # memories"). Who wrote a bank is part of its identity and tagged on every run.
+    student_memory_model: str = "student"
     concurrency: int = Field(8, ge=1)
     max_segments: int = Field(6, ge=1, le=12)
     observation_chars: int = Field(500, ge=50)
