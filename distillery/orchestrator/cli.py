@@ -8,6 +8,7 @@
     distillery experiment=bfcl_k_curve --plan    # the stage graph; nothing runs
     distillery memory list|show|export ...       # inspect memory banks
     distillery report [SWEEP_DIR]                # tables, plots, costs of a sweep
+    distillery submit [--follow] [--k8s] ...     # the sweep on a Ray cluster / KubeRay
 
 Re-running the same command resumes an interrupted sweep: finished stages and
 episodes are reused from the ledger under output_dir.
@@ -166,6 +167,10 @@ def main() -> None:
         from distillery.orchestrator.report import main as report_main
 
         sys.exit(report_main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "submit":
+        from distillery.orchestrator.submit import main as submit_main
+
+        sys.exit(submit_main(sys.argv[2:]))
     sys.exit(run_cli(sys.argv[1:]))
 
 
