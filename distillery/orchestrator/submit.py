@@ -185,6 +185,10 @@ def jobs_of_sweep(client: Any, sweep_id: str) -> list[Any]:
     return sorted(jobs, key=lambda j: j.start_time or 0)
 
 
+class AlreadyRunning(RuntimeError):
+    """The sweep has a pending or running job on the cluster already."""
+
+
 @dataclass(frozen=True)
 class Submitted:
     job_id: str
@@ -199,10 +203,10 @@ def submit_job(
     address: str,
 ) -> Submitted:
     previous = jobs_of_sweep(client, sweep.sweep_id)
-    running = [j for j in previous if str(j.status) in _ACTIVE or j.status in _ACTIVE]
+    running = [j for j in previous if _status_name(j.status) in _ACTIVE]
     if running:
         job = running[-1].submission_id
-        raise RuntimeError(
+        raise AlreadyRunning(
             f"sweep {sweep.sweep_id} is already running on {address} as job {job}; "
             f"follow it with `ray job logs --address {address} -f {job}` or stop it with "
             f"`ray job stop --address {address} {job}` before submitting it again"
@@ -416,11 +420,14 @@ def _main_jobs(args: argparse.Namespace, overrides: list[str]) -> int:
     sweep = prepare(overrides, args.multirun)
     working_dir = Path(args.working_dir).resolve() if args.working_dir else checkout_root()
     runtime = runtime_env(working_dir, args.env)
-    client = job_client(address)
     try:
+        client = job_client(address)
         submitted = submit_job(client, sweep, runtime, address)
-    except RuntimeError as exc:
+    except AlreadyRunning as exc:
         print(f"distillery submit: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # unreachable, refused (token auth), rejected by the cluster
+        print(f"distillery submit: the Ray Jobs API at {address}: {exc}", file=sys.stderr)
         return 1
     for note in sweep.notes:
         print(f"note: {note}")
