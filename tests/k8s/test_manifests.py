@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 import pytest
+import yaml
 
 from distillery.orchestrator.submit import (
     PreparedSweep,
@@ -343,3 +344,30 @@ def test_the_readme_documents_one_command_per_overlay():
     text = (REPO_ROOT / "README.md").read_text()
     for overlay in OVERLAYS:
         assert f"kubectl apply -k k8s/overlays/{overlay}" in text
+
+
+def test_submit_k8s_renders_a_valid_rayjob_for_the_sweep(tmp_path, capsys):
+    from distillery.orchestrator.submit import SWEEP_ID_KEY, SWEEP_LABEL, main, prepare
+
+    out = tmp_path / "job.yaml"
+    argv = ["benchmark.limit=3", "output_dir=s3://mine/runs", "student=qwen3_4b"]
+    assert main(["--k8s", "--overlay", "gpu", "--out", str(out), *argv]) == 0
+    assert f"kubectl create -f {out}" in capsys.readouterr().err
+    job = yaml.safe_load(out.read_text())
+    assert crd_errors(job) == []
+    words = shlex.split(job["spec"]["entrypoint"])
+    # The user's overrides win over the template's defaults; the rest of them stay.
+    assert "output_dir=s3://mine/runs" in words and "output_dir=s3://distillery/runs" not in words
+    assert {"cluster=ray", "tracking.uri=http://distillery-mlflow:5000"} <= set(words)
+    assert words[-3:] == argv
+    # Named after the sweep `distillery` would run: re-submitting resumes it.
+    expected = prepare(argv, False, template_defaults(rayjob_template(K8S)), k8s=True)
+    assert job["metadata"]["annotations"][SWEEP_ID_KEY] == expected.sweep_id
+    assert job["metadata"]["labels"][SWEEP_LABEL]
+    assert job["metadata"]["generateName"].startswith(expected.sweep_id[:10].lower())
+    assert job["spec"]["rayClusterSpec"] == the_raycluster("gpu")["spec"]
+    # A bad overlay or config is refused before anything is written.
+    assert main(["--k8s", "--overlay", "nope", *argv]) == 2
+    assert "known: cpu, gpu" in capsys.readouterr().err
+    assert main(["--k8s", "student.temperature=9"]) == 2
+    assert "student.temperature" in capsys.readouterr().err
