@@ -141,6 +141,7 @@ def test_strict_validation_rejects_unknown_and_misplaced_fields():
 def test_the_head_runs_no_work_and_workers_autoscale_from_zero(overlay):
     spec = the_raycluster(overlay)["spec"]
     assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    assert spec["authOptions"]["mode"] == "token"  # job submission is code execution
     assert spec["enableInTreeAutoscaling"] is True
     assert spec["rayVersion"] == ray_version()
     for group in spec["workerGroupSpecs"]:
