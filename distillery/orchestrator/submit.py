@@ -420,6 +420,11 @@ def _main_jobs(args: argparse.Namespace, overrides: list[str]) -> int:
     sweep = prepare(overrides, args.multirun)
     working_dir = Path(args.working_dir).resolve() if args.working_dir else checkout_root()
     runtime = runtime_env(working_dir, args.env)
+    if working_dir is None:
+        sweep.notes.append(
+            "not running from a checkout: the job runs the distillery installed on the "
+            "cluster (give --working-dir to upload code)"
+        )
     try:
         client = job_client(address)
         submitted = submit_job(client, sweep, runtime, address)
@@ -441,6 +446,10 @@ def _main_jobs(args: argparse.Namespace, overrides: list[str]) -> int:
     sys.stdout.flush()
     if not args.follow:
         return 0
-    status = follow(client, submitted.job_id)
+    try:
+        status = follow(client, submitted.job_id)
+    except KeyboardInterrupt:
+        print(f"\nstopped following; job {submitted.job_id} goes on (see `logs:` above)")
+        return 130
     print(f"job {submitted.job_id}: {status}")
     return 0 if status == "SUCCEEDED" else 1
