@@ -31,7 +31,7 @@ from distillery.orchestrator.submit import (
 from tests.support.openai_stub import REPO_ROOT, run_stub_server, stub_stats
 from tests.support.ray_head import ray_head
 
-TASKS = 6
+TASKS = 8
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +152,7 @@ def test_a_submitted_sweep_runs_and_resubmitting_it_resumes(head, tmp_path):
     client = _client(head)
     with run_stub_server(script="tests.support.bfcl_scripts:replay_native", delay_s=0.5) as url:
         argv = ["--address", head.dashboard, *_sweep_args(tmp_path, url)]
+        same = prepare(_sweep_args(tmp_path, url), multirun=False)  # before: it takes time
         first = _submit(head, *argv)
         assert first.returncode == 0, first.stderr[-3000:]
         job = _job_id(first.stdout)
@@ -159,6 +160,7 @@ def test_a_submitted_sweep_runs_and_resubmitting_it_resumes(head, tmp_path):
         info = client.get_job_info(job)
         assert info.runtime_env["working_dir"].startswith("gcs://_ray_pkg_")  # uploaded
         sweep_id = info.metadata[SWEEP_ID_KEY]
+        assert same.sweep_id == sweep_id
 
         # Running: the same sweep is not submitted twice.
         deadline = time.monotonic() + 300
@@ -168,8 +170,6 @@ def test_a_submitted_sweep_runs_and_resubmitting_it_resumes(head, tmp_path):
                 client.get_job_logs(job)[-3000:]
             )
             time.sleep(0.5)
-        same = prepare(_sweep_args(tmp_path, url), multirun=False)
-        assert same.sweep_id == sweep_id
         with pytest.raises(AlreadyRunning, match=f"already running .* as job {job}"):
             submit_job(client, same, runtime_env(None, []), head.dashboard)
 
