@@ -176,6 +176,13 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path):
         expected = episodes.merge(points[["point_id", "method"]], on="point_id")
         expected = expected[expected["method"] == "zero_shot"]
         assert zero_shot.data.metrics["success_rate"] == pytest.approx(expected["success"].mean())
+        # The child names its episodes on the object store; they read back as scored.
+        episodes_uri = zero_shot.data.tags["distillery.episodes_uri"]
+        assert episodes_uri.startswith("s3://distillery/runs/stages/evaluate/")
+        played = ds.dataset(episodes_uri.removeprefix("s3://"), filesystem=s3, format="parquet")
+        assert sorted(played.to_table(columns=["task_id"]).column(0).to_pylist()) == sorted(
+            expected["task_id"]
+        )
         local = client.download_artifacts(zero_shot.info.run_id, "results.csv", str(tmp_path))
         results = pd.read_csv(local)
         assert sorted(results["task_id"]) == sorted(expected["task_id"])
