@@ -143,19 +143,23 @@ def run_cli(argv: list[str]) -> int:
             return 2
         raise
 
-    from distillery.orchestrator.run import plan, print_summary, run_sweep
+    from distillery import redaction
+    from distillery.orchestrator.errors import UserError
+    from distillery.orchestrator.run import plan, print_summary, run_sweep, unscored_points
 
+    redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
     try:
         if "--plan" in flags:
             print(plan(configs))
             print("Nothing ran. Drop --plan to run what is not cached.")
             return 0
         result = run_sweep(configs)
-    except ValueError as exc:  # a bad split, task id or sweep, found before Ray starts
+    except (UserError, ValueError) as exc:  # bad input or a busy output root, before Ray
         print(f"distillery: {exc}", file=sys.stderr)
         return 2
     print_summary(result)
-    return 0
+    # Unscored episodes left after their retries: the sweep is not finished.
+    return 3 if unscored_points(result) else 0
 
 
 def main() -> None:

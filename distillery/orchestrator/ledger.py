@@ -25,7 +25,11 @@ from typing import Any
 from distillery.orchestrator.stages import Stage, StageKey
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.storage import Location, sha256
-from distillery.workers.trajectories import episode_file_name
+from distillery.workers.trajectories import (
+    EpisodeFile,
+    episode_file_name,
+    read_episode_file_bytes,
+)
 
 log = logging.getLogger(__name__)
 _SUMMARY_FIELDS = {f.name for f in fields(EpisodeSummary)}
@@ -74,7 +78,14 @@ class Ledger:
         )
 
     def runs(self, key: StageKey) -> list[dict[str, Any]]:
-        return [f.read_json() for f in (self.stage_dir(key) / "runs").listdir(".json")]
+        """Every readable run record of a stage (a damaged one is reported and skipped:
+        it only costs the stage's wall time in the report)."""
+        out = []
+        for record in (self.stage_dir(key) / "runs").listdir(".json"):
+            data = read_json_record(record, "run record")
+            if isinstance(data, dict):
+                out.append(data)
+        return out
 
     # -- episode stages -------------------------------------------------------------
 
@@ -83,15 +94,15 @@ class Ledger:
         target.write_json(asdict(summary))
 
     def episodes(self, key: StageKey, verify: bool = True) -> dict[str, EpisodeSummary]:
-        """Finished (scored) episodes by task id whose files are intact."""
+        """Finished (scored) episodes by task id whose files are intact.
+
+        An episode file is written before its ledger record (the worker writes the file,
+        the driver the record it returns); a run killed between the two leaves a scored
+        file with no record. Such a file is adopted (its record written from it), so a
+        finished episode is never played again."""
         out: dict[str, EpisodeSummary] = {}
-        for record in (self.stage_dir(key) / "done").listdir(".json"):
-            try:
-                data = record.read_json()
-                summary = EpisodeSummary(**{k: v for k, v in data.items() if k in _SUMMARY_FIELDS})
-            except (ValueError, TypeError) as exc:
-                log.warning("ignoring unreadable ledger record %s: %s", record, exc)
-                continue
+        records = self._records(key)
+        for summary in records.values():
             if not summary.finished:
                 continue
             if verify and not self.intact(summary):
@@ -102,16 +113,63 @@ class Ledger:
                 )
                 continue
             out[summary.task_id] = summary
+        # A recorded file that fails its checksum was altered: played again, not adopted.
+        out.update(self.adopt_orphans(key, {t for t, s in records.items() if s.finished}))
         return out
 
     def all_records(self, key: StageKey) -> dict[str, EpisodeSummary]:
         """Every recorded episode, infrastructure failures included (no verification)."""
-        out = {}
+        records = self._records(key)
+        records.update(self.adopt_orphans(key, {t for t, s in records.items() if s.finished}))
+        return records
+
+    def _records(self, key: StageKey) -> dict[str, EpisodeSummary]:
+        """The readable ledger records of a stage; a damaged one is reported with its
+        path and ignored (its task is played again)."""
+        out: dict[str, EpisodeSummary] = {}
         for record in (self.stage_dir(key) / "done").listdir(".json"):
-            data = record.read_json()
-            summary = EpisodeSummary(**{k: v for k, v in data.items() if k in _SUMMARY_FIELDS})
+            data = read_json_record(record, "ledger record")
+            summary = _summary_of(data)
+            if summary is None:
+                if data is not None:
+                    log.warning("ignoring malformed ledger record %s (not an episode)", record)
+                continue
             out[summary.task_id] = summary
         return out
+
+    def adopt_orphans(self, key: StageKey, finished: set[str]) -> dict[str, EpisodeSummary]:
+        """Scored episode files of tasks without a finished record: their records,
+        written now. Unreadable files are left to be played again."""
+        adopted: dict[str, EpisodeSummary] = {}
+        files = self.episodes_dir(key).listdir(".parquet")
+        known = {episode_file_name(t) for t in finished}
+        for file in files:
+            if file.name in known:
+                continue
+            try:
+                data = file.read_bytes()
+                rows = read_episode_file_bytes(data)
+            except Exception as exc:  # pyarrow raises several kinds on a damaged file
+                log.warning("episode file %s is unreadable (%s); it will be re-run", file, exc)
+                continue
+            if len(rows) != 1 or episode_file_name(rows[0].task_id) != file.name:
+                log.warning("ignoring episode file %s: not one episode of its task", file)
+                continue
+            record = rows[0]
+            if not record.scored or record.task_id in finished:
+                continue
+            summary = EpisodeSummary.of(record, EpisodeFile(file.uri, sha256(data)))
+            log.warning(
+                "episode %s of %s was written but not recorded (a run stopped in between); "
+                "recording it from %s",
+                record.task_id,
+                key,
+                file,
+            )
+            self.record_episode(key, summary)
+            self._intact_files.add((summary.file, summary.sha256))
+            adopted[record.task_id] = summary
+        return adopted
 
     def intact(self, summary: EpisodeSummary) -> bool:
         if not summary.file or not summary.sha256:
@@ -135,8 +193,47 @@ class Ledger:
         target = self.stage_dir(key) / "output.json"
         if not target.exists():
             return None
-        try:
-            return target.read_json()
-        except ValueError:
-            log.warning("output record of %s is corrupted; the stage will be rebuilt", key)
+        data = read_json_record(target, "bank record")
+        if not isinstance(data, dict) or not isinstance(data.get("bank_id"), str):
+            log.warning("bank record %s is damaged; the stage will be rebuilt", target)
             return None
+        return data
+
+
+def read_json_record(target: Location, what: str) -> Any:
+    """A JSON file's content, or None (with a warning naming the file) when it is
+    missing or damaged: state on disk is checked, never trusted."""
+    try:
+        return target.read_json()
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        log.warning("ignoring damaged %s %s: %s", what, target, exc)
+        return None
+
+
+def read_sweep_record(target: Location) -> dict[str, Any]:
+    """sweep.json of an earlier invocation of the sweep; {} when it is missing or
+    damaged (reported with its path; the run rewrites it)."""
+    if not target.exists():
+        return {}
+    data = read_json_record(target, "sweep record")
+    if not isinstance(data, dict):
+        if data is not None:
+            log.warning("ignoring damaged sweep record %s: not a JSON object", target)
+        return {}
+    return data
+
+
+def _summary_of(data: Any) -> EpisodeSummary | None:
+    if not isinstance(data, dict):
+        return None
+    try:
+        summary = EpisodeSummary(**{k: v for k, v in data.items() if k in _SUMMARY_FIELDS})
+    except TypeError:
+        return None
+    if not isinstance(summary.task_id, str) or not summary.task_id:
+        return None
+    if summary.success is not None and not isinstance(summary.success, bool):
+        return None
+    return summary

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ from distillery.orchestrator.costs import (
     unpriced_models,
 )
 from distillery.orchestrator.stats import mcnemar, wilson_interval
+from distillery.redaction import REDACTED
 from distillery.workers.storage import Location
 
 MEMORY_TYPES = ("wf", "st", "fn")
@@ -1330,6 +1332,15 @@ def _with_mlflow(report: Report, meta: Mapping[str, Any], enabled: bool) -> Repo
             mlflow_note="not logged to MLflow: sweep.json names no "
             "parent run (the sweep ran without tracking)",
         )
+    if REDACTED in str(uri):  # a key in the URI is never stored: the user's own URI
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not uri:
+            return replace(
+                report,
+                mlflow_failed=True,
+                mlflow_note="not logged to MLflow: the sweep's tracking URI held a key, which "
+                "is never stored; set MLFLOW_TRACKING_URI to it and run the report again",
+            )
     try:
         where = log_report(report.out_dir, str(uri), str(run_id))
     except Exception as exc:  # any store/network error: the files are written anyway

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import time
@@ -22,7 +23,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, MethodConfig
-from distillery.orchestrator.ledger import Ledger
+from distillery.orchestrator.ledger import Ledger, read_sweep_record
+from distillery.orchestrator.locks import run_locks
 from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.plan import (
     EvalPoint,
@@ -32,13 +34,17 @@ from distillery.orchestrator.plan import (
     server_key,
     stage_status,
 )
+from distillery.orchestrator.preflight import check_run
 from distillery.orchestrator.protocols import TaskSplit
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params, ui_hint
+from distillery.redaction import install as install_redaction
+from distillery.redaction import redact, redact_obj, register_secrets, secrets_in
 from distillery.workers.envs.base import Task
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.bank import BuiltBank, bank_id_for
+from distillery.workers.memory.records import MEMORY_TYPES
 from distillery.workers.memory_service import (
     MemoryJob,
     MemoryServiceImpl,
@@ -49,9 +55,11 @@ from distillery.workers.storage import Location
 from distillery.workers.trajectories import (
     EpisodeRecord,
     read_episode_file,
-    read_episodes,
+    read_episode_file_bytes,
     record_from_row,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -225,12 +233,20 @@ class Sweep:
             raise RuntimeError(f"{point.stage} has no episode for {missing[:3]}...")
         return [records[t] for t in point.split.eval_ids]
 
-    def point_records(self, point: EvalPoint) -> list[EpisodeRecord]:
-        """The full episode records of the point's evaluated tasks (read from disk)."""
-        wanted = set(point.split.eval_ids)
-        return [
-            r for r in read_episodes(self.ledger.episodes_dir(point.stage)) if r.task_id in wanted
-        ]
+    def point_records(self, summaries: list[EpisodeSummary]) -> list[EpisodeRecord]:
+        """The full episode records of a point's evaluated tasks: the files the ledger
+        names (a stray or damaged file in the folder is no episode of the point)."""
+        out = []
+        for summary in summaries:
+            if not summary.file:
+                continue
+            try:
+                rows = read_episode_file_bytes(Location.of(summary.file).read_bytes())
+            except Exception as exc:  # pyarrow raises several kinds on a damaged file
+                log.warning("episode file %s is unreadable (%s); skipped", summary.file, exc)
+                continue
+            out.extend(r for r in rows if r.task_id == summary.task_id)
+        return out
 
     def point_metrics(
         self, point: EvalPoint, summaries: list[EpisodeSummary], records: list[EpisodeRecord]
@@ -307,12 +323,7 @@ class MemoryStage:
             import ray
 
             cfg = self.sweep.cfg
-            root = self.sweep.ledger.root
-            if cfg.memory.store.path is None and cfg.memory.store.url is None and not root.is_local:
-                raise ValueError(
-                    "memory.store: the output root is remote; give memory.store.url (a "
-                    "Qdrant server) or memory.store.path (a local folder)"
-                )
+            root = self.sweep.ledger.root  # a remote root without a store: preflight
             default_path = str(root / "qdrant") if root.is_local else ""
             actor = ray.remote(MemoryServiceImpl).options(num_cpus=0.25, max_concurrency=1)
             self._service = actor.remote(cfg.memory.store, cfg.memory.embedder, default_path)
@@ -341,13 +352,35 @@ class MemoryStage:
         """Build (or render) the stage's bank unless the ledger and the store have it."""
         ledger = self.sweep.ledger
         output = ledger.output(stage.key)
-        if output is not None and ray_get(self.service.has_bank.remote(output["bank_id"])):
-            self.sweep._say(f"{prefix} {stage.key} cached: bank {output['bank_id'][:16]}")
-            return False
+        if output is not None:
+            damage = self.damage(output)
+            if damage is None:
+                self.sweep._say(f"{prefix} {stage.key} cached: bank {output['bank_id'][:16]}")
+                return False
+            # The store lost (part of) a finished bank: never trust it, build it again.
+            message = f"{stage.key}: bank {output['bank_id'][:16]} is damaged ({damage})"
+            log.warning("%s; rebuilding it", message)
+            self.sweep._say(f"{prefix} {message}; rebuilding")
+            ray_get(self.service.drop_bank.remote(output["bank_id"]))
         self.sweep._say(f"{prefix} {stage.key} building  {stage.label}")
         output = self._build(stage) if stage.key.kind == "build" else self._render(stage)
         ledger.record_output(stage.key, output)
         return True
+
+    def damage(self, output: dict[str, Any]) -> str | None:
+        """What is wrong with a recorded bank in the store (None: it is whole): its
+        collections must exist, be complete, and hold the entries the build recorded."""
+        bank_id = output["bank_id"]
+        if not ray_get(self.service.has_bank.remote(bank_id)):
+            return "its collections are missing or incomplete in the store"
+        stored = ray_get(self.service.bank_counts.remote(bank_id))
+        recorded = output.get("counts") or {}
+        wrong = [
+            f"{t}: {stored.get(t, 0)} entries, the build recorded {recorded[t]}"
+            for t in MEMORY_TYPES
+            if isinstance(recorded.get(t), int) and stored.get(t, 0) != recorded[t]
+        ]
+        return "; ".join(wrong) or None
 
     def _build(self, stage: Stage) -> dict[str, Any]:
         source = self.sweep.graph.bank_sources[stage.key]
@@ -446,6 +479,12 @@ def _run_async(body: Any, *args: Any) -> Any:
     """A Ray task body for a coroutine function (Ray tasks cannot be `async def`)."""
     import asyncio
 
+    from distillery import redaction
+
+    # The last three arguments are the builder config, its model and endpoints.
+    redaction.register_secrets(redaction.secrets_in(list(args[-3:])))
+    redaction.install()
+
     return asyncio.run(body(*args))
 
 
@@ -467,13 +506,27 @@ def plan(configs: list[DistilleryConfig]) -> str:
 
 
 def run_sweep(configs: list[DistilleryConfig], progress: bool = True) -> SweepResult:
+    """Plan, check what the run will touch, take the output root, then run. Every user
+    error (a bad path, an unset key variable, a busy output root) is raised before Ray
+    starts or an MLflow run is created."""
     graph = plan_sweep(configs)
+    for c in graph.configs:
+        register_secrets(secrets_in(c))
+    install_redaction(streams=False)  # this process's logs (the CLI adds its streams)
+    check_run(graph)
+    cfg = graph.configs[0]
+    store = cfg.memory.store
+    with run_locks(cfg.output_dir, store.path, store.url, cfg.tracking_uri):
+        return _run_locked(graph, progress)
+
+
+def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
     sweep = Sweep(graph, progress)
     cfg = sweep.cfg
     if progress:
         print(format_plan(graph, stage_status(graph, sweep.ledger)))
     sweep_json = sweep.sweep_dir / "sweep.json"
-    previous = sweep_json.read_json() if sweep_json.exists() else {}
+    previous = read_sweep_record(sweep_json)
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment)
     shared = _shared_params([safe_params(c.model_dump(mode="json")) for c in graph.configs])
     tags = {
@@ -483,7 +536,12 @@ def run_sweep(configs: list[DistilleryConfig], progress: bool = True) -> SweepRe
         "n_points": str(len(graph.points)),
     }
     with (
-        tracker.parent(sweep.sweep_id, shared, tags, run_id=previous.get("parent_run_id")) as pid,
+        tracker.parent(
+            sweep.sweep_id,
+            shared,
+            tags,
+            run_id=previous.get("parent_run_id") or sweep_parent(tracker, sweep.sweep_id),
+        ) as pid,
         ray_session(cfg.cluster),
         contextlib.closing(sweep.memory),
         contextlib.closing(sweep.servers),
@@ -524,6 +582,21 @@ def run_sweep(configs: list[DistilleryConfig], progress: bool = True) -> SweepRe
     )
 
 
+def sweep_parent(tracker: Tracker, sweep_id: str) -> str | None:
+    """The parent run of an earlier invocation of this sweep, found by its sweep id tag
+    (when sweep.json, which names it, is missing or damaged): resumed, not duplicated."""
+    if "'" in sweep_id:
+        return None
+    runs = tracker.client.search_runs(
+        [tracker.experiment_id],
+        filter_string=f"tags.`distillery.sweep_id` = '{sweep_id}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=50,
+    )
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parents[0].info.run_id if parents else None
+
+
 def _shared_params(all_params: list[dict[str, str]]) -> dict[str, str]:
     first = all_params[0]
     return {k: v for k, v in first.items() if all(p.get(k) == v for p in all_params[1:])}
@@ -537,7 +610,7 @@ def _log_points(
         cfg = point.cfg
         summaries = sweep.point_summaries(point)
         needs_records = point.bank_stage is not None or cfg.tracking.trace_sample > 0
-        records = sweep.point_records(point) if needs_records else []
+        records = sweep.point_records(summaries) if needs_records else []
         metrics = sweep.point_metrics(point, summaries, records)
         method = point.method
         retrieval = point.retrieval
@@ -545,6 +618,8 @@ def _log_points(
         point_tags = {
             **tags,
             **point_descriptors(point),
+            # Said in words too: a point without a scored episode has a NaN success rate.
+            "distillery.unscored_episodes": str(int(metrics["n_unscored"])),
             "distillery.point_id": point.point_id,
             "stage": str(point.stage),
             "stages": ",".join(str(k) for k in point.upstream),
@@ -648,6 +723,10 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "upstream": [k.digest for k in point.upstream],
             "stage": point.stage.digest,
             "mlflow_run_id": result.mlflow_run_id,
+            # None (not 0) when no episode was scored: there is no rate to report.
+            "success_rate": result.metrics["success_rate"] if result.metrics["n_scored"] else None,
+            "n_scored": int(result.metrics["n_scored"]),
+            "n_unscored": int(result.metrics["n_unscored"]),
         }
         for t in ("wf", "st", "fn"):
             used = r is not None and t in r.types
@@ -710,6 +789,7 @@ def _write_table(target: Location, rows: list[dict[str, Any]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    rows = redact_obj(rows)
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), sink)
     target.write_bytes(sink.getvalue().to_pybytes())
@@ -852,6 +932,29 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
+def unscored_points(result: SweepResult) -> list[tuple[MethodResult, int]]:
+    """Every point with unscored (infrastructure-failed) episodes, and how many."""
+    seen: set[str] = set()
+    out = []
+    for point in result.points:
+        for m in point.methods:
+            n = sum(1 for s in m.summaries if s.success is None)
+            if n and m.point_id not in seen:
+                seen.add(m.point_id)
+                out.append((m, n))
+    return out
+
+
+def resume_command() -> str:
+    """The command line that was run (redacted), to run again."""
+    import shlex
+    import sys
+
+    if not sys.argv or not sys.argv[0].endswith(("distillery", "cli.py")):
+        return "the same distillery command (same arguments, same output_dir)"
+    return redact(" ".join(["distillery", *(shlex.quote(a) for a in sys.argv[1:])]))
+
+
 def print_summary(result: SweepResult) -> None:
     print()
     print(
@@ -863,10 +966,16 @@ def print_summary(result: SweepResult) -> None:
         print(f"  {len(split.eval_ids)} evaluated tasks ({len(split.memory_ids)} memory tasks)")
         for m in point.methods:
             x = m.metrics
+            if x["n_scored"] > 0:
+                rate = (
+                    f"success {x['success_rate']:6.1%} [95% CI "
+                    f"{x['success_rate_ci_low']:.1%}-{x['success_rate_ci_high']:.1%}] "
+                    f"n={int(x['n_scored'])} steps={x['mean_steps']:.1f}"
+                )
+            else:  # no scored episode: no rate, rather than a 0 % that reads as one
+                rate = f"success   n/a (no scored episode of {int(x['n_tasks'])})"
             print(
-                f"    {m.name:16s} {m.model.name:16s} success {x['success_rate']:6.1%} "
-                f"[95% CI {x['success_rate_ci_low']:.1%}-{x['success_rate_ci_high']:.1%}] "
-                f"n={int(x['n_scored'])} steps={x['mean_steps']:.1f} "
+                f"    {m.name:16s} {m.model.name:16s} {rate} "
                 f"tokens={int(x['tokens_in'])}/{int(x['tokens_out'])} "
                 f"infra_errors={int(x['infra_errors'])}"
             )
@@ -875,7 +984,20 @@ def print_summary(result: SweepResult) -> None:
     for path in sorted({str(m.episodes_dir) for p in result.points for m in p.methods}):
         print(f"  {path}")
     print()
-    print("Re-run the same command to finish an interrupted sweep (finished work is reused).")
+    unscored = unscored_points(result)
+    if unscored:
+        total = sum(n for _, n in unscored)
+        print(
+            f"INCOMPLETE: {total} episode(s) of {len(unscored)} point(s) are unscored "
+            "(infrastructure errors or timeouts left after their retries):"
+        )
+        for m, n in unscored:
+            print(f"  {m.name} {m.model.name}: {n} of {int(m.metrics['n_tasks'])} ({m.stage})")
+        print("Their success rates leave them out. Fix the cause (see each episode's")
+        print("error_message), then re-run the same command to retry only them:")
+        print(f"  {resume_command()}")
+    else:
+        print("Re-run the same command to finish an interrupted sweep (finished work is reused).")
     print(f"Report: distillery report {result.sweep_dir}")
     print("Open the runs in MLflow:")
     print(f"  {ui_hint(result.tracking_uri)}")

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """95 % Wilson score interval for a binomial proportion (sane at 0 and n)."""
+    """95 % Wilson score interval for a binomial proportion (sane at 0 and n). With no
+    trials there is no interval: (nan, nan), never a [0, 0] that reads as a result."""
     if n <= 0:
-        return (0.0, 0.0)
+        return (math.nan, math.nan)
     p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom

@@ -1,8 +1,9 @@
 """MLflow: one parent run per sweep, one child run per evaluation point.
 
-Params are the flattened validated config. Keys are never in the config (only the
-NAMES of the environment variables holding them), and anything whose name looks like a
-secret is redacted anyway before it reaches MLflow.
+Params are the flattened validated config. Keys belong in environment variables (the
+config only NAMES them), but a key in a URL's userinfo, in server arguments or under a
+secret-looking name is redacted by value (`distillery.redaction`) from every param,
+tag, table and document before it reaches MLflow.
 
 Everything is logged from the driver through `MlflowClient` with explicit run ids (never
 the fluent active-run stack), so one process can open the parent, log many children in
@@ -16,7 +17,6 @@ import json
 import logging
 import math
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -52,12 +52,20 @@ from mlflow.utils.mlflow_tags import (  # noqa: E402
     MLFLOW_PARENT_RUN_ID,
 )
 
+from distillery.redaction import (  # noqa: E402
+    REDACTED,
+    is_secret_key,
+    redact,
+    redact_obj,
+    register_secrets,
+    secrets_in,
+)
+
 if TYPE_CHECKING:
     from distillery.workers.trajectories import EpisodeRecord
 
 _log = logging.getLogger(__name__)
 
-_SECRET_NAME = re.compile(r"(api_?key|token|secret|password)(?!_env)", re.IGNORECASE)
 _MAX_PARAM_LEN = 6000  # MLflow's MAX_PARAM_VAL_LENGTH
 _MAX_TAG_LEN = 8000  # MAX_TAG_VAL_LENGTH
 _MAX_KEY_LEN = 250  # MAX_ENTITY_KEY_LENGTH
@@ -83,11 +91,14 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def safe_params(config: dict[str, Any]) -> dict[str, str]:
+    """The flattened config as MLflow params: secret-named values and every secret value
+    (URL userinfo, keys in argument lists, set api_key_env variables) redacted."""
+    register_secrets(secrets_in(config))
     params = {}
     for key, value in flatten(config).items():
-        if _SECRET_NAME.search(key.rsplit(".", 1)[-1]):
-            value = "<redacted>"
-        text = "" if value is None else str(value)
+        if isinstance(value, str) and value and is_secret_key(key):
+            value = REDACTED
+        text = "" if value is None else redact(str(value))
         params[key] = text[:_MAX_PARAM_LEN]
     return params
 
@@ -296,12 +307,12 @@ class Tracker:
         changed: dict[str, str] = {}
         new_params: list[Param] = []
         for key, value in params.items():
-            text = str(value)[:_MAX_PARAM_LEN]
+            text = redact(str(value))[:_MAX_PARAM_LEN]
             if key not in existing:
                 new_params.append(Param(key, text))
             elif existing[key] != text:
                 changed[key] = text
-        all_tags = {k: str(v)[:_MAX_TAG_LEN] for k, v in tags.items()}
+        all_tags = {k: redact(str(v))[:_MAX_TAG_LEN] for k, v in tags.items()}
         if changed:
             _log.warning(
                 "run %s: %d param(s) changed value since first logged (%s); the new values "
@@ -339,6 +350,7 @@ class Tracker:
         episodes_dir: Path | None,
         documents: dict[str, Any],
     ) -> None:
+        results = results.map(lambda v: redact(v) if isinstance(v, str) else v)
         with tempfile.TemporaryDirectory() as tmp:
             table = Path(tmp) / "results.csv"
             results.to_csv(table, index=False)
@@ -353,7 +365,7 @@ class Tracker:
         if entry not in logged:  # makes the table show in the run's Evaluation/Artifacts view
             self.client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*logged, entry]))
         for name, document in documents.items():
-            self.client.log_dict(run_id, document, name)
+            self.client.log_dict(run_id, redact_obj(document), name)
         if episodes_dir is not None and episodes_dir.exists():
             self.client.log_artifacts(run_id, str(episodes_dir), artifact_path="trajectories")
 
@@ -664,6 +676,7 @@ def _context_tags() -> dict[str, str]:
 
 
 def ui_hint(uri: str) -> str:
+    uri = redact(uri)
     if uri.startswith("sqlite:///"):
         root = artifact_root_for(uri) or ""
         return (

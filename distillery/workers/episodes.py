@@ -276,6 +276,11 @@ class EpisodeWorkerImpl:
     """Ray actor body: one EpisodeRunner per agent job, many episodes in flight."""
 
     def __init__(self, job: AgentJob, endpoints: list[str] | None = None) -> None:
+        from distillery import redaction
+
+        # Before anything can log: this worker's logs and streams are Ray session logs.
+        redaction.register_secrets(redaction.secrets_in(job.model))
+        redaction.install()
         logging.basicConfig(level=logging.WARNING)
         self._runner = EpisodeRunner(job, endpoints)
 

@@ -24,10 +24,14 @@ class MemoryServiceImpl:
     def __init__(self, store: StoreConfig, embedder: EmbedderConfig, default_path: str) -> None:
         import os
 
+        from distillery import redaction
+
+        redaction.register_secrets(redaction.secrets_in([store, embedder]))
+        redaction.install()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        self.store = MemoryStore(
-            path=store.path or default_path, url=store.url, api_key_env=store.api_key_env
-        )
+        # A Qdrant server (url) replaces the embedded default folder of a local root.
+        path = store.path or (None if store.url else default_path)
+        self.store = MemoryStore(path=path, url=store.url, api_key_env=store.api_key_env)
         self.embedder = make_embedder(embedder)
         self._retrievers: dict[tuple[str, Isolation], BankRetriever] = {}
 
@@ -41,8 +45,18 @@ class MemoryServiceImpl:
         """Entries per memory type of a stored bank (for a bank reused, not rebuilt)."""
         return {t: self.store.count(collection_name(bank_id, t)) for t in MEMORY_TYPES}
 
+    def drop_bank(self, bank_id: str) -> list[str]:
+        """Delete a (damaged) bank's collections and forget its loaded indexes."""
+        self._forget(bank_id)
+        return self.store.delete_bank(bank_id)
+
+    def _forget(self, bank_id: str) -> None:
+        for key in [k for k in self._retrievers if k[0] == bank_id]:
+            del self._retrievers[key]
+
     def write_bank(self, bank_id: str, bank: BuiltBank) -> dict[str, int]:
         """Embed each entry's key text and store the three collections."""
+        self._forget(bank_id)
         keyed = {
             "wf": (bank.workflows, [e.key_text for e in bank.workflows]),
             "st": (bank.segments, [e.key_text for e in bank.segments]),

@@ -22,6 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from distillery.redaction import redact
+
 
 def s3_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """pyarrow S3FileSystem options from the environment every AWS client reads:
@@ -152,7 +154,10 @@ class Location:
             return handle.read()
 
     def write_json(self, data: Any) -> str:
-        return self.write_bytes(json.dumps(data, indent=1, default=str).encode())
+        """Write `data` as JSON, with every secret redacted (ledger records, sweep.json,
+        stage identities: nothing written as JSON may carry a key)."""
+        text = json.dumps(data, indent=1, default=str)
+        return self.write_bytes(redact(text).encode())
 
     def read_json(self) -> Any:
         return json.loads(self.read_bytes())

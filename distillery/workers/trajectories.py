@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from distillery.redaction import redact_obj
 from distillery.workers.storage import Location
 
 # Termination reasons. Only `done`, `step_limit` and `request_rejected` episodes are
@@ -167,7 +168,9 @@ def write_episode(
     directory: str | os.PathLike[str] | Location, record: EpisodeRecord
 ) -> EpisodeFile:
     """Persist one finished episode atomically (one file per task: a re-run replaces
-    it); returns where it went and its checksum."""
+    it); returns where it went and its checksum. Secrets are redacted first (an
+    endpoint URL with a key in it, an error message quoting one)."""
+    record = redact_obj(record)
     target = _as_location(directory) / episode_file_name(record.task_id)
     digest = target.write_bytes(episode_bytes(record))
     return EpisodeFile(target.uri, digest)
@@ -176,6 +179,12 @@ def write_episode(
 def read_episode_file(location: str | Location) -> pa.Table:
     loc = _as_location(location)
     return pq.read_table(pa.BufferReader(loc.read_bytes()), schema=EPISODE_SCHEMA)
+
+
+def read_episode_file_bytes(data: bytes) -> list[EpisodeRecord]:
+    """The episode records of one file's bytes (raises on a damaged file)."""
+    table = pq.read_table(pa.BufferReader(data), schema=EPISODE_SCHEMA)
+    return [record_from_row(row) for row in table.to_pylist()]
 
 
 def read_episodes(directory: str | os.PathLike[str] | Location) -> list[EpisodeRecord]:

@@ -458,3 +458,23 @@ def test_logs_to_the_parent_mlflow_run(tmp_path, capsys):
     logged = {f.path for f in client.list_artifacts(parent, "report")}
     assert {"report/report.md", "report/success_vs_k.png", "report/cells.csv"} <= logged
     assert client.get_run(parent).data.tags["distillery.report"] == "report/report.md"
+
+
+def test_a_tracking_uri_that_held_a_key_is_read_from_the_environment(tmp_path, capsys, monkeypatch):
+    """sweep.json stores the URI redacted; the report asks for the real one instead of
+    trying to log to `http://<redacted>@...`."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("sweeps", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(experiment).info.run_id
+    sweep = write_sweep(
+        tmp_path / "runs", parent_run_id=parent, tracking_uri="https://<redacted>@mlflow:5000"
+    )
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main([str(sweep)]) == 1
+    assert "set MLFLOW_TRACKING_URI" in capsys.readouterr().err
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main([str(sweep)]) == 0
+    assert f"logged to MLflow run {parent}" in capsys.readouterr().out

@@ -1,3 +1,4 @@
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +15,7 @@ def test_wilson_matches_hand_computed_values():
     assert high == pytest.approx(0.9433, abs=1e-3)
     assert wilson_interval(0, 5)[0] == 0.0
     assert wilson_interval(5, 5)[1] == pytest.approx(1.0)
-    assert wilson_interval(0, 0) == (0.0, 0.0)
+    assert all(math.isnan(b) for b in wilson_interval(0, 0))  # no trials: no interval
 
 
 def test_percentile_interpolates():
@@ -46,6 +47,13 @@ def test_infra_errors_are_not_scored():
     assert m["tokens_in"] == 40
 
 
+def test_a_point_without_scored_episodes_has_no_success_rate():
+    m = agent_metrics([_ep(None, "infra_error", 0), _ep(None, "timeout", 0)])
+    assert m["n_scored"] == 0 and m["n_unscored"] == 2 and m["infra_errors"] == 2
+    for key in ("success_rate", "success_rate_ci_low", "success_rate_ci_high", "mean_steps"):
+        assert math.isnan(m[key]), key
+
+
 def test_secrets_never_reach_params():
     params = safe_params(
         {
@@ -57,3 +65,25 @@ def test_secrets_never_reach_params():
     assert params["student.api_key"] == "<redacted>"
     assert params["tracking.token"] == "<redacted>"
     assert params["student.model"] == "m"
+
+
+def test_secret_values_are_redacted_from_params_wherever_they_are(monkeypatch):
+    from distillery import redaction
+
+    monkeypatch.setenv("PARAM_TEST_KEY", "sk-param-canary-123")
+    params = safe_params(
+        {
+            "student": {
+                "api_key_env": "PARAM_TEST_KEY",
+                "base_url": "http://u:url-canary-123@host/v1",
+                "extra_args": ["--api-key", "arg-canary-123"],
+                "max_tokens": 512,
+            },
+            "experiment": {"description": "uses sk-param-canary-123"},
+        }
+    )
+    redaction.clear_secrets()
+    text = repr(params)
+    assert "canary" not in text
+    assert params["student.base_url"] == "http://<redacted>@host/v1"
+    assert params["student.max_tokens"] == "512"  # a count, not a token

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from distillery import redaction
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.packaged import packaged_file
 
@@ -117,22 +119,29 @@ class ServerProcess:
 
     def start(self) -> str:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
+        redaction.register_secrets(redaction.secrets_in(self.command))
         self._process = subprocess.Popen(
             self.command,
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(self.env or {})},
             start_new_session=True,  # its own process group, so stop() takes children too
             preexec_fn=_die_with_parent,
         )
-        log.close()
+        # Servers print their arguments (vLLM: every non-default one, an --api-key
+        # too): the log gets the output line by line, redacted.
+        copier = threading.Thread(
+            target=_copy_redacted, args=(self._process.stdout, self.log_path), daemon=True
+        )
+        copier.start()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
+                copier.join(timeout=5)  # the log's last lines (the pipe is at its end)
+                command = redaction.redact(" ".join(self.command))
                 raise RuntimeError(
                     f"model server exited with code {self._process.returncode} during start-up:"
-                    f"\n{' '.join(self.command)}\n--- log tail ---\n{self.log_tail()}"
+                    f"\n{command}\n--- log tail ---\n{self.log_tail()}"
                 )
             if self.healthy():
                 return self.base_url
@@ -168,6 +177,14 @@ class ServerProcess:
             return "(no log)"
 
 
+def _copy_redacted(pipe: Any, log_path: Path) -> None:
+    with log_path.open("ab") as log:
+        for line in iter(pipe.readline, b""):
+            log.write(redaction.redact(line.decode(errors="replace")).encode())
+            log.flush()
+    pipe.close()
+
+
 def _die_with_parent() -> None:
     """Linux: the server gets SIGTERM when its owner (e.g. a killed Ray actor) dies, so
     a crash never leaves a model server holding a GPU."""
@@ -198,6 +215,8 @@ class LlmServerImpl:
     """Ray actor body: owns one server replica on the node it was placed on."""
 
     def __init__(self, cfg: ModelConfig, log_dir: str) -> None:
+        redaction.register_secrets(redaction.secrets_in(cfg))
+        redaction.install()
         self._server = server_process_for(cfg, log_dir)
 
     def start(self) -> str:

@@ -320,10 +320,16 @@ class MemoryStore:
         return name
 
     def is_complete(self, collection: str) -> bool:
+        """The collection exists, its last write finished, and it still holds the
+        number of entries that write left (points deleted since: damaged)."""
         if not self.client.collection_exists(collection):
             return False
+        metadata = self._metadata(collection)
         # Collections written before the marker existed carry no metadata: complete.
-        return self._metadata(collection).get("complete", True) is not False
+        if metadata.get("complete", True) is False:
+            return False
+        expected = metadata.get("count")
+        return not isinstance(expected, int) or self.count(collection) == expected
 
     def has_bank(self, bank_id: str, types: Sequence[MemoryType] = MEMORY_TYPES) -> bool:
         """Every listed type's collection exists and its last write finished."""

@@ -74,6 +74,31 @@ def test_a_server_that_dies_at_start_reports_its_log(tmp_path):
         server.start()
 
 
+def test_a_server_that_prints_its_key_has_it_redacted_in_its_log_and_error(tmp_path):
+    """vLLM logs every non-default argument, an --api-key too: the log is written
+    through the redaction, and so is the start-up error quoting the launch line."""
+    from distillery import redaction
+
+    key = "sk-server-arg-canary-42"
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; print('args:', sys.argv[1:]); sys.exit(3)",
+        "--api-key",
+        key,
+    ]
+    server = ServerProcess(command, "http://127.0.0.1:9/v1", tmp_path / "s.log", 30)
+    try:
+        with pytest.raises(RuntimeError) as caught:
+            server.start()
+    finally:
+        redaction.clear_secrets()
+    assert "args: ['--api-key', '<redacted>']" in str(caught.value)
+    assert key not in str(caught.value)
+    assert key not in (tmp_path / "s.log").read_text()
+    assert "<redacted>" in (tmp_path / "s.log").read_text()
+
+
 def test_bundled_gguf_is_found_without_importing_llm():
     path = find_smollm2_gguf()
     assert path.suffix == ".gguf" and path.stat().st_size > 10_000_000

@@ -131,6 +131,20 @@ def test_an_interrupted_write_is_not_a_bank(store):
     assert store.has_bank(BANK)
 
 
+def test_a_bank_emptied_behind_our_back_is_not_a_bank(store):
+    """Points deleted after the write finished (a collection emptied by hand or by
+    another tool): the count no longer matches the one the write recorded."""
+    from qdrant_client import models
+
+    names = _fill(store)
+    assert store.has_bank(BANK)
+    store.client.delete(
+        names["st"], points_selector=models.PointIdsList(points=[point_id(ST.memory_id)])
+    )
+    assert store.count(names["st"]) == 0
+    assert not store.is_complete(names["st"]) and not store.has_bank(BANK)
+
+
 def test_empty_types_get_an_empty_complete_collection(store):
     store.write(BANK, "st", [], np.zeros((0, 1), np.float32))
     assert store.is_complete(collection_name(BANK, "st"))

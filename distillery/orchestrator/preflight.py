@@ -1,0 +1,231 @@
+"""Checks of what a run will touch, before Ray, servers or MLflow start.
+
+Config validation (`config.py`) checks values; this checks the world they point at:
+the output root can be written, the tracking URI names a store MLflow knows, every
+endpoint the run will call is an http(s) URL, every `api_key_env` it will read is set,
+and no key is given twice. Each failure is one `PreflightError` naming the key.
+Only what the planned stages use is checked: an unused teacher's unset key is fine.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from distillery.orchestrator.config import DistilleryConfig
+from distillery.orchestrator.errors import UserError
+from distillery.orchestrator.plan import StageGraph, server_key
+from distillery.redaction import redact, url_secrets
+from distillery.workers.llm.config import ModelConfig
+from distillery.workers.storage import Location
+
+# MLflow's tracking store schemes (database dialects may add a driver: postgresql+psycopg2).
+TRACKING_SCHEMES = frozenset(
+    {"file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "uc"}
+)
+
+
+class PreflightError(UserError):
+    """A value the run cannot use; the message starts with its key."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A URL and the key variable of something the run will call."""
+
+    key: str  # where it is configured, e.g. "student" or "memory.embedder"
+    url: str | None
+    url_key: str  # the config key of the URL: base_url or url
+    api_key_env: str | None
+    needs_url: bool
+
+
+def check_run(graph: StageGraph) -> None:
+    """Everything below, for the configs of a planned sweep; raises PreflightError."""
+    cfg = graph.configs[0]  # output root, tracking and store are shared by all points
+    check_output_dir(cfg.output_dir)
+    check_tracking_uri(cfg.tracking_uri)
+    uses_memory = any(not s.plays_episodes for s in graph.stages.values())
+    if uses_memory:
+        check_store(cfg)
+    seen: set[tuple[str, str | None, str | None]] = set()
+    for endpoint in endpoints_in_use(graph, uses_memory):
+        ident = (endpoint.key, endpoint.url, endpoint.api_key_env)
+        if ident not in seen:
+            seen.add(ident)
+            check_endpoint(endpoint)
+
+
+def check_output_dir(output_dir: str) -> None:
+    if not output_dir or not output_dir.strip():
+        raise PreflightError(
+            "output_dir: is empty; give a folder (e.g. output_dir=distillery_runs) or a "
+            "filesystem URI (s3://bucket/prefix)"
+        )
+    try:
+        root = Location.of(output_dir)
+    except (OSError, ValueError) as exc:
+        raise PreflightError(f"output_dir: {output_dir!r} is not a usable path: {exc}") from None
+    if root.is_local:
+        _check_local_folder(root.local_path, "output_dir")
+    else:
+        _check_remote_root(root)
+
+
+def _check_local_folder(path: Path, key: str) -> None:
+    for parent in (path, *path.parents):  # the nearest existing ancestor must be a folder
+        if parent.exists():
+            if not parent.is_dir():
+                what = "is" if parent == path else f"is inside {parent}, which is"
+                raise PreflightError(f"{key}: {path} {what} a file, not a folder")
+            break
+    probe = path / f".distillery-write-check-{uuid.uuid4().hex}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise PreflightError(
+            f"{key}: cannot write to {path} ({exc.strerror or exc}); choose a folder you "
+            "can write to"
+        ) from None
+
+
+def _check_remote_root(root: Location) -> None:
+    uri = redact(root.uri)
+    try:
+        fs = root.fs
+    except (ValueError, ImportError) as exc:
+        raise PreflightError(f"output_dir: {uri}: {redact(str(exc))}") from None
+    bucket = root.fs_path.lstrip("/").split("/", 1)[0]
+    if not bucket:
+        raise PreflightError(f"output_dir: {uri} names no bucket (scheme://bucket/prefix)")
+    import pyarrow.fs as pafs
+
+    prefix = "/" if root.fs_path.startswith("/") else ""
+    try:
+        info = fs.get_file_info(prefix + bucket)
+    except Exception as exc:  # network, credentials: the run could not write either
+        raise PreflightError(f"output_dir: cannot reach {uri}: {redact(str(exc))}") from None
+    if info.type == pafs.FileType.NotFound:
+        raise PreflightError(
+            f"output_dir: the bucket {bucket!r} of {uri} does not exist; create it or fix the name"
+        )
+
+
+def check_tracking_uri(uri: str) -> None:
+    shown = redact(uri)
+    if "://" not in uri:
+        if ":" in uri.split("/", 1)[0] and not os.path.isabs(uri):
+            scheme = uri.split(":", 1)[0]
+            raise PreflightError(
+                f"tracking.uri: unknown scheme {scheme!r} in {shown!r}; use one of "
+                f"{', '.join(sorted(TRACKING_SCHEMES))} (e.g. sqlite:///$PWD/mlflow.db)"
+            )
+        _check_local_folder(Path(uri).expanduser().resolve(), "tracking.uri")  # a file store
+        return
+    scheme = uri.split("://", 1)[0].lower()
+    base = scheme.split("+", 1)[0]
+    if base not in TRACKING_SCHEMES:
+        raise PreflightError(
+            f"tracking.uri: unknown scheme {scheme!r} in {shown!r}; use one of "
+            f"{', '.join(sorted(TRACKING_SCHEMES))} (e.g. sqlite:///$PWD/mlflow.db)"
+        )
+    if base == "sqlite":
+        # SQLAlchemy: sqlite:///relative.db, sqlite:////absolute.db, sqlite:// (memory).
+        db = uri.split("://", 1)[1].split("?", 1)[0][1:]
+        if db and db != ":memory:":
+            path = Path(db).expanduser().resolve()
+            if path.exists() and not path.is_file():
+                raise PreflightError(f"tracking.uri: {path} is a folder, not a SQLite file")
+            _check_local_folder(path.parent, "tracking.uri")
+    elif base in ("http", "https"):
+        _check_http(uri, "tracking.uri")
+    elif base == "file":
+        _check_local_folder(Path(urlsplit(uri).path), "tracking.uri")
+
+
+def check_store(cfg: DistilleryConfig) -> None:
+    store = cfg.memory.store
+    if store.path and store.url:
+        raise PreflightError(
+            "memory.store: give path (an embedded Qdrant folder) or url (a Qdrant server), not both"
+        )
+    root = Location.of(cfg.output_dir)
+    if not store.path and not store.url and not root.is_local:
+        raise PreflightError(
+            "memory.store: the output root is remote; give memory.store.url (a Qdrant "
+            "server) or memory.store.path (a local folder)"
+        )
+    if store.path:
+        _check_local_folder(Path(store.path).expanduser().resolve(), "memory.store.path")
+
+
+def endpoints_in_use(graph: StageGraph, uses_memory: bool) -> Iterator[Endpoint]:
+    """What the planned stages will call: each point's teacher and student where a
+    stage plays them, builder models of the banks, the embedder and the Qdrant server."""
+    used = {server_key(s.model) for s in graph.stages.values() if s.model is not None}
+    for cfg in graph.configs:
+        for role, model in (("teacher", cfg.teacher), ("student", cfg.student)):
+            if model.backend != "oracle" and server_key(model) in used:
+                yield _model_endpoint(role, model)
+    for source in graph.bank_sources.values():
+        cfg = source.cfg
+        model = cfg.builder_model()
+        choice = cfg.memory.builder.model
+        if model is not None and choice not in ("teacher", "none"):
+            yield _model_endpoint(f"builder_models.{choice}", model)
+    if uses_memory:
+        cfg = graph.configs[0]
+        embedder = cfg.memory.embedder
+        yield Endpoint(
+            "memory.embedder",
+            embedder.base_url,
+            "base_url",
+            embedder.api_key_env,
+            embedder.kind == "openai",
+        )
+        store = cfg.memory.store
+        yield Endpoint("memory.store", store.url, "url", store.api_key_env, False)
+
+
+def _model_endpoint(key: str, model: ModelConfig) -> Endpoint:
+    return Endpoint(key, model.base_url, "base_url", model.api_key_env, model.backend == "external")
+
+
+def check_endpoint(endpoint: Endpoint) -> None:
+    url_key = f"{endpoint.key}.{endpoint.url_key}"
+    if endpoint.url:
+        _check_http(endpoint.url, url_key)
+    elif endpoint.needs_url:
+        raise PreflightError(f"{url_key}: is required (e.g. http://host:8000/v1)")
+    name = endpoint.api_key_env
+    if not name:
+        return
+    env_key = f"{endpoint.key}.api_key_env"
+    if endpoint.url and url_secrets(endpoint.url):
+        raise PreflightError(
+            f"{url_key} carries a key in its userinfo and {env_key} names another "
+            f"({name}); give the key one way only (keep {env_key} and drop it from the URL)"
+        )
+    if not os.environ.get(name):
+        raise PreflightError(
+            f"{env_key}: environment variable {name} is not set; export it with the "
+            "endpoint's API key before running"
+        )
+
+
+def _check_http(url: str, key: str) -> None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        raise PreflightError(f"{key}: {redact(url)!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PreflightError(
+            f"{key}: {redact(url)!r} is not an http(s) URL (e.g. http://host:8000/v1)"
+        )

@@ -1,0 +1,174 @@
+"""State on disk is checked, not trusted: damaged ledger files and a bank emptied in
+the store are reported with their paths and rebuilt or ignored, never fatal; an
+episode written but not recorded (a kill in between) is not played again."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.config import to_config
+from distillery.orchestrator.ledger import Ledger
+from distillery.orchestrator.stages import StageKey
+from distillery.workers.episodes import EpisodeSummary
+from distillery.workers.trajectories import EpisodeRecord, write_episode
+from tests.support.openai_stub import run_stub_server, stub_stats
+
+
+def _record(task_id: str, success: bool | None) -> EpisodeRecord:
+    return EpisodeRecord(
+        run_id="r",
+        stage="evaluate",
+        role="student",
+        agent="a",
+        model="m",
+        backend="external",
+        action_format="native",
+        benchmark="bfcl_multi_turn_base",
+        task_id=task_id,
+        group_id=None,
+        n_turns=1,
+        success=success,
+        error_type=None if success is not None else "infra_error",
+        error_message=None,
+        termination="done" if success is not None else "infra_error",
+        steps_per_turn=[1],
+        total_steps=1,
+        n_llm_calls=1,
+        tokens_in=5,
+        tokens_out=2,
+        llm_latency_s=0.1,
+        wall_s=0.2,
+        started_at=1.0,
+        finished_at=1.2,
+        attempts=1,
+        episode_id=f"e-{task_id}",
+    )
+
+
+def test_ledger_adopts_written_but_unrecorded_episodes_and_ignores_damage(tmp_path, caplog):
+    ledger = Ledger(tmp_path)
+    key = StageKey("evaluate", "ab" * 32)
+    episodes = ledger.episodes_dir(key)
+    recorded = write_episode(episodes, _record("t_0", True))
+    ledger.record_episode(key, EpisodeSummary.of(_record("t_0", True), recorded))
+    write_episode(episodes, _record("t_1", False))  # killed before its record
+    write_episode(episodes, _record("t_2", None))  # an infra failure is not adopted
+    (episodes / "t_3.parquet").write_bytes(b"PAR1 cut short")  # a damaged file
+    done = ledger.stage_dir(key) / "done"
+    (done / "garbage.json").write_bytes(b"")
+    (done / "list.json").write_json([1, 2])
+    (ledger.stage_dir(key) / "runs" / "x.json").write_bytes(b"{not json")
+
+    with caplog.at_level(logging.WARNING):
+        finished = ledger.episodes(key)
+        runs = ledger.runs(key)
+    assert sorted(finished) == ["t_0", "t_1"] and finished["t_1"].success is False
+    assert ledger.intact(finished["t_1"])
+    assert (done / "t_1.parquet.json").exists()  # recorded now: the next call reads the record
+    assert runs == []
+    for path in ("garbage.json", "list.json", "t_3.parquet", "runs/x.json"):
+        assert path.split("/")[-1] in caplog.text
+    assert sorted(ledger.all_records(key)) == ["t_0", "t_1"]
+
+
+def _configs(tmp_path: Path, url: str):
+    argv = [
+        f"output_dir={tmp_path / 'runs'}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        "agent.retry_backoff_s=0",
+        "benchmark.limit=2",
+        "methods=[amd_wf]",
+        "student=external",
+        f"student.base_url={url}",
+        "student.model=scripted",
+        "student.max_retries=1",
+    ]
+    return [to_config(c) for _, c in sweep_points(rewrite_role_overrides(argv), False)]
+
+
+def _empty_collection(qdrant: Path, bank_id: str, memory_type: str) -> int:
+    from qdrant_client import models
+
+    from distillery.workers.memory.store import MemoryStore, collection_name
+
+    with MemoryStore(path=str(qdrant)) as store:
+        name = collection_name(bank_id, memory_type)
+        ids = [p.id for p in store.client.scroll(name, limit=10_000)[0]]
+        store.client.delete(name, points_selector=models.PointIdsList(points=ids), wait=True)
+        return store.count(name)
+
+
+@pytest.mark.slow
+def test_a_damaged_output_root_is_reported_and_rebuilt_never_fatal(tmp_path, ray_local, caplog):
+    from distillery.orchestrator.run import run_sweep
+
+    with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
+        first = run_sweep(_configs(tmp_path, url), progress=False)
+        made = stub_stats(url)["requests"]
+        point = first.points[0].methods[0]
+        assert point.metrics["bank_st"] > 0
+        root = tmp_path / "runs"
+        bank_id = json.loads(next(root.glob("stages/build/*/output.json")).read_text())["bank_id"]
+        assert _empty_collection(root / "qdrant", bank_id, "st") == 0
+
+        sweep_json = Path(first.sweep_dir) / "sweep.json"
+        sweep_json.write_bytes(b"")
+        runs_json = next(root.glob("stages/collect/*/runs/*.json"))
+        runs_json.write_bytes(b"\x00garbage")
+        done = next(root.glob("stages/evaluate/*/done"))
+        outside = json.loads((done / "multi_turn_base_0.parquet.json").read_text())
+        outside["task_id"] = "multi_turn_base_150"  # a task outside the evaluated split
+        (done / "multi_turn_base_150.parquet.json").write_text(json.dumps(outside))
+        (done / "garbage.json").write_bytes(b"")
+        (done / "multi_turn_base_1.parquet.json").unlink()  # killed after the file
+
+        with caplog.at_level(logging.WARNING):
+            again = run_sweep(_configs(tmp_path, url), progress=False)
+        assert stub_stats(url)["requests"] == made  # no finished episode was replayed
+
+    assert again.stages_run == 1  # the damaged bank, rebuilt; the rest reused
+    rebuilt = again.points[0].methods[0]
+    assert rebuilt.metrics["bank_st"] == point.metrics["bank_st"]
+    assert rebuilt.metrics["success_rate"] == point.metrics["success_rate"]
+    assert [s.task_id for s in rebuilt.summaries] == [s.task_id for s in point.summaries]
+    from distillery.workers.memory.store import MemoryStore, collection_name
+
+    with MemoryStore(path=str(root / "qdrant")) as store:
+        assert store.count(collection_name(bank_id, "st")) == point.metrics["bank_st"]
+    text = caplog.text
+    assert f"bank {bank_id[:16]} is damaged" in text
+    assert str(sweep_json) in text and str(runs_json) in text
+    assert str(done / "garbage.json") in text
+    assert "multi_turn_base_1" in text and "written but not recorded" in text
+    assert (done / "multi_turn_base_1.parquet.json").exists()
+    assert again.parent_run_id == first.parent_run_id  # found again by its sweep id
+
+
+def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monkeypatch):
+    """The ledger's own check, for a store that cannot tell (a collection recreated
+    without our metadata): entry counts against the build record."""
+    from types import SimpleNamespace
+
+    from distillery.orchestrator import run
+
+    class _Call:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self, *_):
+            return self.value
+
+    stored = {"wf": 2, "st": 0, "fn": 7}
+    stage = run.MemoryStage(sweep=None)  # type: ignore[arg-type]
+    stage._service = SimpleNamespace(has_bank=_Call(True), bank_counts=_Call(stored))
+    monkeypatch.setattr(run, "ray_get", lambda value: value)
+    recorded = {"bank_id": "b" * 64, "counts": {"wf": 2, "st": 15, "fn": 7, "embedded_chars": 9}}
+    assert stage.damage(recorded) == "st: 0 entries, the build recorded 15"
+    assert stage.damage({**recorded, "counts": stored}) is None
+    stage._service = SimpleNamespace(has_bank=_Call(False), bank_counts=_Call(stored))
+    assert "missing or incomplete" in stage.damage(recorded)
