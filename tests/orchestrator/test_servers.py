@@ -127,11 +127,11 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path):
             env=env,
             start_new_session=True,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=open(tmp_path / "killed.log", "wb"),  # noqa: SIM115 - read on failure
         )
         deadline = time.time() + 300
         while _done(s3, "evaluate") < 2 and time.time() < deadline:
-            assert process.poll() is None, "the sweep ended before it could be killed"
+            assert process.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
             time.sleep(0.3)
         os.killpg(process.pid, signal.SIGKILL)  # the driver and its local Ray
         process.wait()
