@@ -82,6 +82,8 @@ def _override_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, list | tuple):
         return "[" + ",".join(_override_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # merged into the node: {k_st: 3} changes only k_st
+        return "{" + ",".join(f"{k}:{_override_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -96,7 +98,14 @@ def sweep_points(overrides: list[str], multirun: bool) -> list[tuple[list[str], 
         if not grid:
             points.append((point, composed))
             continue
-        keys = list(grid)  # type: ignore[arg-type]
+        # A key the command line sets wins over the experiment's sweep axis for it
+        # (`experiment=bfcl_ablation student=qwen3_8b` evaluates qwen3_8b only).
+        given = {o.split("=", 1)[0].lstrip("+~") for o in point}
+        keys = [
+            k
+            for k in grid  # type: ignore[union-attr]
+            if k not in given and rewrite_role_overrides([f"{k}="])[0][:-1] not in given
+        ]
         for values in itertools.product(*(grid[k] for k in keys)):  # type: ignore[index]
             extra = rewrite_role_overrides(
                 [f"{k}={_override_value(v)}" for k, v in zip(keys, values, strict=True)]
@@ -126,22 +135,21 @@ def run_cli(argv: list[str]) -> int:
         if at + 1 < len(argv) and argv[at + 1] in ("job", "hydra", "all"):
             argv = argv[: at + 1] + argv[at + 2 :]
     overrides = rewrite_role_overrides([a for a in argv if a not in _FLAGS])
+    # One validation for --cfg, --plan and a run: the same configs pass or fail, with
+    # the same message, before anything prints or starts.
     try:
         points = sweep_points(overrides, multirun=bool(flags & {"-m", "--multirun"}))
-        if "--cfg" in flags:
-            for _, composed in points:
-                print(OmegaConf.to_yaml(composed))
-            return 0
-        configs = _validated(points)
-    except ConfigError as exc:
-        print(f"distillery: {exc}", file=sys.stderr)
-        print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
-        return 2
+        configs = validate_sweep(points)
+    except ValueError as exc:  # ConfigError, or a bad split, task id or sweep
+        return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
         if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            print(f"distillery: {exc}", file=sys.stderr)
-            return 2
+            return _refuse(exc)
         raise
+    if "--cfg" in flags:
+        for _, composed in points:
+            print(OmegaConf.to_yaml(composed))
+        return 0
 
     from distillery import redaction
     from distillery.orchestrator.errors import UserError
@@ -155,11 +163,27 @@ def run_cli(argv: list[str]) -> int:
             return 0
         result = run_sweep(configs)
     except (UserError, ValueError) as exc:  # bad input or a busy output root, before Ray
-        print(f"distillery: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(exc)
     print_summary(result)
     # Unscored episodes left after their retries: the sweep is not finished.
     return 3 if unscored_points(result) else 0
+
+
+def validate_sweep(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+    """Every point typed and validated, then the sweep planned (task ids resolved, the
+    protocol's split made, shared runtime checked) without running anything."""
+    from distillery.orchestrator.plan import plan_sweep
+
+    configs = _validated(points)
+    plan_sweep(configs)
+    return configs
+
+
+def _refuse(exc: BaseException) -> int:
+    print(f"distillery: {exc}", file=sys.stderr)
+    if isinstance(exc, ConfigError):
+        print("Fix the key on the command line or in conf/, then re-run.", file=sys.stderr)
+    return 2
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from distillery.orchestrator.protocols import ProtocolConfig
+from distillery.workers.envs.base import AGENT_OPTION_NAMES, AgentOptions
 from distillery.workers.envs.registry import BENCHMARKS
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.config import MemoryConfig, RetrievalConfig
@@ -36,6 +37,7 @@ class BenchmarkConfig(_Frozen):
     name: str
     limit: int | None = Field(None, gt=0, description="First N tasks in benchmark order.")
     task_ids: tuple[str, ...] | None = None
+    # As in BFCL, a turn is force-quit once it has made more than this many steps.
     max_steps_per_turn: int | None = Field(None, gt=0, description="None: official limit.")
 
     @field_validator("name")
@@ -50,6 +52,17 @@ class AgentConfig(_Frozen):
     episode_timeout_s: float = Field(1800.0, gt=0)
     episode_retries: int = Field(2, ge=0, description="Retries of an infrastructure failure.")
     retry_backoff_s: float = Field(2.0, ge=0)
+    # Deviations from the benchmark's own pipeline (BFCL's `bfcl generate`), all off by
+    # default: off, episodes see and are scored exactly as BFCL does (see AgentOptions).
+    native_system_prompt: bool = Field(False, description="Our system prompt in native mode.")
+    positional_args: bool = Field(False, description="Keep positional args (BFCL drops them).")
+    report_invalid_calls: bool = Field(
+        False, description="Undecodable calls are reported to the model; the turn goes on."
+    )
+    json_schema_tools: bool = Field(False, description="Plain JSON-schema tools, not BFCL's.")
+
+    def options(self) -> AgentOptions:
+        return AgentOptions(**{name: getattr(self, name) for name in AGENT_OPTION_NAMES})
 
 
 class ClusterConfig(_Frozen):
@@ -150,6 +163,7 @@ class DistilleryConfig(_Frozen):
             raise ValueError("methods: a method is listed twice")
         for name in self.methods:
             self.retrieval_for(name)  # overrides must validate too
+        self._no_ground_truth_memory()
         builder = self.memory.builder.model
         if builder not in ("teacher", "none") and builder not in self.builder_models:
             raise ValueError(
@@ -157,6 +171,20 @@ class DistilleryConfig(_Frozen):
                 "builder_models"
             )
         return self
+
+    def _no_ground_truth_memory(self) -> None:
+        """The oracle's memory is the benchmark's ground truth (masked): under
+        protocol=main a task would retrieve the answers of its own ground truth."""
+        if self.teacher.backend != "oracle" or self.protocol.name != "main":
+            return
+        reading = [n for n in self.methods if self.method_catalog[n].kind == "amd"]
+        if reading:
+            raise ValueError(
+                f"protocol.name: protocol=main with teacher={self.teacher.name} (an oracle "
+                "replaying the ground truth) lets each task retrieve memory built from its "
+                f"own answers (methods {', '.join(reading)}); set teacher= a model (e.g. "
+                "teacher=gpt5_mini) or protocol=self_excluded / protocol=cross_split"
+            )
 
     def method(self, name: str) -> MethodConfig:
         return self.method_catalog[name]

@@ -8,10 +8,12 @@ distinct builder config, and one zero-shot stage per student and seed.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from distillery.orchestrator.config import DistilleryConfig, MethodConfig
+from distillery.orchestrator.descriptors import SweepNames, name_sweep
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_tasks
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, model_identity, stage_key
@@ -90,9 +92,15 @@ def server_key(model: ModelConfig) -> str:
 
 def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
     """Load the split on the driver, so a bad task id fails before Ray starts."""
-    bench = make_benchmark(cfg.benchmark.name)
-    ids = list(cfg.benchmark.task_ids) if cfg.benchmark.task_ids else None
-    return bench.load_tasks(limit=cfg.benchmark.limit, task_ids=ids)
+    b = cfg.benchmark
+    return list(_load_tasks(b.name, b.limit, tuple(b.task_ids) if b.task_ids else None))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_tasks(name: str, limit: int | None, task_ids: tuple[str, ...] | None) -> tuple:
+    """Once per process and selection: the points of a sweep mostly share their tasks."""
+    bench = make_benchmark(name)
+    return tuple(bench.load_tasks(limit=limit, task_ids=list(task_ids) if task_ids else None))
 
 
 def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
@@ -106,11 +114,15 @@ def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
 
 
 def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int) -> dict:
-    return {
+    identity = {
         "benchmark": cfg.benchmark.name,
         "agent": model_identity(model, sweep_seed),
         "max_steps_per_turn": cfg.benchmark.max_steps_per_turn,
     }
+    deviations = cfg.agent.options().deviations()
+    if deviations:  # episodes played off BFCL's own pipeline are other episodes
+        identity["deviations"] = list(deviations)
+    return identity
 
 
 def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
@@ -156,7 +168,7 @@ def _zero_shot(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
             key=stage_key("evaluate", identity),
             identity=identity,
             upstream=(),
-            label=f"evaluate student={student.name} zero_shot seed={cfg.seed}",
+            label=f"evaluate student={student.name} zero_shot",
             model=None if student.backend == "oracle" else student,
             role="student",
         )
@@ -182,18 +194,15 @@ def _plan_method(
         identity = {
             **_episode_identity(cfg, cfg.student, cfg.seed),
             "method": method.kind,
-            "retrieval": retrieval.model_dump(mode="json"),
-            "protocol": cfg.protocol.model_dump(mode="json"),
+            "retrieval": retrieval.read_settings(),
+            "protocol": cfg.protocol.read_settings(),
         }
         stage = graph.add(
             Stage(
                 key=stage_key("evaluate", identity, (bank_stage,)),
                 identity=identity,
                 upstream=(bank_stage,),
-                label=(
-                    f"evaluate student={cfg.student.name} {name} "
-                    f"({'+'.join(retrieval.types)}) {cfg.protocol.name} seed={cfg.seed}"
-                ),
+                label=f"evaluate student={cfg.student.name} {name} ({'+'.join(retrieval.types)})",
                 model=None if cfg.student.backend == "oracle" else cfg.student,
                 role="student",
             )
@@ -201,7 +210,11 @@ def _plan_method(
         graph.memory_of[stage] = (bank_stage, isolation, retrieval)
         role, model = "student", cfg.student
     graph.needs[stage].update(eval_ids)
-    point_id = digest_of({"stage": stage.digest, "eval": split.eval_ids_sha})[:16]
+    # The protocol is part of the point even where the stage does not read it: zero-shot
+    # under main and under self_excluded is one stage but a row of each protocol's table.
+    point_id = digest_of(
+        {"stage": stage.digest, "eval": split.eval_ids_sha, "protocol": cfg.protocol.name}
+    )[:16]
     return EvalPoint(
         point_id=point_id,
         cfg=cfg,
@@ -309,11 +322,22 @@ def stage_status(graph: StageGraph, ledger: Ledger) -> list[StageStatus]:
     return out
 
 
+def stage_line(graph: StageGraph, key: StageKey, names: SweepNames | None = None) -> str:
+    """A stage's label and what tells it from the sweep's other stages (`k_st=3`)."""
+    label = graph.stages[key].label
+    names = names or name_sweep(graph)
+    extra = [part for part in names.stage(key).split() if part not in label.split()]
+    return " ".join([label, *extra])
+
+
 def format_plan(graph: StageGraph, statuses: list[StageStatus]) -> str:
+    names = name_sweep(graph)
     lines = [
         f"plan: {len(graph.configs)} sweep point(s), {len(graph.points)} evaluation point(s), "
         f"{len(graph.stages)} stage(s)"
     ]
+    if names.shared:
+        lines.append(f"  every point: {names.shared}")
     for st in statuses:
         key = st.stage.key
         if st.stage.plays_episodes:
@@ -325,7 +349,11 @@ def format_plan(graph: StageGraph, statuses: list[StageStatus]) -> str:
         else:
             state = f"cached (bank {st.bank[:16]})" if st.bank else "build"
         ups = ", ".join(str(u) for u in st.stage.upstream) or "-"
-        lines.append(f"  {str(key):26s} {state:34s} {st.stage.label}  <- {ups}")
+        lines.append(f"  {str(key):26s} {state:34s} {stage_line(graph, key, names)}  <- {ups}")
+    lines.append(f"{len(graph.points)} evaluation point(s), each one MLflow child run:")
+    for point in graph.points.values():
+        head = f"{point.method_name} {point.model.name}"
+        lines.append(f"  {head:34s} {names.point(point.point_id) or '-':40s} on {point.stage}")
     n_run = sum(not s.is_cached for s in statuses)
     lines.append(f"{len(statuses) - n_run} stage(s) cached, {n_run} to run")
     return "\n".join(lines)

@@ -28,6 +28,12 @@ class ProtocolConfig(BaseModel):
     split_seed: int = 0
     split_by_group: bool | None = None  # None: the benchmark decides
 
+    def read_settings(self) -> dict[str, object]:
+        """What the protocol reads: the split settings only matter for cross_split."""
+        if self.name != "cross_split":
+            return {"name": self.name}
+        return self.model_dump(mode="json")
+
 
 @dataclass(frozen=True)
 class TaskSplit:

@@ -47,6 +47,7 @@ from distillery.orchestrator.costs import (
     stage_costs,
     unpriced_models,
 )
+from distillery.orchestrator.repeats import repeat_notes
 from distillery.orchestrator.stats import mcnemar, wilson_interval
 from distillery.redaction import REDACTED
 from distillery.workers.storage import Location
@@ -1041,6 +1042,7 @@ def build_report(
 
     tables, table_notes = paper_tables(cells)
     notes += table_notes
+    notes += repeat_notes(data.points, data.episodes, CELL_KEYS)
     tests = mcnemar_table(stats, data.episodes)
     pairs = steps_against_teacher(stats, data.episodes)
     steps = steps_summary(pairs)

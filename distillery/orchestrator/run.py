@@ -23,6 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig, MethodConfig
+from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.ledger import Ledger, read_sweep_record
 from distillery.orchestrator.locks import run_locks
 from distillery.orchestrator.metrics import agent_metrics
@@ -32,6 +33,7 @@ from distillery.orchestrator.plan import (
     format_plan,
     plan_sweep,
     server_key,
+    stage_line,
     stage_status,
 )
 from distillery.orchestrator.preflight import check_run
@@ -83,6 +85,7 @@ class MethodResult:
     mlflow_run_id: str | None
     point_id: str = ""
     stage: str = ""  # the episode stage scored, e.g. evaluate:1f2e...
+    descriptor: str = ""  # what tells this point from the sweep's others: "k_st=3 seed=1"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class Sweep:
         self.sweep_dir = self.ledger.sweep_dir(self.sweep_id)
         self.memory = MemoryStage(self)
         self.servers = ServerPool(graph, self.sweep_dir / "logs")
+        self.names = name_sweep(graph)
         self.stages_run = 0
         self.stages_cached = 0
 
@@ -174,11 +178,11 @@ class Sweep:
         done = self.ledger.episodes(stage.key)
         missing = longest_first(sorted(needed - set(done), key=_task_order), self.graph.tasks)
         if not missing:
-            self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {stage.label}")
+            self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {self.line(stage)}")
             return False
         self._say(
             f"{prefix} {stage.key} running {len(missing)} episodes "
-            f"({len(needed) - len(missing)} cached)  {stage.label}"
+            f"({len(needed) - len(missing)} cached)  {self.line(stage)}"
         )
         cfg = self._config_of(stage)
         model = cfg.teacher if stage.role == "teacher" else cfg.student
@@ -201,6 +205,7 @@ class Sweep:
             episode_retries=cfg.agent.episode_retries,
             retry_backoff_s=cfg.agent.retry_backoff_s,
             memory=memory,
+            options=cfg.agent.options(),
         )
         endpoints = self.servers.endpoints(model)
         run_agent(
@@ -210,6 +215,7 @@ class Sweep:
             self.cfg.cluster,
             self.progress,
             on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+            desc=f"{stage.key.kind} {stage.role}:{model.name} {self.names.stage(stage.key)}".strip(),
         )
         return True
 
@@ -219,6 +225,9 @@ class Sweep:
             if stage.key in point.upstream:
                 return point.cfg
         return self.cfg
+
+    def line(self, stage: Stage) -> str:
+        return stage_line(self.graph, stage.key, self.names)
 
     def _say(self, text: str) -> None:
         if self.progress:
@@ -362,7 +371,7 @@ class MemoryStage:
             log.warning("%s; rebuilding it", message)
             self.sweep._say(f"{prefix} {message}; rebuilding")
             ray_get(self.service.drop_bank.remote(output["bank_id"]))
-        self.sweep._say(f"{prefix} {stage.key} building  {stage.label}")
+        self.sweep._say(f"{prefix} {stage.key} building  {self.sweep.line(stage)}")
         output = self._build(stage) if stage.key.kind == "build" else self._render(stage)
         ledger.record_output(stage.key, output)
         return True
@@ -637,8 +646,10 @@ def _log_points(
         }
         if point.bank_stage is not None:
             params["memory.bank_id"] = sweep.memory.bank_of(point.bank_stage)
+        descriptor = sweep.names.point(point.point_id)
+        point_tags["distillery.descriptor"] = descriptor
         child_id = tracker.log_agent(
-            run_name=f"{point.method_name}:{point.model.name}",
+            run_name=" ".join([f"{point.method_name}:{point.model.name}", descriptor]).strip(),
             params=params,
             tags=point_tags,
             metrics=metrics,
@@ -672,6 +683,7 @@ def _log_points(
             child_id,
             point.point_id,
             str(point.stage),
+            descriptor,
         )
     return out
 
@@ -690,6 +702,8 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         "role": point.role,
         "seed": str(cfg.seed),
         "memory_types": "+".join(r.types) if r else "",
+        # Deviations from the benchmark's own pipeline ("none": BFCL-faithful).
+        "deviations": ",".join(cfg.agent.options().deviations()) or "none",
     }
     if r:
         for t in r.types:
@@ -719,6 +733,12 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "protocol": point.cfg.protocol.name,
             "memory_types": "+".join(r.types) if r else "",
             "seed": point.cfg.seed,
+            # the scored agent's sampling: the report tells repeated runs at temperature
+            # 0 (the same greedy requests) from sampled ones
+            "temperature": point.model.temperature,
+            "sampling_seed": effective_seed(point.model, point.cfg.seed)
+            if point.role == "student"
+            else effective_seed(point.model, 0),
             "eval_task_ids_sha": point.split.eval_ids_sha,
             "upstream": [k.digest for k in point.upstream],
             "stage": point.stage.digest,
@@ -814,6 +834,7 @@ def run_agent(
     cluster: ClusterConfig,
     progress: bool = True,
     on_summary: Callable[[EpisodeSummary], None] | None = None,
+    desc: str | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight."""
     import ray
@@ -842,7 +863,7 @@ def run_agent(
     summaries: list[EpisodeSummary] = []
     bar = tqdm(
         total=len(task_ids),
-        desc=f"{job.stage} {job.role}:{job.model.name}",
+        desc=desc or f"{job.stage} {job.role}:{job.model.name}",
         unit="ep",
         disable=not progress,
     )
@@ -961,10 +982,15 @@ def print_summary(result: SweepResult) -> None:
         f"sweep {result.sweep_id}: {len(result.points)} point(s); stages run "
         f"{result.stages_run}, reused {result.stages_cached} -> {result.sweep_dir}"
     )
+    shown: set[str] = set()  # a point shared by sweep points (zero-shot) is shown once
     for point in result.points:
         split = point.split
+        fresh = [m for m in point.methods if m.point_id not in shown]
+        shown.update(m.point_id for m in fresh)
+        if not fresh:
+            continue
         print(f"  {len(split.eval_ids)} evaluated tasks ({len(split.memory_ids)} memory tasks)")
-        for m in point.methods:
+        for m in fresh:
             x = m.metrics
             if x["n_scored"] > 0:
                 rate = (
@@ -975,7 +1001,8 @@ def print_summary(result: SweepResult) -> None:
             else:  # no scored episode: no rate, rather than a 0 % that reads as one
                 rate = f"success   n/a (no scored episode of {int(x['n_tasks'])})"
             print(
-                f"    {m.name:16s} {m.model.name:16s} {rate} "
+                f"    {m.name:16s} {m.model.name:16s} "
+                f"{m.descriptor + ' ' if m.descriptor else ''}{rate} "
                 f"tokens={int(x['tokens_in'])}/{int(x['tokens_out'])} "
                 f"infra_errors={int(x['infra_errors'])}"
             )

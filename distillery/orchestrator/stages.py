@@ -32,10 +32,10 @@ STAGE_KINDS: tuple[StageKind, ...] = ("collect", "build", "render", "evaluate")
 # Bump when a stage's code changes what it produces in a way its config does not show
 # (a scoring fix, a different trajectory format). Prompts are fingerprinted separately.
 CODE_VERSIONS: dict[StageKind, str] = {
-    "collect": "1",
+    "collect": "2",  # 2: BFCL's decoding, step limit and result format
     "build": "1",
     "render": "1",
-    "evaluate": "1",
+    "evaluate": "2",  # 2: BFCL's decoding, step limit and result format
 }
 
 # Fields of a model config that decide how it is reached or launched, not what it
@@ -49,6 +49,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "request_timeout_s",
         "max_retries",
         "retry_backoff_s",
+        "max_response_bytes",  # a guard against broken servers, far above any reply
         "replicas",
         "max_concurrency_per_server",
         "startup_timeout_s",

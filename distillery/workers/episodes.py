@@ -18,11 +18,15 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
+
 from distillery.workers.agents.loop import EpisodeOutcome, run_agent_loop
 from distillery.workers.agents.policies import ChatBackend, EpisodePolicy, LlmPolicy, OraclePolicy
-from distillery.workers.envs.base import Benchmark, Score, Task
+from distillery.workers.envs.base import AgentOptions, Benchmark, Score, Task
+from distillery.workers.envs.execution import close_in_env_thread, run_in_env_thread
 from distillery.workers.envs.registry import make_benchmark
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.replies import clean_text
 from distillery.workers.llm.types import ChatResult, InfraError
 from distillery.workers.memory.method import AmdHooks
 from distillery.workers.memory_service import ServiceLookup
@@ -30,10 +34,13 @@ from distillery.workers.trajectories import (
     EpisodeFile,
     EpisodeRecord,
     messages_to_json,
+    storable_record,
     write_episode,
 )
 
 log = logging.getLogger(__name__)
+
+DEFAULT_AGENT_OPTIONS = AgentOptions()
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class AgentJob:
     episode_retries: int = 2
     retry_backoff_s: float = 2.0
     memory: Any = None  # a MemoryJob when the student reads memory
+    options: AgentOptions = DEFAULT_AGENT_OPTIONS  # deviations from the benchmark's pipeline
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,9 @@ class EpisodeRunner:
         chat_backend: ChatBackend | None = None,
     ) -> None:
         self.job = job
-        self.benchmark: Benchmark = make_benchmark(job.benchmark, **job.benchmark_options)
+        self.benchmark: Benchmark = make_benchmark(
+            job.benchmark, options=job.options, **job.benchmark_options
+        )
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
         if job.model.backend == "oracle":
@@ -139,6 +149,8 @@ class EpisodeRunner:
             episode_id = f"{self.job.role}-{task_id}-{uuid.uuid4().hex[:12]}"
             try:
                 record = await self._attempt(task, episode_id, started, attempts)
+                # Inside the handling too: nothing in a record may abort the sweep.
+                written = await self._write(record)
             except InfraError as exc:
                 failure = ("infra_error", f"{type(exc).__name__}: {exc}")
             except TimeoutError:
@@ -146,7 +158,7 @@ class EpisodeRunner:
             except Exception as exc:  # a bug in an adapter or policy is not the student's
                 failure = ("infra_error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             else:
-                return EpisodeSummary.of(record, await self._write(record))
+                return EpisodeSummary.of(record, written)
             log.warning("episode %s attempt %d failed: %s", task_id, attempts, failure[1][:300])
             if attempts <= self.job.episode_retries:
                 await asyncio.sleep(self.job.retry_backoff_s * attempts)
@@ -156,7 +168,14 @@ class EpisodeRunner:
     async def _write(self, record: EpisodeRecord) -> EpisodeFile:
         # In a thread: the write ends in an fsync (milliseconds of waiting) that would
         # otherwise stall every other episode of this worker's event loop.
-        return await asyncio.to_thread(write_episode, self.job.episodes_dir, record)
+        try:
+            return await asyncio.to_thread(write_episode, self.job.episodes_dir, record)
+        except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
+            # A value Parquet cannot hold (replies are cleaned by the client; this is
+            # the net under it): store the record with such values repaired.
+            log.warning("episode %s stored repaired: %s", record.task_id, exc)
+            repaired = storable_record(record)
+            return await asyncio.to_thread(write_episode, self.job.episodes_dir, repaired)
 
     async def _attempt(
         self, task: Task, episode_id: str, started: float, attempts: int
@@ -165,19 +184,25 @@ class EpisodeRunner:
         policy = self._policy(task, episode_id)
         hooks = self._hooks(task, policy)
         try:
+            # Environment code runs off the event loop (see envs/execution.py), so the
+            # timeout ends an episode stuck in a slow call too, scoring included.
             async with asyncio.timeout(self.job.episode_timeout_s):
                 outcome = await run_agent_loop(env, policy, self._max_steps, hooks)
-            score = env.score()
+                score = await run_in_env_thread(env.score)
         finally:
             await policy.close()
-            env.close()
+            await close_in_env_thread(env.close)
         if hooks is not None:  # the student's own decomposition calls count as its usage
             outcome.n_llm_calls += hooks.log.llm_calls
             outcome.tokens_in += hooks.log.usage.prompt_tokens
             outcome.tokens_out += hooks.log.usage.completion_tokens
         record = self._record(task, episode_id, started, attempts, outcome, score)
-        if hooks is not None:
-            record = replace(record, extra_json=json.dumps(hooks.log.as_dict()))
+        extra: dict[str, Any] = hooks.log.as_dict() if hooks is not None else {}
+        if outcome.reply_notes:
+            extra["reply_notes"] = outcome.reply_notes
+            extra["reply_notes_dropped"] = outcome.reply_notes_dropped
+        if extra:
+            record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record
 
     def _hooks(self, task: Task, policy: EpisodePolicy) -> AmdHooks | None:
@@ -230,7 +255,9 @@ class EpisodeRunner:
         score: Score,
     ) -> EpisodeRecord:
         error_message = score.error_message
-        if outcome.rejection:
+        if outcome.termination == "invalid_reply":
+            error_message = f"invalid reply: {outcome.rejection}"
+        elif outcome.rejection:
             error_message = f"request rejected: {outcome.rejection}"
         return EpisodeRecord(
             **self._base_fields(task, episode_id, started, attempts),
@@ -261,7 +288,7 @@ class EpisodeRunner:
             **self._base_fields(task, episode_id, started, attempts),
             success=None,
             error_type=termination,
-            error_message=message[:4000],
+            error_message=clean_text(message[:4000])[0],
             termination=termination,
             steps_per_turn=[],
             total_steps=0,

@@ -20,9 +20,10 @@ import pyarrow.parquet as pq
 from distillery.redaction import redact_obj
 from distillery.workers.storage import Location
 
-# Termination reasons. Only `done`, `step_limit` and `request_rejected` episodes are
+# Termination reasons. Only `done`, `step_limit`, `request_rejected` and
+# `invalid_reply` (a reply the client could not use: the model's failure) episodes are
 # scored; `infra_error` and `timeout` are infrastructure failures, never student ones.
-SCORED_TERMINATIONS = ("done", "step_limit", "request_rejected")
+SCORED_TERMINATIONS = ("done", "step_limit", "request_rejected", "invalid_reply")
 INFRA_TERMINATIONS = ("infra_error", "timeout")
 
 
@@ -209,3 +210,45 @@ def record_from_row(row: dict[str, Any]) -> EpisodeRecord:
 
 def messages_to_json(messages: list[dict[str, Any]]) -> str:
     return json.dumps(messages, ensure_ascii=False, default=str)
+
+
+def _storable(value: Any, kind: pa.DataType) -> Any:
+    """`value` as a valid value of Arrow type `kind` (None where it has none)."""
+    if value is None:
+        return None
+    if pa.types.is_string(kind):
+        # NUL is fine in Parquet; lone surrogates cannot be encoded as UTF-8.
+        text = value if isinstance(value, str) else str(value)
+        return text.encode("utf-8", "replace").decode("utf-8")
+    if pa.types.is_boolean(kind):
+        return value if isinstance(value, bool) else None
+    if pa.types.is_integer(kind):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return 0
+        bound = 2 ** (kind.bit_width - 1) - 1
+        return max(-bound, min(bound, value))
+    if pa.types.is_floating(kind):
+        return float(value) if isinstance(value, (int, float)) and abs(value) < 1e300 else None
+    if pa.types.is_list(kind):
+        items = value if isinstance(value, (list, tuple)) else []
+        return [_storable(item, kind.value_type) for item in items]
+    if pa.types.is_struct(kind):
+        row = value if isinstance(value, dict) else {}
+        return {f.name: _storable(row.get(f.name), f.type) for f in kind}
+    return value
+
+
+def storable_record(record: EpisodeRecord) -> EpisodeRecord:
+    """`record` with every value the episode schema cannot hold repaired: unencodable
+    strings get U+FFFD, integers are clamped to their column's range, values of the
+    wrong type become text, 0 or null."""
+    row = asdict(record)
+    fixed = {f.name: _storable(row.get(f.name), f.type) for f in EPISODE_SCHEMA}
+    for name in ("steps_per_turn", "steps"):
+        fixed[name] = fixed[name] or []
+    for name in ("messages_json", "extra_json"):
+        fixed[name] = fixed[name] or ("[]" if name == "messages_json" else "{}")
+    for name in ("run_id", "stage", "role", "agent", "model", "backend", "action_format",
+                 "benchmark", "task_id", "termination", "episode_id"):  # fmt: skip
+        fixed[name] = fixed[name] or ""
+    return record_from_row(fixed)

@@ -207,10 +207,14 @@ def test_the_student_replays_its_memory_and_calls_nothing_without_it():
         {"role": "assistant", "content": "[get_stock_info(symbol='AAPL')]"},
         {
             "role": "user",
-            "name": "tool_results",
-            "content": "Execution results:\n"
-            + json.dumps(
-                [{"call": "get_stock_info(symbol='AAPL')", "result": '{"price": 227.16}'}]
+            "content": repr(
+                [
+                    {
+                        "role": "tool",
+                        "name": "get_stock_info(symbol='AAPL')",
+                        "content": '{"price": 227.16}',
+                    }
+                ]
             ),
         },
     ]

@@ -76,7 +76,8 @@ def test_oracle_teacher_and_scripted_student_land_in_parquet_and_mlflow(tmp_path
     assert first.tokens_in > 0 and first.tokens_out > 0
     assert first.steps[0].calls[0].call == "cd(folder='document')"
     messages = json.loads(first.messages_json)
-    assert [m["role"] for m in messages[:4]] == ["system", "user", "assistant", "tool"]
+    # Native mode sends no system prompt, as BFCL's function-calling handlers.
+    assert [m["role"] for m in messages[:3]] == ["user", "assistant", "tool"]
 
     teacher_records = read_episodes(teacher.episodes_dir)
     assert all(r.tokens_in == 0 for r in teacher_records)  # the oracle is no model
@@ -142,7 +143,7 @@ def test_step_limit_ends_the_episode(tmp_path, ray_local):
         result = run_experiment(cfg, progress=False)
     (record,) = read_episodes(result.methods[0].episodes_dir)
     assert record.termination == "step_limit"
-    assert record.steps_per_turn == [3]
+    assert record.steps_per_turn == [4]  # BFCL: the limit, then one more step
     assert record.success is False
     assert record.error_type == "multi_turn:force_terminated"
 
@@ -163,6 +164,25 @@ def test_a_server_that_stays_down_is_an_infra_error_not_a_failure(tmp_path, ray_
     assert all(r.success is None and r.attempts == 2 for r in records)
     assert student.metrics["infra_errors"] == 2
     assert student.metrics["n_scored"] == 0
+
+
+def test_replies_that_used_to_abort_the_sweep_are_scored_and_the_run_finishes(tmp_path, ray_local):
+    """Content as a number, a lone surrogate in the last turn, usage of 10**20: each
+    aborted the whole sweep (parent run FAILED, the same crash on every re-run)."""
+    with run_stub_server(script="tests.support.hostile:hostile") as url:
+        for mode in ("content_number", "content_surrogate@9", "usage_huge"):
+            student = [*_student(url, "native"), f"student.model={mode}"]
+            cfg = _config(tmp_path / mode, "benchmark.limit=1", "methods=[zero_shot]", *student)
+            result = run_experiment(cfg, progress=False)
+            (record,) = read_episodes(result.methods[0].episodes_dir)
+            assert record.success is not None, (mode, record.error_message)
+            assert result.methods[0].metrics["infra_errors"] == 0
+            parent = MlflowClient(cfg.tracking_uri).get_run(result.parent_run_id)
+            assert parent.info.status == "FINISHED", mode
+            if mode == "content_number":
+                assert record.termination == "invalid_reply" and record.success is False
+            else:
+                assert record.success, (mode, record.error_message)
 
 
 def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local):

@@ -40,6 +40,7 @@ def test_same_config_same_keys():
         "student.replicas=3",
         "student.max_concurrency_per_server=2",
         "student.request_timeout_s=5",
+        "student.max_response_bytes=1000",
         "student.name=renamed",
         "memory.builder.concurrency=2",
         "output_dir=/elsewhere",
@@ -60,6 +61,33 @@ def test_prompt_change_renews_agent_stages(monkeypatch):
     after = keys(config())
     assert after["collect"] != before["collect"]
     assert after["evaluate"].isdisjoint(before["evaluate"])
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "agent.native_system_prompt=true",
+        "agent.positional_args=true",
+        "agent.report_invalid_calls=true",
+        "agent.json_schema_tools=true",
+    ],
+)
+def test_a_deviation_from_bfcl_renews_agent_stages_and_is_tagged(option):
+    from distillery.orchestrator.run import point_descriptors
+
+    before, after = keys(config()), keys(config(option))
+    assert after["collect"] != before["collect"]
+    assert after["evaluate"].isdisjoint(before["evaluate"])
+    cfg = config(option)
+    assert cfg.agent.options().deviations() == (option.split(".")[1].split("=")[0],)
+    point = next(iter(plan_sweep([cfg]).points.values()))
+    assert point_descriptors(point)["deviations"] == cfg.agent.options().deviations()[0]
+    default = next(iter(plan_sweep([config()]).points.values()))
+    assert point_descriptors(default)["deviations"] == "none"
+
+
+def test_agent_options_are_off_by_default():
+    assert config().agent.options().deviations() == ()
 
 
 def test_code_version_change_renews_stage_and_downstream(monkeypatch):

@@ -88,6 +88,21 @@ def test_sweep_runs_each_distinct_stage_once_and_reuses_it(tmp_path, ray_local):
             filter_string=f"tags.mlflow.parentRunId = '{result.parent_run_id}'",
         )
         assert len(children) == 2 + 3  # teacher and zero-shot once, one per k
+        # each child's name carries what tells its point from the others
+        amd = sorted(c.info.run_name for c in children if c.info.run_name.startswith("amd_wf:"))
+        assert [name.split(" ", 1)[1] for name in amd] == ["k_wf=1", "k_wf=2", "k_wf=3"]
+        assert {c.data.tags["distillery.descriptor"] for c in children} == {
+            "",
+            "k_wf=1",
+            "k_wf=2",
+            "k_wf=3",
+        }
+        assert {m.descriptor for p in result.points for m in p.methods} == {
+            "",
+            "k_wf=1",
+            "k_wf=2",
+            "k_wf=3",
+        }
 
         # A new point (k=4) on more tasks runs only its own stage and the new tasks.
         wider = run_sweep(

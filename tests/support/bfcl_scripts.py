@@ -16,6 +16,19 @@ from typing import Any
 OBSERVATION_NAME = "tool_results"
 
 
+def is_observation(message: dict[str, Any]) -> bool:
+    """A prompt-format tool-results message: on the wire, BFCL's format (a user message
+    holding the repr of a list of tool messages); in a transcript, also marked."""
+    if message.get("name") == OBSERVATION_NAME:
+        return True
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, str)
+        and content.startswith("[{'role': 'tool'")
+    )
+
+
 @functools.cache
 def _tasks_by_first_turn() -> dict[str, list[Any]]:
     from distillery.workers.envs.registry import make_benchmark
@@ -33,7 +46,7 @@ def _position(messages: list[dict[str, Any]]) -> tuple[Any, list[list[str]], int
     Several tasks share a first user message (and its ground truth); the user turns
     seen so far tell them apart as soon as they differ.
     """
-    users = [m for m in messages if m["role"] == "user" and m.get("name") != OBSERVATION_NAME]
+    users = [m for m in messages if m["role"] == "user" and not is_observation(m)]
     seen = [u["content"] for u in users]
     candidates = _tasks_by_first_turn()[seen[0]]
     task, truth = next(
@@ -139,7 +152,7 @@ def memory_follower_text(request: dict[str, Any]) -> dict[str, Any]:
         instruction = messages[0]["content"].rsplit("Task:", 1)[1].strip()
         return {"content": json.dumps([instruction])}
     _, _, turn, made = _position(messages)
-    users = [m for m in messages if m["role"] == "user" and m.get("name") != OBSERVATION_NAME]
+    users = [m for m in messages if m["role"] == "user" and not is_observation(m)]
     values = [a or b for a, b in QUOTED.findall(users[-1]["content"])]
     calls = [_fill(c, values) for c in _memory_calls(messages[0]["content"])]
     if made < len(calls):
@@ -176,17 +189,17 @@ def _observed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     prefix is read."""
     found = []
     for message in messages:
-        if message.get("name") != OBSERVATION_NAME:
+        if not is_observation(message):
             continue
-        body = message["content"].split("\n", 1)[-1]
         try:
-            results = json.loads(body)
-        except json.JSONDecodeError:
+            results = ast.literal_eval(message["content"])
+        except (ValueError, SyntaxError):
             continue
         for item in results if isinstance(results, list) else []:
             try:
-                value, _ = json.JSONDecoder().raw_decode(str(item.get("result", "")).lstrip())
-            except json.JSONDecodeError:
+                text = str(item.get("content", "")).lstrip()
+                value, _ = json.JSONDecoder().raw_decode(text)
+            except (json.JSONDecodeError, AttributeError):
                 continue
             if isinstance(value, dict) and "error" not in value:
                 found.append(value)
@@ -299,11 +312,7 @@ def memory_procedure_text(request: dict[str, Any]) -> dict[str, Any]:
     memory = _memory_calls(system)
     if not memory:
         return {"content": NO_MEMORY_REPLY}
-    users = [
-        i
-        for i, m in enumerate(messages)
-        if m["role"] == "user" and m.get("name") != OBSERVATION_NAME
-    ]
+    users = [i for i, m in enumerate(messages) if m["role"] == "user" and not is_observation(m)]
     texts = [messages[users[-1]]["content"]]  # the current request only
     issued = [m["content"].strip("[] ") for m in messages[users[-1] :] if m["role"] == "assistant"]
     position = 0  # memory calls already played or passed over in this turn

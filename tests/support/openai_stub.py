@@ -3,7 +3,13 @@
 Replies come from a *script*, a function ``script(request: dict) -> dict`` named by
 import path ("module:function"), which returns ``{"content": str}`` or
 ``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, optionally with
-``{"status": 503}`` to answer with an HTTP error. The server runs in its own process
+``{"status": 503}`` to answer with an HTTP error. Hostile replies (see hostile.py) use
+the raw keys: ``message`` (the assistant message, sent as is), ``usage`` and
+``finish_reason`` (as is), ``body`` (the whole body, verbatim, with optional
+``headers``) or ``stream``
+(``{"chunk": str, "interval_s": float, "total_bytes": int | None}``: a body that
+trickles or never ends). JSON is written ASCII-only, so any string (lone surrogates
+included) goes over the wire as the JSON escape a real server would send. The server runs in its own process
 (so it never competes with the code under test for the GIL), adds a fixed delay per
 call, counts usage (4 characters = 1 token) and exposes request counts at /stats.
 
@@ -57,6 +63,22 @@ def word_vector(text: str, dim: int = 32) -> list[float]:
 
 def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
     prompt_chars = sum(len(json.dumps(m.get("content") or "")) for m in request["messages"])
+    if "message" in reply:  # a hostile reply: every field exactly as the script wrote it
+        usage = {"prompt_tokens": max(1, prompt_chars // 4), "completion_tokens": 1}
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "stub"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": reply["message"],
+                    "finish_reason": reply.get("finish_reason", "stop"),
+                }
+            ],
+            "usage": reply.get("usage", usage),
+        }
     message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
     finish = "stop"
     out_text = reply.get("content") or ""
@@ -89,7 +111,7 @@ def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]
 def make_app(script: str, delay_s: float):
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     play = load_script(script)
@@ -98,7 +120,7 @@ def make_app(script: str, delay_s: float):
     async def models(_: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         body = await request.json()
         stats["requests"] += 1
         stats[f"model:{body.get('model')}"] += 1
@@ -112,7 +134,13 @@ def make_app(script: str, delay_s: float):
                 {"error": {"message": reply.get("content", "error"), "code": status}},
                 status_code=status,
             )
-        return JSONResponse(completion(body, reply))
+        if "body" in reply:
+            raw = reply["body"]
+            content = raw.encode() if isinstance(raw, str) else raw
+            return Response(content, 200, reply.get("headers"), media_type=_JSON)
+        if "stream" in reply:
+            return StreamingResponse(_stream(**reply["stream"]), 200, media_type=_JSON)
+        return Response(json.dumps(completion(body, reply)).encode(), 200, media_type=_JSON)
 
     async def embeddings(request: Request) -> JSONResponse:
         body = await request.json()
@@ -142,6 +170,19 @@ def make_app(script: str, delay_s: float):
             Route("/stats", get_stats),
         ]
     )
+
+
+_JSON = "application/json"
+
+
+async def _stream(chunk: str, interval_s: float = 0.0, total_bytes: int | None = None):
+    """`chunk` again and again (forever when `total_bytes` is None)."""
+    data = chunk.encode()
+    sent = 0
+    while total_bytes is None or sent < total_bytes:
+        yield data
+        sent += len(data)
+        await asyncio.sleep(interval_s)
 
 
 def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 30.0) -> None:

@@ -79,3 +79,49 @@ def test_oracle_runs_without_any_backend(tmp_path):
     summaries = asyncio.run(play_all())
     assert all(s.success for s in summaries), [s.error_message for s in summaries]
     assert len(read_episodes(tmp_path / "episodes")) == 5
+
+
+def test_the_episode_timeout_is_real_for_slow_environment_code(tmp_path, monkeypatch):
+    """A synchronous environment call that overruns ends its episode as a timeout on
+    time, and the event loop (every other episode of the worker) is never stalled."""
+    import time
+
+    from distillery.workers.envs.bfcl import BfclEnvironment
+
+    original = BfclEnvironment.step
+
+    def slow_step(self, action):
+        time.sleep(4.0)  # e.g. a call BFCL computes for seconds
+        return original(self, action)
+
+    monkeypatch.setattr(BfclEnvironment, "step", slow_step)
+    job = AgentJob(
+        run_id="r",
+        stage="evaluate",
+        role="student",
+        model=STUDENT,
+        benchmark="bfcl_multi_turn_base",
+        episodes_dir=str(tmp_path / "episodes"),
+        episode_retries=0,
+        episode_timeout_s=0.5,
+    )
+    runner = EpisodeRunner(job, chat_backend=FlakyBackend(0, text="[pwd()]"))
+    ticks = []
+
+    async def tick():
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.05)
+
+    async def go():
+        ticker = asyncio.create_task(tick())
+        started = time.monotonic()
+        summary = await runner.run_task("multi_turn_base_3")
+        ticker.cancel()
+        return summary, time.monotonic() - started
+
+    summary, wall = asyncio.run(go())
+    assert summary.termination == "timeout" and summary.success is None
+    assert wall < 3.0  # the deadline (and a bounded wait for the close), not the 4 s call
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert max(gaps) < 0.3  # the loop kept running while the call ran

@@ -2,25 +2,45 @@
 
 One episode = the task's user turns in order. Within a turn the policy answers; its
 calls are validated and executed by the environment and the observations go back to
-it; a response without calls ends the turn. The benchmark's step limit per turn ends
-the whole episode (BFCL force-terminates it). Infrastructure failures propagate as
-`InfraError` so the caller can retry the episode; they are never scored.
+it; a response without calls, or one the benchmark cannot decode, ends the turn.
+
+Step-limit semantics are BFCL's (`inference_multi_turn_*`): a turn may make
+`max_steps_per_turn` steps and one more; after that one its turn is closed (and later
+scored), and the episode stops. Stopping in the last turn therefore still scores every
+turn; stopping earlier leaves turns unplayed, which the checker fails as
+force-terminated. Infrastructure failures propagate as `InfraError` so the caller can
+retry the episode; they are never scored.
+
+A reply the client could not use (`InvalidReply`) ends the episode as the model's
+failure. Every tool call of a reply is answered by its own observation, matched by id;
+a policy that repeats or omits ids gets ids of ours first (the client already does this
+for server replies). What is kept in the history, and re-sent at every step, is bounded:
+text over `MAX_HISTORY_TEXT` characters, arguments over `MAX_HISTORY_ARGUMENTS` and
+calls beyond `MAX_HISTORY_CALLS` in one reply (all beyond what the environment accepts)
+are cut, with a note saying so.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from distillery.workers.agents.policies import EpisodePolicy
+from distillery.workers.agents.policies import OBSERVATION_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
-from distillery.workers.llm.types import ChatResult, RequestRejected
+from distillery.workers.envs.calls import DEFAULT_LIMITS
+from distillery.workers.envs.execution import run_in_env_thread
+from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected
 from distillery.workers.trajectories import CallRecord, StepRecord
 
-# Marks observation messages in the prompt format (they are `user` messages there), so
-# they can be told apart from real user turns.
-OBSERVATION_NAME = "tool_results"
+# What one assistant message may keep in the history: the environment refuses longer
+# responses and arguments as calls anyway, and a reply of megabytes kept verbatim is
+# re-sent (and held in memory) at every later step.
+MAX_HISTORY_TEXT = DEFAULT_LIMITS.max_text_chars
+MAX_HISTORY_ARGUMENTS = DEFAULT_LIMITS.max_call_chars
+MAX_HISTORY_CALLS = 4 * DEFAULT_LIMITS.max_calls  # (a reply with more is refused whole)
+MAX_NOTES = 50  # reply repairs kept per episode (the rest are counted)
 
 
 class EpisodeHooks(Protocol):
@@ -37,7 +57,7 @@ class EpisodeHooks(Protocol):
 
 @dataclass
 class EpisodeOutcome:
-    termination: str  # done | step_limit | request_rejected
+    termination: str  # done | step_limit | request_rejected | invalid_reply
     steps: list[StepRecord] = field(default_factory=list)
     steps_per_turn: list[int] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -46,6 +66,8 @@ class EpisodeOutcome:
     tokens_out: int = 0
     llm_latency_s: float = 0.0
     rejection: str | None = None
+    reply_notes: list[str] = field(default_factory=list)  # repairs of the model's replies
+    reply_notes_dropped: int = 0
 
 
 async def run_agent_loop(
@@ -60,14 +82,12 @@ async def run_agent_loop(
     tools = list(task.tools) if fmt == "native" else None
     base_prompt = env.system_prompt(fmt)
     out = EpisodeOutcome(termination="done")
-    out.messages = [{"role": "system", "content": base_prompt}]
+    _set_system_prompt(out.messages, base_prompt)
 
     for turn_index, user_text in enumerate(task.turns):
         if hooks is not None:
-            out.messages[0] = {
-                "role": "system",
-                "content": await hooks.before_turn(turn_index, user_text, base_prompt),
-            }
+            prompt = await hooks.before_turn(turn_index, user_text, base_prompt)
+            _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
         out.messages.append({"role": "user", "content": user_text})
         steps_in_turn = 0
         while True:
@@ -77,18 +97,27 @@ async def run_agent_loop(
                 out.termination, out.rejection = "request_rejected", str(exc)
                 out.steps_per_turn.append(steps_in_turn)
                 return out
-            _count_usage(out, result)
+            except InvalidReply as exc:
+                out.termination, out.rejection = "invalid_reply", str(exc)
+                out.steps_per_turn.append(steps_in_turn)
+                return out
+            result = _with_unique_ids(result)
             action = _parse(env, fmt, result)
+            result = _bounded(result)  # parsed whole, kept bounded
+            _count_usage(out, result)
+            _keep_notes(out, turn_index, steps_in_turn, result)
             out.messages.append(_assistant_message(fmt, result))
-            if action.empty:
+            if action.empty:  # no call, or nothing decodable: the turn ends
                 break
-            observations = env.step(action)
+            observations = await run_in_env_thread(env.step, action)
             if hooks is not None:
                 observations = await hooks.after_step(turn_index, user_text, observations)
             out.messages.extend(_observation_messages(fmt, result, observations))
-            out.steps.append(_step_record(turn_index, steps_in_turn, result, observations))
+            kept = observations[:MAX_HISTORY_CALLS]
+            out.steps.append(_step_record(turn_index, steps_in_turn, result, kept))
             steps_in_turn += 1
-            if steps_in_turn >= max_steps_per_turn:
+            if steps_in_turn > max_steps_per_turn:  # BFCL: `count > MAXIMUM_STEP_LIMIT`
+                env.end_turn()  # the force-quit turn is kept and scored
                 out.termination = "step_limit"
                 out.steps_per_turn.append(steps_in_turn)
                 return out
@@ -97,12 +126,81 @@ async def run_agent_loop(
     return out
 
 
+def _set_system_prompt(messages: list[dict[str, Any]], prompt: str) -> None:
+    """The system message is the first message when there is a prompt, else absent
+    (BFCL's function-calling handlers send none)."""
+    has_system = bool(messages) and messages[0].get("role") == "system"
+    if prompt:
+        message = {"role": "system", "content": prompt}
+        if has_system:
+            messages[0] = message
+        else:
+            messages.insert(0, message)
+    elif has_system:
+        del messages[0]
+
+
 def _parse(env: Environment, fmt: str, result: ChatResult) -> ParsedAction:
     if fmt == "native":
         if result.tool_calls:
             return env.parse_tool_calls(result.tool_calls)
         return ParsedAction()
     return env.parse_text(result.text or "")
+
+
+def _with_unique_ids(result: ChatResult) -> ChatResult:
+    """`result` with every tool call under its own string id, so that each
+    observation goes back to the call it answers."""
+    seen: set[str] = set()
+    calls = []
+    renamed = []
+    for call in result.tool_calls:
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or call_id in seen:
+            fresh = f"call_{uuid.uuid4().hex[:16]}"
+            renamed.append(f"tool call id {str(call_id)[:40]!r} replaced by {fresh}")
+            call = {**call, "id": fresh}
+            call_id = fresh
+        seen.add(call_id)
+        calls.append(call)
+    if not renamed:
+        return result
+    return replace(result, tool_calls=calls, notes=(*result.notes, *renamed))
+
+
+def _bounded(result: ChatResult) -> ChatResult:
+    """`result` as the history keeps it: oversize text and arguments cut."""
+    notes = []
+    text = result.text
+    if isinstance(text, str) and len(text) > MAX_HISTORY_TEXT:
+        notes.append(f"content of {len(text)} characters cut to {MAX_HISTORY_TEXT}")
+        text = text[:MAX_HISTORY_TEXT] + f" [... {len(text) - MAX_HISTORY_TEXT} characters cut]"
+    calls = result.tool_calls
+    if len(calls) > MAX_HISTORY_CALLS:
+        # The environment refused them all (too many calls); the kept ones are answered.
+        notes.append(f"{len(calls)} tool calls cut to the first {MAX_HISTORY_CALLS}")
+        calls = calls[:MAX_HISTORY_CALLS]
+    if any(len(str(c.get("arguments", ""))) > MAX_HISTORY_ARGUMENTS for c in calls):
+        kept = calls
+        calls = []
+        for call in kept:
+            size = len(str(call.get("arguments", "")))
+            if size > MAX_HISTORY_ARGUMENTS:
+                notes.append(f"arguments of {call.get('name')!s:.40} ({size} characters) cut")
+                # Valid JSON still (some servers parse it); too long to run anyway.
+                call = {**call, "arguments": json.dumps({"cut": f"{size} characters"})}
+            calls.append(call)
+    if not notes:
+        return result
+    return replace(result, text=text, tool_calls=calls, notes=(*result.notes, *notes))
+
+
+def _keep_notes(out: EpisodeOutcome, turn: int, step: int, result: ChatResult) -> None:
+    for note in result.notes:
+        if len(out.reply_notes) < MAX_NOTES:
+            out.reply_notes.append(f"turn {turn} step {step}: {note}")
+        else:
+            out.reply_notes_dropped += 1
 
 
 def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
@@ -115,6 +213,8 @@ def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
 def _assistant_message(fmt: str, result: ChatResult) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": result.text or ""}
     if fmt == "native" and result.tool_calls:
+        # As a server sends a tool-call message back (and BFCL echoes it): no text is null.
+        message["content"] = result.text or None
         message["tool_calls"] = [
             {
                 "id": call["id"],
@@ -139,14 +239,10 @@ def _observation_messages(
             content = obs.content if obs else "Error: this call was not executed."
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
         return messages
-    payload = [{"call": o.call, "result": o.content} for o in observations]
-    return [
-        {
-            "role": "user",
-            "name": OBSERVATION_NAME,
-            "content": "Execution results:\n" + json.dumps(payload, ensure_ascii=False),
-        }
-    ]
+    # BFCL's `format_execution_results_prompting`: one user message, the repr of a
+    # list of tool messages named by the decoded calls.
+    payload = [{"role": "tool", "name": o.call, "content": o.content} for o in observations]
+    return [{"role": "user", "name": OBSERVATION_NAME, "content": repr(payload)}]
 
 
 def _step_record(

@@ -6,6 +6,21 @@ from typing import Any, Protocol
 
 from distillery.workers.llm.types import ChatResult
 
+# Marks observation messages in the prompt format (they are `user` messages there), so
+# they can be told apart from real user turns in the transcript. It is bookkeeping:
+# a request carries BFCL's message without it (`wire_messages`).
+OBSERVATION_NAME = "tool_results"
+
+
+def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as sent to a model: observation markers removed."""
+    if not any(m.get("name") == OBSERVATION_NAME for m in messages):
+        return messages
+    return [
+        {k: v for k, v in m.items() if k != "name"} if m.get("name") == OBSERVATION_NAME else m
+        for m in messages
+    ]
+
 
 class EpisodePolicy(Protocol):
     """Produces the next assistant message of one episode."""
@@ -52,7 +67,7 @@ class LlmPolicy:
         kwargs: dict[str, Any] = dict(self._sampling)
         if self.action_format == "native" and tools:
             kwargs["tools"] = tools
-        return await self._backend.chat(self._episode_id, messages, **kwargs)
+        return await self._backend.chat(self._episode_id, wire_messages(messages), **kwargs)
 
     async def close(self) -> None:
         self._backend.end_episode(self._episode_id)
@@ -63,9 +78,9 @@ class OraclePolicy:
 
     It is an upper bound labelled as `oracle` everywhere, not a model: it lets the whole
     pipeline (episodes, checker, memory building) run offline. It writes the
-    benchmark's prompt format (ground truth has positional arguments that native tool
-    calls cannot carry), so its calls go through the same parsing and validation as
-    any model output.
+    benchmark's prompt format (the benchmark's `oracle_turns`, every argument named, as
+    BFCL's decoder reads them), so its calls go through the same decoding and
+    validation as any model output.
     """
 
     action_format = "prompt"

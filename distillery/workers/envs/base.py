@@ -8,7 +8,7 @@ checker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 
@@ -35,23 +35,60 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class RejectedCall:
-    """A piece of model output that looked like a call but was not allowed to run."""
+    """A call the benchmark's decoder accepts but that is not allowed to run here.
+
+    It still counts as a call of its step, as the benchmark counts it (its own
+    executor would run it and get an error): it is answered with an error and scored
+    as a call that changed nothing. `position` is its index in the response, so
+    results keep the response's order. `counted` is False for output the benchmark's
+    decoder rejects but an option chose to report (it never reaches the checker).
+    """
 
     raw: str
     reason: str
     call_id: str | None = None
+    position: int = -1
+    counted: bool = True
 
 
 @dataclass(frozen=True)
 class ParsedAction:
-    """What one model response asks the environment to do."""
+    """What one model response asks the environment to do.
+
+    `decode_error` is set when the response could not be decoded as calls at all
+    (the benchmark's decoder fails on it): nothing runs and, as in the benchmark's
+    own loop, the turn ends.
+    """
 
     calls: tuple[ToolCall, ...] = ()
     rejected: tuple[RejectedCall, ...] = ()
+    decode_error: str | None = None
 
     @property
     def empty(self) -> bool:
         return not self.calls and not self.rejected
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Deviations from the benchmark's own inference pipeline, all off by default.
+
+    Off, an episode sees what the benchmark's own runner (``bfcl generate``) shows the
+    same model and is scored as its checker scores it. Each option that is on is
+    recorded with the run (`deviations`).
+    """
+
+    native_system_prompt: bool = False  # distillery's own system prompt in native mode
+    positional_args: bool = False  # keep positional arguments (BFCL's decoder drops them)
+    report_invalid_calls: bool = False  # undecodable calls are reported, the turn goes on
+    json_schema_tools: bool = False  # plain JSON-schema tools instead of BFCL's conversion
+
+    def deviations(self) -> tuple[str, ...]:
+        """The names of the options that are on, in declaration order."""
+        return tuple(name for name in AGENT_OPTION_NAMES if getattr(self, name))
+
+
+AGENT_OPTION_NAMES = tuple(f.name for f in fields(AgentOptions))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ episode created, the checker's ``_eval`` and ``_ground_truth_eval`` replays incl
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -29,7 +30,17 @@ from bfcl_eval.constants import default_prompts
 from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
 
-from distillery.workers.envs.base import ParsedAction, Score, Task, ToolCall, ToolResult
+from distillery.workers.envs.base import (
+    AgentOptions,
+    ParsedAction,
+    RejectedCall,
+    Score,
+    Task,
+    ToolCall,
+    ToolResult,
+)
+from distillery.workers.envs.bfcl_costs import execution_cost_error
+from distillery.workers.envs.bfcl_tools import bfcl_tool, json_schema_tool, keyword_call
 from distillery.workers.envs.calls import (
     DEFAULT_LIMITS,
     CallLimits,
@@ -53,6 +64,12 @@ PROMPT_VARIANT = (
 
 EXECUTION_ERROR_PREFIX = "Error during execution:"
 
+# What the checker replays for a call that was decoded but not allowed to run: BFCL's
+# executor would have run the model's call and got an error; this gets one too
+# (a NameError) and changes no state, so the step counts exactly as BFCL counts it.
+REJECTED_CALL_SOURCE = "distillery_rejected_call()"
+
+# Only with the `native_system_prompt` option: BFCL's FC handlers send no system prompt.
 NATIVE_SYSTEM_PROMPT = (
     "You are an assistant that completes the user's requests by calling the provided "
     "tools. At each turn, try your best to complete everything the user asked within "
@@ -62,9 +79,10 @@ NATIVE_SYSTEM_PROMPT = (
     "without any tool call: that ends the turn."
 )
 
+DEFAULT_OPTIONS = AgentOptions()  # BFCL's own pipeline, no deviation
+
 # Name suffixes BFCL's executor appends to the model name (episode, checker replays).
 _INSTANCE_SUFFIXES = ("", "_eval", "_ground_truth_eval")
-_OPENAPI_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
 
 # The executor and the checker are synchronous and never await, so asyncio episodes
 # cannot interleave inside them; the lock covers episodes driven from threads.
@@ -110,37 +128,6 @@ def _function_docs(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return docs
 
 
-def _openai_schema(schema: Any) -> Any:
-    """A BFCL parameter schema as JSON Schema: dict->object, float->number, tuple->array."""
-    if isinstance(schema, list):
-        return [_openai_schema(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "type" and isinstance(value, str):
-            if value != "any":  # JSON Schema has no "any": no type means any
-                out[key] = _OPENAPI_TYPES.get(value, value)
-        elif key == "properties" and isinstance(value, dict):
-            out[key] = {name: _openai_schema(sub) for name, sub in value.items()}
-        elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
-            out[key] = _openai_schema(value)
-        else:
-            out[key] = copy.deepcopy(value)  # descriptions, enums, defaults: data, not schema
-    return out
-
-
-def _openai_tool(doc: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": doc["name"],
-            "description": doc["description"],
-            "parameters": _openai_schema(doc["parameters"]),
-        },
-    }
-
-
 def _turn_text(messages: list[dict[str, Any]]) -> str:
     return "\n\n".join(m["content"] for m in messages if m.get("role") == "user")
 
@@ -154,7 +141,7 @@ def _build_task(entry: dict[str, Any], ground_truth: list[list[str]]) -> Task:
         task_id=entry["id"],
         benchmark=BENCHMARK_NAME,
         turns=tuple(_turn_text(turn) for turn in entry["question"]),
-        tools=tuple(_openai_tool(doc) for doc in docs),
+        tools=tuple(bfcl_tool(doc) for doc in docs),
         function_docs=tuple(docs),
         group_id="+".join(sorted(classes)),
         metadata={
@@ -239,6 +226,15 @@ def _classes_prompt(involved_classes: tuple[str, ...]) -> str:
 
 
 @functools.cache
+def _json_schema_task(task_id: str) -> Task:
+    """The task with plain JSON-schema tools (the `json_schema_tools` option)."""
+    task = _loaded_tasks()[task_id]
+    return dataclasses.replace(
+        task, tools=tuple(json_schema_tool(doc) for doc in task.function_docs)
+    )
+
+
+@functools.cache
 def _loaded_tasks() -> dict[str, Task]:
     return {task.task_id: task for task in _load()[2]}
 
@@ -293,6 +289,7 @@ class BfclEnvironment:
         ground_truth: list[list[str]],
         episode_tag: str,
         limits: CallLimits = DEFAULT_LIMITS,
+        options: AgentOptions = DEFAULT_OPTIONS,
     ) -> None:
         self.task = task
         self.model_name = _model_name(episode_tag)
@@ -306,6 +303,7 @@ class BfclEnvironment:
         # From the official docs, not `task`: a tampered Task must not widen what runs.
         self._allowed = _allowed_names(tuple(entry["involved_classes"]))
         self._limits = limits
+        self._options = options
         self._turns: list[list[list[str]]] = []  # closed turns -> steps -> call sources
         self._current: list[list[str]] = []
         self._closed = False
@@ -313,36 +311,73 @@ class BfclEnvironment:
     # -- prompts and parsing
 
     def system_prompt(self, action_format: str) -> str:
+        """BFCL's prompting system prompt; none in native mode, as BFCL's FC handlers."""
         if action_format == "prompt":
             return _task_prompt(self.task)
         if action_format == "native":
-            return NATIVE_SYSTEM_PROMPT
+            return NATIVE_SYSTEM_PROMPT if self._options.native_system_prompt else ""
         raise ValueError(f"unknown action format {action_format!r}; use 'native' or 'prompt'")
 
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
-        return parse_native_calls(tool_calls, self._allowed, self._limits)
+        return parse_native_calls(
+            tool_calls, self._allowed, self._limits, self._options.report_invalid_calls
+        )
 
     def parse_text(self, text: str) -> ParsedAction:
-        return parse_text_calls(text, self._allowed, self._limits)
+        return parse_text_calls(
+            text,
+            self._allowed,
+            self._limits,
+            positional_args=self._options.positional_args,
+            report_invalid=self._options.report_invalid_calls,
+        )
 
     # -- acting
 
     def step(self, action: ParsedAction) -> list[ToolResult]:
-        """Run the valid calls in order (results first), then report the rejected ones."""
+        """Run the valid calls in order; rejected ones are answered with an error.
+
+        Results keep the response's order. The step is recorded for the checker as
+        BFCL's loop records it: every decoded call, a rejected one as a call that
+        fails and changes nothing (`REJECTED_CALL_SOURCE`).
+        """
         self._require_open()
         runnable: list[ToolCall] = []
-        refused: list[ToolResult] = []
+        refused: list[RejectedCall] = list(action.rejected)
         for call in action.calls:
-            # Re-checked here too: a ParsedAction may have been built by hand.
+            # Re-checked here too: a ParsedAction may have been built by hand. A call
+            # whose cost is unbounded is refused too (it could never be stopped).
             reason = check_call(call, self._allowed, self._limits)
+            reason = reason or execution_cost_error(call)
             if reason is None:
                 runnable.append(call)
             else:
                 name = call.name if isinstance(call.name, str) else "<invalid>"
-                refused.append(_rejection(f"{name[:80]}(...)", reason, call.call_id, None))
-        for rejected in action.rejected:
-            refused.append(_rejection(rejected.raw, rejected.reason, rejected.call_id, None))
-        return self._execute(runnable) + refused
+                refused.append(RejectedCall(f"{name[:80]}(...)", reason, call.call_id))
+        executed = self._execute(runnable)
+        placed = sorted((r for r in refused if r.position >= 0), key=lambda r: r.position)
+        ordered: list[ToolResult | RejectedCall] = []
+        done = 0
+        while placed or done < len(executed):
+            if placed and (placed[0].position <= len(ordered) or done == len(executed)):
+                ordered.append(placed.pop(0))
+            else:
+                ordered.append(executed[done])
+                done += 1
+        ordered += [r for r in refused if r.position < 0]
+        results: list[ToolResult] = []
+        sources: list[str] = []
+        for item in ordered:
+            if isinstance(item, ToolResult):
+                results.append(item)
+                sources.append(item.call)
+            else:
+                results.append(_rejection(item))
+                if item.counted:
+                    sources.append(REJECTED_CALL_SOURCE)
+        if sources:
+            self._current.append(sources)
+        return results
 
     def _execute(self, calls: list[ToolCall]) -> list[ToolResult]:
         if not calls:
@@ -358,7 +393,6 @@ class BfclEnvironment:
                 long_context=False,
                 is_evaL_run=False,
             )
-        self._current.append(sources)
         return [
             ToolResult(
                 call=source,
@@ -446,13 +480,14 @@ class BfclEnvironment:
         self.close()
 
 
-def _rejection(raw: str, reason: str, call_id: str | None, function: str | None) -> ToolResult:
+def _rejection(rejected: RejectedCall) -> ToolResult:
     return ToolResult(
-        call=raw,
-        content=f"Error: call rejected, not executed: {reason}",
-        error=reason,
-        function=function,
-        call_id=call_id,
+        call=rejected.raw,
+        # BFCL's executor words every failed call so; this one was never executed.
+        content=f"{EXECUTION_ERROR_PREFIX} {rejected.reason}",
+        error=rejected.reason,
+        function=None,
+        call_id=rejected.call_id,
         rejected=True,
     )
 
@@ -466,8 +501,11 @@ class BfclMultiTurnBase:
     name = BENCHMARK_NAME
     max_steps_per_turn = default_prompts.MAXIMUM_STEP_LIMIT
 
-    def __init__(self, limits: CallLimits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, limits: CallLimits = DEFAULT_LIMITS, options: AgentOptions = DEFAULT_OPTIONS
+    ) -> None:
         self.limits = limits
+        self.options = options
 
     def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
         """Tasks in id order; treat them as read-only (they are shared per process)."""
@@ -484,6 +522,8 @@ class BfclMultiTurnBase:
             if limit < 0:
                 raise ValueError(f"limit must be >= 0, got {limit}")
             selected = selected[:limit]
+        if self.options.json_schema_tools:
+            selected = [_json_schema_task(task.task_id) for task in selected]
         return selected
 
     def make_env(self, task: Task, episode_tag: str) -> BfclEnvironment:
@@ -491,11 +531,19 @@ class BfclMultiTurnBase:
         if task.task_id not in entries:
             raise ValueError(f"unknown {BENCHMARK_NAME} task id {task.task_id!r}")
         return BfclEnvironment(
-            task, entries[task.task_id], answers[task.task_id], episode_tag, self.limits
+            task,
+            entries[task.task_id],
+            answers[task.task_id],
+            episode_tag,
+            self.limits,
+            self.options,
         )
 
     def oracle_turns(self, task: Task) -> list[list[str]]:
-        _, answers, _ = _load()
+        """The ground truth per turn, positional arguments named (BFCL's decoder drops
+        positional arguments, so the oracle writes every argument by name)."""
+        entries, answers, _ = _load()
         if task.task_id not in answers:
             raise ValueError(f"unknown {BENCHMARK_NAME} task id {task.task_id!r}")
-        return [list(turn) for turn in answers[task.task_id]]
+        classes = entries[task.task_id]["involved_classes"]
+        return [[keyword_call(call, classes) for call in turn] for turn in answers[task.task_id]]

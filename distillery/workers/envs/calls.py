@@ -8,17 +8,16 @@ handed to a benchmark executor is our canonical rendering, never the model's tex
 `check_call` re-parses that rendering before anything runs, so even a hand-built
 `ToolCall` cannot smuggle code through.
 
-Rules for the prompt format (``[f(a=1), g()]``):
+What counts as a call, and what ends the turn, is BFCL's decoder's decision
+(`decoding.py`): this module only decides what of it may *run*.
 
-- Text that does not parse as a Python expression, or parses to something without any
-  call in it (prose, ``[]``, a bare string), is an *empty* action: the model is
-  talking, which ends the turn as in BFCL.
-- Text that parses and contains a call is a call attempt. Each element of the list is
-  judged on its own: valid calls run in their order, every forbidden element becomes a
-  `RejectedCall` with a reason (mixed lists are *not* all-or-nothing, matching BFCL's
-  executor, which runs each decoded call independently). Rejected elements are reported
-  to the model, never executed.
-- A response with more than `max_calls` elements, or longer than `max_text_chars`, is
+- A response BFCL cannot decode (prose, a syntax error, a list with a non-call, invalid
+  JSON arguments) runs nothing and ends the turn (`ParsedAction.decode_error`).
+- A decoded call that is not a plain literal-only call of one of the task's functions
+  (an unknown name, attribute access, values BFCL would `eval`) becomes a
+  `RejectedCall` with a reason: answered with an error, never executed, and scored as
+  a call that changed nothing (BFCL's executor would run it and fail).
+- A response with more than `max_calls` calls, or longer than `max_text_chars`, is
   rejected as a whole (one `RejectedCall`): it is pathological, not a plan.
 """
 
@@ -34,6 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from distillery.workers.envs.base import ParsedAction, RejectedCall, ToolCall
+from distillery.workers.envs.decoding import (
+    DecodedCall,
+    DecodeFailure,
+    decode_text,
+    decode_tool_calls,
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,6 @@ DEFAULT_LIMITS = CallLimits()
 _SCALAR_TYPES = (str, int, float, bool, type(None))
 _CONTAINER_TYPES = (list, tuple, set)
 
-_FENCE = re.compile(r"^```[\w+-]*[ \t]*\n?(?P<body>.*?)\n?[ \t]*```$", re.DOTALL)
 # Cheap test for over-long text: is it trying to call something, or just long prose?
 _LOOKS_LIKE_CALL = re.compile(r"^[\[(]?\s*[A-Za-z_][\w.]*\s*\(")
 
@@ -87,60 +91,65 @@ class _Rejected(Exception):
 
 
 def parse_text_calls(
-    text: str, allowed: Collection[str], limits: CallLimits = DEFAULT_LIMITS
+    text: str,
+    allowed: Collection[str],
+    limits: CallLimits = DEFAULT_LIMITS,
+    positional_args: bool = False,
+    report_invalid: bool = False,
 ) -> ParsedAction:
-    """BFCL prompt-format output (``[f(a=1), g()]`` or ``f(a=1)``) -> validated calls."""
+    """BFCL prompt-format output (``[f(a=1), g()]`` or ``f(a=1)``) -> validated calls.
+
+    Decoded as BFCL decodes it (`decoding.decode_text`): positional arguments are
+    dropped unless `positional_args`; an undecodable response is a `decode_error`
+    (the turn ends) unless `report_invalid` turns a call-like one into a rejected,
+    unscored call that the model is told about.
+    """
     if not isinstance(text, str):
-        return ParsedAction()
-    body = _strip_wrappers(text)
-    if len(body) > limits.max_text_chars:
-        return _too_long(body, limits)
-    tree = _parse_expression(body)
-    if tree is None:
-        return ParsedAction()
-    elements = _call_elements(tree.body)
-    if elements is None:
-        return ParsedAction()
-    if len(elements) > limits.max_calls:
-        reason = f"too many calls in one response: {len(elements)} (limit {limits.max_calls})"
-        return ParsedAction(rejected=(RejectedCall(_clip(body, limits), reason),))
-    calls: list[ToolCall] = []
-    rejected: list[RejectedCall] = []
-    for node in elements:
-        raw = ast.get_source_segment(body, node) or ast.unparse(node)
-        try:
-            calls.append(_call_from_node(node, raw, allowed, limits))
-        except _Rejected as exc:
-            rejected.append(RejectedCall(_clip(raw, limits), str(exc)))
-    return ParsedAction(calls=tuple(calls), rejected=tuple(rejected))
+        return ParsedAction(decode_error="the response has no text")
+    if len(text) > limits.max_text_chars:
+        return _too_long(text.strip(), limits)
+    try:
+        decoded = decode_text(text)
+    except DecodeFailure as exc:
+        return _undecodable(text, str(exc), report_invalid, limits)
+    return _validated(decoded, allowed, limits, positional_args)
 
 
 def parse_native_calls(
-    tool_calls: Iterable[Any], allowed: Collection[str], limits: CallLimits = DEFAULT_LIMITS
+    tool_calls: Iterable[Any],
+    allowed: Collection[str],
+    limits: CallLimits = DEFAULT_LIMITS,
+    report_invalid: bool = False,
 ) -> ParsedAction:
     """OpenAI-style tool calls ``{"id", "name", "arguments"}`` -> validated calls.
 
-    `arguments` is a JSON object string (a dict is accepted too). The nested form
-    ``{"id", "function": {"name", "arguments"}}`` is also understood.
+    `arguments` is a JSON object string (a dict is accepted too); the nested form
+    ``{"id", "function": {"name", "arguments"}}`` is also understood. As in BFCL, one
+    call whose arguments are not a JSON object makes the whole response undecodable
+    (a `decode_error`: the turn ends), unless `report_invalid`: then that call alone
+    is rejected, unscored, and the model is told.
     """
     items = list(tool_calls or [])
     if len(items) > limits.max_calls:
         # Every call keeps its id, so each one can still be answered.
         reason = f"too many calls in one response: {len(items)} (limit {limits.max_calls})"
         rejected = tuple(
-            RejectedCall(_clip(_native_raw(item), limits), reason, _native_id(item))
-            for item in items
+            RejectedCall(_clip(_native_raw(item), limits), reason, _native_id(item), i)
+            for i, item in enumerate(items)
         )
         return ParsedAction(rejected=rejected)
-    calls: list[ToolCall] = []
-    rejected_calls: list[RejectedCall] = []
-    for item in items:
+    decoded: list[DecodedCall | RejectedCall] = []
+    for position, item in enumerate(items):
         try:
-            calls.append(_call_from_native(item, allowed, limits))
-        except _Rejected as exc:
+            (call,) = decode_tool_calls([item])
+        except DecodeFailure as exc:
+            if not report_invalid:
+                return ParsedAction(decode_error=str(exc))
             raw = _clip(_native_raw(item), limits)
-            rejected_calls.append(RejectedCall(raw, str(exc), _native_id(item)))
-    return ParsedAction(calls=tuple(calls), rejected=tuple(rejected_calls))
+            decoded.append(RejectedCall(raw, str(exc), _native_id(item), position, False))
+            continue
+        decoded.append(call)
+    return _validated(decoded, allowed, limits, positional_args=False)
 
 
 def check_call(
@@ -159,23 +168,90 @@ def check_call(
     return None
 
 
-# ------------------------------------------------------------------ prompt format
+# ------------------------------------------------------------------ validation
 
 
-def _strip_wrappers(text: str) -> str:
-    body = text.strip()
-    match = _FENCE.match(body)
-    if match:
-        body = match.group("body").strip()
-    # Single backticks around a call (`f(a=1)`) are formatting, not code.
-    return body.strip("`").strip()
+def _validated(
+    decoded: list[DecodedCall | RejectedCall],
+    allowed: Collection[str],
+    limits: CallLimits,
+    positional_args: bool,
+) -> ParsedAction:
+    if len(decoded) > limits.max_calls:
+        reason = f"too many calls in one response: {len(decoded)} (limit {limits.max_calls})"
+        return ParsedAction(rejected=(RejectedCall(_clip(_raw_of(decoded), limits), reason),))
+    calls: list[ToolCall] = []
+    rejected: list[RejectedCall] = []
+    for position, item in enumerate(decoded):
+        if isinstance(item, RejectedCall):
+            rejected.append(item)
+            continue
+        try:
+            calls.append(_call_from_decoded(item, allowed, limits, positional_args))
+        except _Rejected as exc:
+            raw = _clip(_display(item), limits)
+            rejected.append(RejectedCall(raw, str(exc), item.call_id, position))
+    return ParsedAction(calls=tuple(calls), rejected=tuple(rejected))
+
+
+def _call_from_decoded(
+    item: DecodedCall, allowed: Collection[str], limits: CallLimits, positional_args: bool
+) -> ToolCall:
+    name = item.name
+    if not isinstance(name, str) or name not in allowed:
+        if isinstance(name, str) and "." in name:
+            raise _Rejected(f"attribute access is not allowed: {_short(name)}")
+        # Worded as the NameError BFCL's executor reports for an unknown function.
+        raise _Rejected(f"name {_short(repr(name))} is not defined")
+    if item.unsafe:
+        raise _Rejected(item.unsafe)
+    if len(item.raw) > limits.max_call_chars:
+        raise _Rejected(
+            f"call too long: {len(item.raw)} characters (limit {limits.max_call_chars})"
+        )
+    if any(key is None for key in item.kwargs):
+        raise _Rejected("** unpacking is not allowed")
+    args: tuple[Any, ...] = ()
+    if positional_args and item.positional:
+        budget = [limits.max_values]
+        for index, arg in enumerate(item.positional):
+            _require_literal(arg, f"positional argument {index + 1}", 1, budget, limits)
+        args = tuple(_literal_value(arg) for arg in item.positional)
+    call = ToolCall(name=name, args=args, kwargs=dict(item.kwargs), call_id=item.call_id)
+    _check_call(call, allowed, limits)
+    return call
+
+
+def _display(item: DecodedCall) -> str:
+    """A rejected call as BFCL's decoder renders it (``name(k=v, ...)``), when it can
+    be rendered; else the response's own text of it."""
+    if not isinstance(item.name, str) or item.unsafe:
+        return item.raw
+    if not all(isinstance(k, str) for k in item.kwargs):
+        return item.raw
+    try:
+        return ToolCall(item.name, (), dict(item.kwargs)).source
+    except (ValueError, RecursionError, MemoryError):
+        return item.raw
+
+
+def _undecodable(text: str, reason: str, report_invalid: bool, limits: CallLimits) -> ParsedAction:
+    body = text.strip().strip("`").strip()
+    if report_invalid and _LOOKS_LIKE_CALL.match(body):
+        reason = f"not decodable as function calls: {reason}"
+        return ParsedAction(rejected=(RejectedCall(_clip(body, limits), reason, None, 0, False),))
+    return ParsedAction(decode_error=reason)
 
 
 def _too_long(body: str, limits: CallLimits) -> ParsedAction:
     if not _LOOKS_LIKE_CALL.match(body):
-        return ParsedAction()  # long prose still just ends the turn
+        return ParsedAction(decode_error="long text without a call")  # prose ends the turn
     reason = f"response too long: {len(body)} characters (limit {limits.max_text_chars})"
     return ParsedAction(rejected=(RejectedCall(_clip(body, limits), reason),))
+
+
+def _raw_of(decoded: list[DecodedCall | RejectedCall]) -> str:
+    return ", ".join(item.raw for item in decoded)
 
 
 def _parse_expression(body: str) -> ast.Expression | None:
@@ -185,61 +261,6 @@ def _parse_expression(body: str) -> ast.Expression | None:
         return ast.parse(body, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return None
-
-
-def _call_elements(node: ast.expr) -> list[ast.expr] | None:
-    """The elements of a call attempt, or None when the text is not one."""
-    if isinstance(node, ast.Call):
-        return [node]
-    if isinstance(node, (ast.List, ast.Tuple)):
-        if any(_contains_call(elt) for elt in node.elts):
-            return list(node.elts)
-        return None
-    if _contains_call(node):
-        return [node]  # e.g. a comprehension of calls: an attempt, rejected below
-    return None
-
-
-def _contains_call(node: ast.AST) -> bool:
-    return any(isinstance(sub, ast.Call) for sub in ast.walk(node))
-
-
-def _call_from_node(
-    node: ast.expr, raw: str, allowed: Collection[str], limits: CallLimits
-) -> ToolCall:
-    if not isinstance(node, ast.Call):
-        raise _Rejected(f"not a function call: {_node_kind(node)}")
-    if len(raw) > limits.max_call_chars:
-        raise _Rejected(f"call too long: {len(raw)} characters (limit {limits.max_call_chars})")
-    name = _callee_name(node.func, allowed)
-    budget = [limits.max_values]
-    for index, arg in enumerate(node.args):
-        _require_literal(arg, f"positional argument {index + 1}", 1, budget, limits)
-    seen: set[str] = set()
-    for kw in node.keywords:
-        if kw.arg is None:
-            raise _Rejected("** unpacking is not allowed")
-        if kw.arg in seen:
-            raise _Rejected(f"argument {kw.arg!r} given twice")
-        seen.add(kw.arg)
-        _require_literal(kw.value, f"argument {kw.arg!r}", 1, budget, limits)
-    args = tuple(_literal_value(arg) for arg in node.args)
-    kwargs = {kw.arg: _literal_value(kw.value) for kw in node.keywords if kw.arg}
-    call = ToolCall(name=name, args=args, kwargs=kwargs)
-    _check_call(call, allowed, limits)
-    return call
-
-
-def _callee_name(func: ast.expr, allowed: Collection[str]) -> str:
-    if isinstance(func, ast.Attribute):
-        raise _Rejected(f"attribute access is not allowed: {_short(ast.unparse(func))}")
-    if isinstance(func, ast.Call):
-        raise _Rejected("calling the result of a call is not allowed")
-    if not isinstance(func, ast.Name):
-        raise _Rejected(f"the callee must be a plain function name, not {_node_kind(func)}")
-    if func.id not in allowed:
-        raise _Rejected(f"unknown function {func.id!r}")
-    return func.id
 
 
 def _require_literal(
@@ -286,59 +307,20 @@ def _literal_value(node: ast.expr) -> Any:
 # ------------------------------------------------------------------- native calls
 
 
-def _native_parts(item: Any) -> tuple[Any, Any]:
-    if not isinstance(item, dict):
-        raise _Rejected("malformed tool call: not an object")
-    function = item.get("function")
-    if isinstance(function, dict):
-        return function.get("name"), function.get("arguments")
-    return item.get("name"), item.get("arguments")
-
-
 def _native_id(item: Any) -> str | None:
     call_id = item.get("id") if isinstance(item, dict) else None
     return call_id if isinstance(call_id, str) else None
 
 
 def _native_raw(item: Any) -> str:
-    try:
-        name, arguments = _native_parts(item)
-    except _Rejected:
+    if not isinstance(item, dict):
         return repr(item)
+    function = item.get("function")
+    source = function if isinstance(function, dict) else item
+    name, arguments = source.get("name"), source.get("arguments")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, default=repr)
     return f"{name}({arguments})"
-
-
-def _call_from_native(item: Any, allowed: Collection[str], limits: CallLimits) -> ToolCall:
-    name, arguments = _native_parts(item)
-    if not isinstance(name, str) or name not in allowed:
-        raise _Rejected(f"unknown function {_short(repr(name))}")
-    kwargs = _native_arguments(arguments, limits)
-    call = ToolCall(name=name, kwargs=kwargs, call_id=_native_id(item))
-    _check_call(call, allowed, limits)
-    return call
-
-
-def _native_arguments(arguments: Any, limits: CallLimits) -> dict[str, Any]:
-    if arguments is None or arguments == "":
-        return {}
-    if isinstance(arguments, str):
-        if len(arguments) > limits.max_call_chars:
-            raise _Rejected(
-                f"arguments too long: {len(arguments)} characters (limit {limits.max_call_chars})"
-            )
-        try:
-            arguments = json.loads(arguments, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise _Rejected(f"arguments are not valid JSON: {_short(str(exc))}") from None
-    if not isinstance(arguments, dict):
-        raise _Rejected("arguments must be a JSON object")
-    return arguments
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
 
 
 # ------------------------------------------------------------- canonical re-check

@@ -10,6 +10,10 @@ here once (big strings such as a ~40 KB system prompt, and tool schemas, are enc
 once and reused) and sent as bytes through the openai client's generic POST, and the
 reply is read with `json.loads`; the typed `create()` path and pydantic parsing cost
 more than the rest of an episode step.
+
+A reply is data: its body is capped as it arrives (`transport.py`), `timeout_s` bounds
+the whole request, and the body is normalised into a clean `ChatResult` or refused
+with a reason (`replies.py`; `InvalidReply` is the model's failure, never retried).
 """
 
 from __future__ import annotations
@@ -29,7 +33,13 @@ import openai
 import pydantic
 
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.llm.types import ChatResult, InfraError, RequestRejected, Usage
+from distillery.workers.llm.replies import parse_completion
+from distillery.workers.llm.transport import (
+    ResponseTooLarge,
+    capped_http_client,
+    timeout_request,
+)
+from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply, RequestRejected
 
 _CONFIG_HINTS = {
     401: "the API key was refused: check the variable named by api_key_env",
@@ -47,16 +57,19 @@ class ChatClient:
         timeout_s: float = 300.0,
         max_retries: int = 4,
         backoff_s: float = 1.0,
+        max_response_bytes: int = 2 * 1024 * 1024,
     ) -> None:
         self.base_url = base_url
         self.model = model
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or "EMPTY",
             timeout=timeout_s,
             max_retries=0,
+            http_client=capped_http_client(max_response_bytes),
         )
 
     @classmethod
@@ -68,6 +81,7 @@ class ChatClient:
             timeout_s=cfg.request_timeout_s,
             max_retries=cfg.max_retries,
             backoff_s=cfg.retry_backoff_s,
+            max_response_bytes=cfg.max_response_bytes,
         )
 
     def __repr__(self) -> str:  # never shows the key
@@ -103,9 +117,7 @@ class ChatClient:
         for attempt in range(1, self.max_retries + 2):
             started = time.perf_counter()
             try:
-                # The client's generic POST sends our bytes as is (`create()` first walks
-                # every message through typed transforms) and hands back the raw reply.
-                response = await self._client.post("/chat/completions", content=body, cast_to=bytes)
+                response = await self._post(body)
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status in (400, 422):
@@ -118,7 +130,8 @@ class ChatClient:
             except (openai.APIConnectionError, openai.APITimeoutError) as exc:
                 last = exc
             else:
-                return _to_result(response, time.perf_counter() - started, attempt, self.base_url)
+                latency = time.perf_counter() - started
+                return parse_completion(response, latency, attempt, self.base_url)
             if attempt <= self.max_retries:
                 delay = self.backoff_s * 2 ** (attempt - 1)
                 await asyncio.sleep(delay * (0.5 + random.random()))
@@ -126,6 +139,25 @@ class ChatClient:
             f"{self.base_url} failed {self.max_retries + 1} times; last: "
             f"{type(last).__name__}: {_short(last)}"
         )
+
+    async def _post(self, body: bytes) -> bytes:
+        """The raw reply body. `timeout_s` bounds the whole request (httpx's timeouts
+        bound each read, so a trickling body would never time out); a body over the
+        size cap is an unusable reply (`InvalidReply`), not a transport failure."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                # The client's generic POST sends our bytes as is (`create()` first walks
+                # every message through typed transforms) and hands back the raw reply.
+                return await self._client.post("/chat/completions", content=body, cast_to=bytes)
+        except openai.APIConnectionError as exc:
+            if isinstance(exc.__cause__, ResponseTooLarge):
+                raise InvalidReply(str(exc.__cause__)) from None
+            raise
+        except ResponseTooLarge as exc:
+            raise InvalidReply(str(exc)) from None
+        except TimeoutError:
+            request = timeout_request(f"{self.base_url}/chat/completions")
+            raise openai.APITimeoutError(request=request) from None
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -236,43 +268,3 @@ def _encode_request(request: dict[str, Any]) -> bytes:
             encoded = _dumps(value)
         parts.append(f"{_dumps(key)}:{encoded}")
     return ("{" + ",".join(parts) + "}").encode()
-
-
-# ------------------------------------------------------------------------- replies
-
-
-def _to_result(body: bytes, latency_s: float, attempts: int, endpoint: str) -> ChatResult:
-    try:
-        response = json.loads(body)
-        choice = response["choices"][0]
-        message = choice.get("message") or {}
-    except (ValueError, LookupError, TypeError, AttributeError) as exc:
-        raise InfraError(
-            f"{endpoint} sent a malformed chat completion: {type(exc).__name__}: "
-            f"{_short(exc)}; body starts {body[:200]!r}"
-        ) from None
-    tool_calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function")
-        if function is None:
-            continue
-        tool_calls.append(
-            {
-                "id": call.get("id"),
-                "name": function.get("name"),
-                "arguments": function.get("arguments") or "{}",
-            }
-        )
-    usage = response.get("usage") or {}
-    return ChatResult(
-        text=message.get("content") or "",
-        tool_calls=tool_calls,
-        usage=Usage(
-            prompt_tokens=usage.get("prompt_tokens") or 0,
-            completion_tokens=usage.get("completion_tokens") or 0,
-        ),
-        latency_s=latency_s,
-        finish_reason=choice.get("finish_reason"),
-        attempts=attempts,
-        endpoint=endpoint,
-    )

@@ -37,6 +37,9 @@ class ModelConfig(BaseModel):
     request_timeout_s: float = Field(300.0, gt=0)
     max_retries: int = Field(4, ge=0)
     retry_backoff_s: float = Field(1.0, ge=0)
+    # A reply body over this is refused unread (an endless or enormous body would grow
+    # the worker without bound); chat replies are kilobytes.
+    max_response_bytes: int = Field(2 * 1024 * 1024, gt=0)
 
     # Launching it (llama_cpp / vllm).
     replicas: int = Field(1, ge=1)

@@ -21,6 +21,16 @@ class RequestRejected(RuntimeError):
     """
 
 
+class InvalidReply(RuntimeError):
+    """The server answered, but the reply cannot be used (content that is no text, a
+    body over the size limit, ...).
+
+    The reply is the model's (its server's) answer, so it ends the episode and is
+    scored as the model's failure with this reason: never an infrastructure error,
+    which would hide it from the success rate.
+    """
+
+
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int = 0
@@ -44,3 +54,4 @@ class ChatResult:
     finish_reason: str | None = None
     attempts: int = 1
     endpoint: str | None = None  # base_url that answered
+    notes: tuple[str, ...] = ()  # what the client repaired in the reply (see replies.py)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from distillery.workers.agents.loop import OBSERVATION_NAME
-from distillery.workers.llm.types import ChatResult, RequestRejected
+from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected
 from distillery.workers.memory import prompts
 from distillery.workers.memory.masking import (
     find_values,
@@ -181,30 +181,34 @@ class Trajectory:
             )
         docs = docs_by_function or {}
         classes = class_of_function or {}
-        steps: list[TrajectoryStep] = []
+        executed = [
+            (record.turn, call, call.function or function_name(call.call) or "call")
+            for record in episode.steps
+            for call in record.calls
+            if not call.rejected
+        ]
+        # Pass 1: every value's candidate placeholders over all calls; pass 2: each
+        # call masked again with one placeholder per value, so a value reads the same
+        # in every call, observation and description of the trajectory's entries.
         candidates: dict[str, list[str]] = {}
-        for record in episode.steps:
-            for call in record.calls:
-                if call.rejected:
-                    continue
-                name = call.function or function_name(call.call) or "call"
-                masked = mask_call_detailed(call.call, docs.get(name))
-                for value, placeholder in masked.values.items():
-                    candidates.setdefault(value, []).append(placeholder)
-                steps.append(
-                    TrajectoryStep(
-                        index=len(steps) + 1,
-                        turn=record.turn,
-                        function=name,
-                        cls=classes.get(name),
-                        call=call.call,
-                        masked=masked.masked,
-                        observation=call.content or "",
-                        error=call.error,
-                    )
-                )
+        for _, call, name in executed:
+            for value, placeholder in mask_call_detailed(call.call, docs.get(name)).values.items():
+                candidates.setdefault(value, []).append(placeholder)
         values = {value: preferred_placeholder(phs) for value, phs in candidates.items()}
-        return cls(episode, turns, tuple(steps), values, frozenset(classes.values()))
+        steps = tuple(
+            TrajectoryStep(
+                index=index,
+                turn=turn,
+                function=name,
+                cls=classes.get(name),
+                call=call.call,
+                masked=mask_call_detailed(call.call, docs.get(name), values).masked,
+                observation=call.content or "",
+                error=call.error,
+            )
+            for index, (turn, call, name) in enumerate(executed, 1)
+        )
+        return cls(episode, turns, steps, values, frozenset(classes.values()))
 
     @property
     def query(self) -> str:
@@ -350,6 +354,9 @@ class _LLMClient:
                 result = await self.llm.chat(messages, **self.chat_kwargs)
             except RequestRejected:
                 self.stats.invalid[f"{self.kind}:request_rejected"] += 1
+                return None
+            except InvalidReply:
+                self.stats.invalid[f"{self.kind}:invalid_reply"] += 1
                 return None
             self.stats.tokens_in[self.kind] += result.usage.prompt_tokens
             self.stats.tokens_out[self.kind] += result.usage.completion_tokens
@@ -879,7 +886,8 @@ class SubtaskBuilder:
                     SegmentStep(
                         call=step.masked,
                         observation=sanitise_observation(
-                            step.observation or step.error, self.observation_chars
+                            trajectory.mask(step.observation or step.error or ""),
+                            self.observation_chars,
                         ),
                     )
                     for step in trajectory.steps[seg.start_step - 1 : seg.end_step]
@@ -954,7 +962,7 @@ class FunctionBuilder:
             if step.failed:
                 self.stats.skipped[f"{self.kind}:failed_call"] += 1
                 continue
-            result = sanitise_observation(step.observation, self.result_chars)
+            result = sanitise_observation(trajectory.mask(step.observation), self.result_chars)
             key = (step.masked, result, step.turn)
             if key in seen:
                 self.stats.skipped[f"{self.kind}:duplicate"] += 1
@@ -967,7 +975,8 @@ class FunctionBuilder:
                     function=step.function,
                     call=step.masked,
                     result=result,
-                    instruction=trajectory.instruction(step.turn),
+                    # Shown to the student beside the masked call: masked the same way.
+                    instruction=trajectory.mask(trajectory.instruction(step.turn)),
                     schema=dict(self.docs_by_function.get(step.function) or {}),
                 )
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -44,6 +44,27 @@ class RetrievalConfig(BaseModel):
 
     def k(self, memory_type: MemoryType) -> int:
         return getattr(self, f"k_{memory_type}")
+
+    def read_settings(self) -> dict[str, Any]:
+        """The settings a method with these `types` actually reads (see
+        `memory/method.py`): k, threshold and representation of its own types; the
+        Subtask query only with Subtask memory (`max_subtasks` only when it
+        decomposes); the block cap only when a WF or ST block is injected. A stage's
+        identity holds these and nothing else, so a sweep over `k_st` does not re-run
+        a Workflow-only method."""
+        types = [t for t in MEMORY_TYPES if t in self.types]  # order is not read
+        out: dict[str, Any] = {"types": types}
+        for t in types:
+            out[f"k_{t}"] = self.k(t)
+            out[f"threshold_{t}"] = self.threshold(t)
+            out[f"representation_{t}"] = self.representation(t)
+        if "st" in self.types:
+            out["subtask_query"] = self.subtask_query
+            if self.subtask_query == "decompose":
+                out["max_subtasks"] = self.max_subtasks
+        if "wf" in self.types or "st" in self.types:
+            out["block_max_chars"] = self.block_max_chars
+        return out
 
     def threshold(self, memory_type: MemoryType) -> float | None:
         return getattr(self, f"threshold_{memory_type}")

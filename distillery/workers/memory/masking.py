@@ -103,8 +103,24 @@ def mask_call(source: str, doc: Mapping[str, Any] | None = None) -> str:
     return mask_call_detailed(source, doc).masked
 
 
-def mask_call_detailed(source: str, doc: Mapping[str, Any] | None = None) -> MaskedCall:
-    """Mask a canonical call source; also report which concrete values were hidden."""
+def mask_call_detailed(
+    source: str,
+    doc: Mapping[str, Any] | None = None,
+    placeholders: Mapping[str, str] | None = None,
+) -> MaskedCall:
+    """Mask a canonical call source; also report which concrete values were hidden.
+
+    `placeholders` (value text -> placeholder) fixes the placeholder of values already
+    seen elsewhere in the same trajectory, so one value is masked the same way in every
+    call (``mv(source='a.pdf')`` then ``cat(file_name='a.pdf')`` -> both
+    ``<FILE_NAME>``). Only values long enough to be tracked in free text
+    (`MIN_VALUE_CHARS`) are unified; short ones ('5', 'ab') keep their parameter's
+    placeholder, as a shared '5' is more likely chance than data flow."""
+    fixed = {
+        value: ph
+        for value, ph in (placeholders or {}).items()
+        if len(value.strip()) >= MIN_VALUE_CHARS
+    }
     try:
         node = ast.parse(source.strip(), mode="eval").body
     except (SyntaxError, ValueError):
@@ -121,13 +137,14 @@ def mask_call_detailed(source: str, doc: Mapping[str, Any] | None = None) -> Mas
     for index, arg in enumerate(node.args):
         pname = params[index] if index < len(params) else None
         ph = placeholder_for(pname) if pname else f"<ARG_{index + 1}>"
-        parts.append(_mask(arg, ph, properties.get(pname or "", {}), values))
+        parts.append(_mask(arg, ph, properties.get(pname or "", {}), values, fixed))
     for kw in node.keywords:
         if kw.arg is None:  # **kwargs: not a literal call
             parts.append("**<KWARGS>")
             continue
         prop = properties.get(kw.arg, {})
-        parts.append(f"{kw.arg}={_mask(kw.value, placeholder_for(kw.arg), prop, values)}")
+        masked = _mask(kw.value, placeholder_for(kw.arg), prop, values, fixed)
+        parts.append(f"{kw.arg}={masked}")
     return MaskedCall(name.rsplit(".", 1)[-1], f"{name}({', '.join(parts)})", values)
 
 
@@ -153,7 +170,10 @@ def sanitise_observation(text: str | None, limit: int = 500) -> str:
         return text
     if limit <= len(ELLIPSIS):
         return ELLIPSIS[:limit]
-    return text[: limit - len(ELLIPSIS)].rstrip() + ELLIPSIS
+    cut = text[: limit - len(ELLIPSIS)]
+    # Never end inside a placeholder ("<TRAVEL…" would read as a value, not a type).
+    cut = re.sub(r"<[A-Z0-9_]*$", "", cut)
+    return cut.rstrip() + ELLIPSIS
 
 
 def placeholders_in(text: str) -> list[str]:
@@ -272,19 +292,26 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
     return False, None
 
 
-def _mask(node: ast.AST, ph: str, prop: Mapping[str, Any], values: dict[str, str]) -> str:
+def _mask(
+    node: ast.AST,
+    ph: str,
+    prop: Mapping[str, Any],
+    values: dict[str, str],
+    fixed: Mapping[str, str],
+) -> str:
     is_scalar, value = _literal(node)
     if is_scalar:
         if value is None or isinstance(value, bool):
             return repr(value)
-        if isinstance(value, str) and value in _kept_enum(prop):
-            return repr(value)
         text = str(value)
+        if isinstance(value, str) and value in _kept_enum(prop) and text not in fixed:
+            return repr(value)
+        ph = fixed.get(text, ph)
         if text.strip():
             values.setdefault(text, ph)
         return ph
     if isinstance(node, ast.List | ast.Tuple | ast.Set):
-        items = [_mask(item, ph, prop, values) for item in node.elts]
+        items = [_mask(item, ph, prop, values, fixed) for item in node.elts]
         if isinstance(node, ast.Tuple):
             return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
         if isinstance(node, ast.Set):
@@ -299,7 +326,7 @@ def _mask(node: ast.AST, ph: str, prop: Mapping[str, Any], values: dict[str, str
             is_key, key_value = _literal(key)
             key_text = repr(key_value) if is_key and isinstance(key_value, str) else ph
             inner = placeholder_for(key_value) if is_key and isinstance(key_value, str) else ph
-            parts.append(f"{key_text}: {_mask(val, inner, {}, values)}")
+            parts.append(f"{key_text}: {_mask(val, inner, {}, values, fixed)}")
         return "{" + ", ".join(parts) + "}"
     return ph  # not a literal: hide it entirely
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from distillery.workers.envs.base import ToolResult
-from distillery.workers.llm.types import ChatResult, Usage
+from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected, Usage
 from distillery.workers.memory.config import RetrievalConfig
 from distillery.workers.memory.records import (
     FunctionRecord,
@@ -176,7 +176,10 @@ class AmdHooks:
         )
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         for _ in range(2):
-            result = await self.ask_model(messages)
+            try:
+                result = await self.ask_model(messages)
+            except (RequestRejected, InvalidReply):
+                break  # the model's failure to answer: fall back like an invalid answer
             self.log.usage = self.log.usage + result.usage
             self.log.llm_calls += 1
             labels, problem = parse_subtask_labels(result.text, self.config.max_subtasks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 
@@ -74,8 +75,15 @@ def test_prompt_format_observations_and_usage(bench, task0):
     assert outcome.n_llm_calls == 1 + len(task0.turns)  # one call, then one stop per turn
     obs = outcome.messages[3]
     assert obs["role"] == "user" and obs["name"] == OBSERVATION_NAME
-    payload = json.loads(obs["content"].split("\n", 1)[1])
-    assert payload[0]["call"] == "cd(folder='document')"
+    # BFCL's format: the repr of tool messages named by the decoded calls.
+    payload = ast.literal_eval(obs["content"])
+    assert payload == [
+        {
+            "role": "tool",
+            "name": "cd(folder='document')",
+            "content": outcome.steps[0].calls[0].content,
+        }
+    ]
     assert outcome.steps[0].calls[0].error is None
     assert outcome.steps[0].tokens_in == 100
     # Tools are only sent in the native format.
@@ -88,7 +96,7 @@ def test_native_format_answers_every_tool_call_id(bench, task0):
         tool_calls=[
             {"id": "a", "name": "cd", "arguments": json.dumps({"folder": "document"})},
             {"id": "b", "name": "rm_rf", "arguments": "{}"},
-            {"id": "c", "name": "ls", "arguments": "{not json"},
+            {"id": "c", "name": "ls", "arguments": "{}"},
         ],
     )
     policy = ScriptedPolicy([reply], action_format="native")
@@ -97,8 +105,25 @@ def test_native_format_answers_every_tool_call_id(bench, task0):
     assert [m["tool_call_id"] for m in tool_messages] == ["a", "b", "c"]
     assert policy.seen[0][1] and policy.seen[0][1][0]["type"] == "function"
     calls = outcome.steps[0].calls
-    assert [c.rejected for c in calls] == [False, True, True]
-    assert outcome.messages[2]["tool_calls"][0]["function"]["name"] == "cd"
+    assert [c.rejected for c in calls] == [False, True, False]
+    assert outcome.messages[1]["tool_calls"][0]["function"]["name"] == "cd"
+    assert outcome.messages[0]["role"] == "user"  # no system prompt in native mode
+
+
+def test_invalid_json_arguments_end_the_turn_as_in_bfcl(bench, task0):
+    reply = ChatResult(
+        text="",
+        tool_calls=[
+            {"id": "a", "name": "cd", "arguments": json.dumps({"folder": "document"})},
+            {"id": "b", "name": "ls", "arguments": "{not json"},
+        ],
+    )
+    policy = ScriptedPolicy([reply], action_format="native")
+    outcome, _ = _play(bench, task0, policy)
+    assert not outcome.steps  # nothing ran
+    assert outcome.steps_per_turn[0] == 0
+    # The next message is the next user turn: BFCL answers none of the calls.
+    assert outcome.messages[2] == {"role": "user", "content": task0.turns[1]}
 
 
 def test_request_rejected_ends_and_is_scored(bench, task0):
@@ -108,9 +133,79 @@ def test_request_rejected_ends_and_is_scored(bench, task0):
     assert score.success is False
 
 
-def test_step_limit_is_per_turn(bench, task0):
+def test_step_limit_is_bfcls(bench, task0):
+    # BFCL quits once its counter exceeds the limit: limit + 1 steps, the turn kept.
     policy = ScriptedPolicy([ChatResult(text="[pwd()]")] * 10)
     outcome, score = _play(bench, task0, policy, max_steps=4)
     assert outcome.termination == "step_limit"
-    assert outcome.steps_per_turn == [4]
-    assert score.error_type == "multi_turn:force_terminated"
+    assert outcome.steps_per_turn == [5]
+    assert score.error_type == "multi_turn:force_terminated"  # turns 2..4 never played
+
+
+def test_exactly_the_limit_then_text_ends_the_turn_normally(bench, task0):
+    policy = ScriptedPolicy([ChatResult(text="[pwd()]")] * 4 + [ChatResult(text="done")])
+    outcome, _ = _play(bench, task0, policy, max_steps=4)
+    assert outcome.termination == "done"
+    assert outcome.steps_per_turn[0] == 4
+
+
+class BlockHooks:
+    """Proactive memory on the second turn only."""
+
+    async def before_turn(self, turn_index, user_text, system_prompt):
+        return f"[memory]\n\n{system_prompt}" if turn_index == 1 else system_prompt
+
+    async def after_step(self, turn_index, user_text, observations):
+        return observations
+
+
+def test_native_system_message_only_when_memory_is_injected(bench, task0):
+    policy = ScriptedPolicy([], action_format="native")
+    env = bench.make_env(task0, "hooks")
+    try:
+        asyncio.run(run_agent_loop(env, policy, 20, BlockHooks()))
+    finally:
+        env.close()
+    firsts = [messages[0] for messages, _ in policy.seen]
+    assert firsts[0]["role"] == "user"  # BFCL's FC handlers send no system prompt
+    assert firsts[1] == {"role": "system", "content": "[memory]"}
+    assert firsts[2]["role"] == "user"  # and it goes again when memory does
+
+
+@pytest.mark.parametrize("ids", [("x", "x", "x"), (None, None, None), (1, {"a": 1}, "")])
+def test_each_observation_goes_to_its_own_call_whatever_the_ids(bench, task0, ids):
+    """Repeated, missing or non-string ids (a policy that bypasses the client's repair):
+    each call gets its own id and the observation of exactly that call."""
+    calls = [
+        ("pwd", {}),  # executed
+        ("no_such_tool", {}),  # rejected
+        ("ls", {}),  # executed
+    ]
+    reply = ChatResult(
+        text="",
+        tool_calls=[
+            {"id": i, "name": name, "arguments": json.dumps(args)}
+            for i, (name, args) in zip(ids, calls, strict=True)
+        ],
+    )
+    policy = ScriptedPolicy([reply], action_format="native")
+    outcome, _ = _play(bench, task0, policy)
+    assistant = outcome.messages[1]  # native mode: no system prompt (BFCL's FC handlers)
+    sent_ids = [c["id"] for c in assistant["tool_calls"]]
+    assert len(set(sent_ids)) == 3 and all(isinstance(i, str) and i for i in sent_ids)
+    answers = {m["tool_call_id"]: m["content"] for m in outcome.messages[2:5]}
+    assert list(answers) == sent_ids
+    pwd, rejected, ls = (answers[i] for i in sent_ids)
+    assert '"current_working_directory"' in pwd
+    assert "no_such_tool" in rejected and "Error during execution" in rejected  # BFCL wording
+    assert '"current_directory_content"' in ls
+    assert "not executed" not in pwd + ls
+
+
+def test_an_invalid_reply_ends_the_episode_as_the_models_failure(bench, task0):
+    from distillery.workers.llm.types import InvalidReply
+
+    policy = ScriptedPolicy([ChatResult(text="[pwd()]"), InvalidReply("content is int 42")])
+    outcome, score = _play(bench, task0, policy)
+    assert outcome.termination == "invalid_reply" and "int 42" in outcome.rejection
+    assert score.success is False

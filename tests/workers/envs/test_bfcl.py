@@ -16,9 +16,10 @@ import pytest
 from bfcl_eval.constants import default_prompts
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
 
-from distillery.workers.envs.base import ParsedAction, ToolCall
+from distillery.workers.envs.base import AgentOptions, ParsedAction, ToolCall
 from distillery.workers.envs.bfcl import (
     PROMPT_VARIANT,
+    REJECTED_CALL_SOURCE,
     BfclEnvironment,
     BfclMultiTurnBase,
     prompt_system_prompt,
@@ -104,7 +105,7 @@ def test_every_function_of_the_involved_classes_is_offered(tasks, bench):
     env = bench.make_env(with_exclusions[0], "unknown")
     try:
         (rejected,) = env.parse_text("rm_rf(path='/')").rejected
-        assert "unknown function" in rejected.reason
+        assert "name 'rm_rf' is not defined" in rejected.reason
     finally:
         env.close()
 
@@ -124,13 +125,19 @@ def _types(schema: Any) -> set[str]:
 
 
 def test_tools_are_openai_function_tools(tasks):
+    # Exactly BFCL's conversion: see test_bfcl_agreement.test_tools_are_bfcl_converted...
     for task in tasks:
         for tool, doc in zip(task.tools, task.function_docs, strict=True):
             assert tool["type"] == "function"
             fn = tool["function"]
             assert fn["name"] == doc["name"] and fn["description"] == doc["description"]
-            assert set(fn) == {"name", "description", "parameters"}  # no "response"
+            assert set(fn) == set(doc)  # BFCL's OpenAI handler keeps the response schema
             assert fn["parameters"]["type"] == "object"
+            for name, param in doc["parameters"]["properties"].items():
+                if param.get("type") == "float":
+                    cast = fn["parameters"]["properties"][name]
+                    assert cast["type"] == "number" and cast["format"] == "float"
+                    assert cast["description"].endswith(" This is a float type value.")
             assert _types(fn["parameters"]) <= {
                 "object",
                 "string",
@@ -144,7 +151,7 @@ def test_tools_are_openai_function_tools(tasks):
 
 
 def test_schema_conversion_is_recursive():
-    from distillery.workers.envs.bfcl import _openai_schema
+    from distillery.workers.envs.bfcl_tools import _openai_schema
 
     schema = {
         "type": "dict",
@@ -260,8 +267,12 @@ def test_a_task_with_other_docs_gets_the_prompt_of_its_own_docs(bench, task0):
         original.close()
 
 
-def test_native_system_prompt(task0, bench):
-    env = bench.make_env(task0, "native")
+def test_native_mode_has_no_system_prompt_unless_asked(task0, bench):
+    with bench.make_env(task0, "native") as env:
+        assert env.system_prompt("native") == ""  # BFCL's FC handlers send none
+    env = BfclMultiTurnBase(options=AgentOptions(native_system_prompt=True)).make_env(
+        task0, "native"
+    )
     try:
         prompt = env.system_prompt("native")
         assert "tool" in prompt and "without any tool call" in prompt
@@ -390,17 +401,20 @@ def test_tool_results_and_errors(bench, task0):
         assert bad_args.error == bad_args.content
 
 
-def test_rejected_calls_come_back_as_errors_and_are_not_recorded(bench, task0):
+def test_rejected_calls_are_answered_and_scored_as_failed_calls(bench, task0):
     with bench.make_env(task0, "rejected") as env:
-        results = env.step(env.parse_text("[os.system('ls'), pwd()]"))
-        assert [r.rejected for r in results] == [False, True]  # executed first, then rejected
-        executed, rejected = results
+        results = env.step(env.parse_text("[os.system(cmd='ls'), pwd()]"))
+        assert [r.rejected for r in results] == [True, False]  # in the response's order
+        rejected, executed = results
         assert executed.call == "pwd()" and executed.error is None
-        assert rejected.call == "os.system('ls')" and "attribute access" in rejected.error
-        assert rejected.content.startswith("Error")
+        assert rejected.call == "os.system(cmd='ls')" and "attribute access" in rejected.error
+        assert rejected.content.startswith("Error during execution:")
         results = env.step(env.parse_text("[rm_rf(path='/')]"))  # not a task function
-        assert results[0].rejected and "unknown function 'rm_rf'" in results[0].error
-        assert env._current == [["pwd()"]]
+        assert results[0].rejected
+        assert results[0].content == "Error during execution: name 'rm_rf' is not defined"
+        # Recorded as BFCL records them: calls of their step that fail and change nothing.
+        assert env._current == [[REJECTED_CALL_SOURCE, "pwd()"], [REJECTED_CALL_SOURCE]]
+        assert env.step(env.parse_text("Done.")) == [] and len(env._current) == 2
 
 
 def test_native_calls_execute_with_ids(bench, task0):
@@ -408,12 +422,20 @@ def test_native_calls_execute_with_ids(bench, task0):
         action = env.parse_tool_calls(
             [
                 {"id": "a", "name": "cd", "arguments": '{"folder": "document"}'},
-                {"id": "b", "name": "cd", "arguments": "{bad json"},
+                {"id": "b", "name": "rm_rf", "arguments": "{}"},
             ]
         )
         results = env.step(action)
         assert [(r.call_id, r.rejected) for r in results] == [("a", False), ("b", True)]
-        assert results[0].error is None and "not valid JSON" in results[1].error
+        assert results[0].error is None and "is not defined" in results[1].error
+        # One call with invalid JSON and, as in BFCL, nothing of the response runs.
+        bad = env.parse_tool_calls(
+            [
+                {"id": "c", "name": "cd", "arguments": '{"folder": "temp"}'},
+                {"id": "d", "name": "cd", "arguments": "{bad json"},
+            ]
+        )
+        assert bad.empty and "not valid JSON" in bad.decode_error
 
 
 # ------------------------------------------------------------------- isolation
@@ -504,7 +526,9 @@ def test_hostile_output_reaches_no_executor(bench, task0, tmp_path, template):
         bench.make_env(task0, "hostile") as env,
     ):
         action = env.parse_text(template.format(p=target))
-        assert action.rejected
+        # Refused, undecodable, or (a nested call BFCL reads as text) a plain string.
+        assert action.rejected or action.decode_error or action.calls
+        assert all(c.name in allowed for c in action.calls)
         results = env.step(action)
         assert all(r.error for r in results if r.rejected)
         for _ in task0.turns:
@@ -513,6 +537,8 @@ def test_hostile_output_reaches_no_executor(bench, task0, tmp_path, template):
     assert not target.exists()
     # Everything that reached the executor is a canonical, literal-only allowed call.
     for source in executed:
+        if source == REJECTED_CALL_SOURCE:  # the checker's stand-in: a NameError, no state
+            continue
         node = ast.parse(source, mode="eval").body
         call = ToolCall(
             node.func.id,
@@ -520,7 +546,8 @@ def test_hostile_output_reaches_no_executor(bench, task0, tmp_path, template):
             {k.arg: ast.literal_eval(k.value) for k in node.keywords},
         )
         assert call.source == source and check_call(call, allowed) is None
-    assert not any(str(target) in source for source in executed)
+    # (BFCL's decoder passes a nested call on as a string: `mkdir(dir_name="open(...)")`
+    # runs, with that text as a plain string argument.)
 
 
 def test_tampered_task_docs_do_not_widen_allowed_calls(bench, task0):
@@ -530,7 +557,7 @@ def test_tampered_task_docs_do_not_widen_allowed_calls(bench, task0):
     tampered = replace(task0, function_docs=(*task0.function_docs, evil_doc))
     with bench.make_env(tampered, "tampered") as env:
         (rejected,) = env.parse_text("eval('1')").rejected
-        assert "unknown function 'eval'" in rejected.reason
+        assert "name 'eval' is not defined" in rejected.reason
 
 
 def test_hand_built_unsafe_call_is_refused_at_step(bench, task0):

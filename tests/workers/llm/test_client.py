@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from distillery.workers.llm.client import ChatClient, _encode_request, _to_result, api_key_from_env
+from distillery.workers.llm.client import ChatClient, _encode_request, api_key_from_env
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.replies import parse_completion
 from distillery.workers.llm.types import InfraError, RequestRejected
 from tests.support.openai_stub import run_stub_server, stub_stats
 
@@ -128,8 +129,8 @@ def test_request_body_is_what_openai_would_send_byte_for_byte():
 def test_malformed_completion_is_an_infra_error():
     for body in (b"<html>bad gateway</html>", b"{}", b'{"choices": []}'):
         with pytest.raises(InfraError, match="malformed"):
-            _to_result(body, 0.1, 1, "http://h/v1")
-    result = _to_result(
+            parse_completion(body, 0.1, 1, "http://h/v1")
+    result = parse_completion(
         b'{"choices": [{"message": {"content": null, "tool_calls": [{"id": "x", "type": '
         b'"custom"}, {"id": "y", "function": {"name": "g", "arguments": ""}}]}}]}',
         0.1,

@@ -261,11 +261,35 @@ def test_trajectory_flattens_executed_calls_in_order():
     # A value seen as <SOURCE>, <FILE_NAME> and <FILE_NAME_1> takes the shared type.
     assert t.values["final_report.pdf"] == "<FILE_NAME>"
     assert t.values["temp"] == "<DIR_NAME>"
-    assert t.placeholders == [
-        "<DIR_NAME>", "<SOURCE>", "<DESTINATION>", "<FILE_NAME>", "<PATTERN>",
-        "<FILE_NAME_1>", "<FILE_NAME_2>",
-    ]  # fmt: skip
+    # One placeholder per value in every call: 'temp' is <DIR_NAME> as mv's destination
+    # too, 'final_report.pdf' is <FILE_NAME> as mv's source and diff's first file, and
+    # 'previous_report.pdf' reads <SOURCE> (where it first moved) in the diff as well.
+    assert t.steps[3].masked == "mv(source=<FILE_NAME>, destination=<DIR_NAME>)"
+    assert t.steps[10].masked == "diff(file_name1=<FILE_NAME>, file_name2=<SOURCE>)"
+    assert t.placeholders == ["<DIR_NAME>", "<FILE_NAME>", "<PATTERN>", "<SOURCE>"]
     assert t.query == TURNS[0]
+
+
+def test_a_value_is_masked_the_same_way_in_every_field_of_its_entries():
+    episode = make_episode()
+    t = Trajectory.from_episode(episode, None, DOCS, CLASS_OF_FUNCTION)
+    segments = run(st_builder(None).build(episode))
+    records = FunctionBuilder(docs_by_function=DOCS, class_of_function=CLASS_OF_FUNCTION).build(
+        episode
+    )
+    wf = run(wf_builder(None).build(episode))
+    shown = [wf.text, wf.code]
+    for seg in segments:
+        shown += [seg.label, seg.description, *(s.call for s in seg.steps)]
+        shown += [s.observation for s in seg.steps]
+    for rec in records:
+        shown += [rec.call, rec.result, rec.instruction]
+    for text in shown:
+        assert t.leaks(text) == [], text
+    # observations and instructions carry the value's own placeholder
+    observations = [s.observation for seg in segments for s in seg.steps]
+    assert '{"current_working_directory": "<DIR_NAME>"}' in observations
+    assert any("<FILE_NAME>" in r.instruction for r in records)
 
 
 def test_explicit_turns_are_used_and_missing_turns_fail_loudly():
@@ -299,9 +323,9 @@ def test_valid_insight_is_accepted():
     assert len(llm.calls) == 1 and llm.kwargs[0] == {"temperature": 0.0}
     prompt = llm.prompt()
     assert "GorillaFileSystem.mv(source='final_report.pdf', destination='temp')" in prompt
-    assert "masked: mv(source=<SOURCE>, destination=<DESTINATION>)" in prompt
+    assert "masked: mv(source=<FILE_NAME>, destination=<DIR_NAME>)" in prompt
     assert "'final_report.pdf'" in prompt.split("must NOT appear")[1]
-    assert "Placeholders: <DIR_NAME>, <SOURCE>, <DESTINATION>, <FILE_NAME>," in prompt
+    assert "Placeholders: <DIR_NAME>, <FILE_NAME>, <PATTERN>, <SOURCE>" in prompt
     assert "supervisor" not in prompt.lower() and "api_docs" not in prompt
     assert builder.stats.requests["wf"] == 1 and builder.stats.accepted["wf"] == 1
     assert builder.stats.tokens_in["wf"] == 50
@@ -480,7 +504,8 @@ def test_valid_segmentation_is_accepted():
         "cd(folder=<DIR_NAME>)",
         "mkdir(dir_name=<DIR_NAME>)",
     ]
-    assert first.steps[0].observation == '{"current_working_directory": "document"}'
+    # the observation names the folder the call masked: masked the same way
+    assert first.steps[0].observation == '{"current_working_directory": "<DIR_NAME>"}'
     sort_obs = segments[3].steps[0].observation
     assert len(sort_obs) <= 500 and sort_obs.endswith(ELLIPSIS)
     assert first.source.split == "memory" and first.text == ""
@@ -604,18 +629,23 @@ def test_function_builder_keeps_successful_calls_only():
     builder = FunctionBuilder(docs_by_function=DOCS, split="all", teacher="gpt5_mini")
     records = builder.build(make_episode())
     calls = [r.call for r in records]
-    # The failed cd ({"error": ...}) and the rejected call are gone: 11 - 1 = 10 remain.
-    assert len(records) == 10
+    # The failed cd ({"error": ...}) and the rejected call are gone: 11 - 1 = 10, and the
+    # two cd calls of turn 4 ('..' -> document, then temp) read the same once masked
+    # (cd(folder=<DIR_NAME>) -> <DIR_NAME>): 9 records.
+    assert len(records) == 9
+    assert builder.stats.skipped["fn:duplicate"] == 1
     assert "rm -rf /" not in " ".join(calls)
     assert all("error" not in r.result for r in records)
     by_function = {r.function: r for r in records}
     assert set(by_function) == {"cd", "mkdir", "mv", "grep", "sort", "diff"}
     sort = by_function["sort"]
-    assert sort.call == "sort(<FILE_NAME>)" and sort.instruction == TURNS[2]
+    masked = Trajectory.from_episode(make_episode(), None, DOCS).mask
+    assert sort.call == "sort(<FILE_NAME>)" and sort.instruction == masked(TURNS[2])
+    assert "final_report" not in sort.instruction
     assert len(sort.result) <= 300 and sort.result.endswith(ELLIPSIS)
     assert sort.schema == DOCS["sort"]
-    assert by_function["diff"].instruction == TURNS[3]
-    assert sort.key_text == TURNS[2]
+    assert by_function["diff"].instruction == masked(TURNS[3])
+    assert sort.key_text == sort.instruction
     assert sort.code.startswith("sort(<FILE_NAME>)\n# -> ")
     assert records[0].source.teacher == "gpt5_mini"
     assert builder.stats.skipped["fn:failed_call"] == 1

@@ -177,3 +177,16 @@ def test_parse_subtask_labels():
     assert parse_subtask_labels("[]", 6)[0] == []
     assert "at most 2" in parse_subtask_labels('["a","b","c"]', 2)[1]
     assert parse_subtask_labels("nothing", 6)[1] == "no JSON array found"
+
+
+def test_an_unusable_decomposition_reply_falls_back_instead_of_failing_the_episode():
+    from distillery.workers.llm.types import InvalidReply, RequestRejected
+
+    for error in (InvalidReply("content is int 42, not text"), RequestRejected("too long")):
+
+        async def refuse(messages, error=error):
+            raise error
+
+        hooks = _hooks(FakeLookup(st=[ST]), ask=refuse, subtask_query="decompose", types=("st",))
+        asyncio.run(hooks.before_turn(0, "Do things", "BASE"))
+        assert hooks.log.decomposition_fallback and hooks.log.decomposition == ["Do things"]

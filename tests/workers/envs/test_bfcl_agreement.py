@@ -1,0 +1,133 @@
+"""Distillery's episodes agree with bfcl-eval's own pipeline, reply for reply.
+
+Each scripted student plays each task twice: through bfcl-eval's own multi-turn
+inference loop (`OpenAICompletionsHandler.inference`, FC and prompting) scored by its
+eval runner and checker, and through distillery's episode loop scored by its BFCL
+adapter. With default options the two must agree on the verdict and its error type,
+on the steps scored per turn, and on every request the student is sent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from distillery.workers.envs.base import AgentOptions
+from distillery.workers.envs.bfcl import BfclMultiTurnBase
+from tests.support import bfcl_students
+from tests.support.bfcl_reference import bfcl_entries, play_bfcl, play_distillery
+
+# Tasks with calls that pass arguments by position (0, 31, 56), several classes, and
+# one-turn-per-call ground truth; each has a first user turn of its own.
+TASKS = ["multi_turn_base_0", "multi_turn_base_31", "multi_turn_base_56", "multi_turn_base_102"]
+
+
+@pytest.fixture(scope="module")
+def bench() -> BfclMultiTurnBase:
+    return BfclMultiTurnBase()
+
+
+@pytest.fixture(scope="module")
+def entries() -> dict:
+    return bfcl_entries()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "prompt"])
+@pytest.mark.parametrize("plan", sorted(bfcl_students.PLANS))
+def test_verdicts_and_requests_agree_with_bfcl(bench, entries, plan, native):
+    disagreements = []
+    for task_id in TASKS:
+        student = bfcl_students.student(bfcl_students.PLANS[plan], native)
+        official = play_bfcl(entries[task_id], student, native)
+        ours = play_distillery(bench, task_id, student, native)
+        if (ours.valid, ours.error_type) != (official.valid, official.error_type):
+            disagreements.append(
+                (
+                    task_id,
+                    "verdict",
+                    ours.valid,
+                    ours.error_type,
+                    official.valid,
+                    official.error_type,
+                )
+            )
+        if ours.steps_per_turn != official.steps_per_turn:
+            disagreements.append((task_id, "steps", ours.steps_per_turn, official.steps_per_turn))
+        if ours.requests != official.requests:
+            first = (
+                next(
+                    i
+                    for i, (a, b) in enumerate(zip(ours.requests, official.requests, strict=False))
+                    if a != b
+                )
+                if any(a != b for a, b in zip(ours.requests, official.requests, strict=False))
+                else None
+            )
+            disagreements.append(
+                (task_id, "requests", len(ours.requests), len(official.requests), first)
+            )
+    assert not disagreements, disagreements
+
+
+def _first_system(verdict) -> list[str]:
+    return [
+        r["messages"][0]["content"]
+        for r in verdict.requests
+        if r["messages"][0]["role"] == "system"
+    ]
+
+
+def test_each_option_is_the_one_deviation_it_names(bench, entries):
+    task_id = "multi_turn_base_0"  # its ground truth passes `sort` an argument by position
+    entry = entries[task_id]
+
+    def both(plan: str, native: bool, options: AgentOptions):
+        student = bfcl_students.student(bfcl_students.PLANS[plan], native)
+        return play_bfcl(entry, student, native), play_distillery(
+            bench, task_id, student, native, options
+        )
+
+    official, ours = both("correct", True, AgentOptions(native_system_prompt=True))
+    assert not _first_system(official) and _first_system(ours)
+    assert ours.valid == official.valid
+
+    official, ours = both("positional_calls", False, AgentOptions(positional_args=True))
+    assert not official.valid and ours.valid  # BFCL drops `sort`'s positional argument
+
+    official, ours = both("invalid_arguments", True, AgentOptions(report_invalid_calls=True))
+    assert not official.valid and ours.valid  # told of the bad JSON, it carried on
+    official, ours = both("invalid_arguments", False, AgentOptions(report_invalid_calls=True))
+    assert not official.valid and ours.valid
+
+    official, ours = both("correct", True, AgentOptions(json_schema_tools=True))
+    assert ours.requests[0]["tools"] != official.requests[0]["tools"]
+    assert ours.valid == official.valid
+
+
+def test_tools_are_bfcl_converted_for_every_task(bench, entries):
+    from bfcl_eval.constants.enums import ModelStyle
+    from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
+    from bfcl_eval.model_handler.utils import convert_to_tool
+
+    for task in bench.load_tasks():
+        official = convert_to_tool(
+            entries[task.task_id]["function"], GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS
+        )
+        assert list(task.tools) == official, task.task_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("native", [True, False], ids=["native", "prompt"])
+@pytest.mark.parametrize("plan", ["correct", "positional_calls", "invalid_arguments"])
+def test_every_task_agrees_with_bfcl(bench, entries, plan, native):
+    disagreements = []
+    for task in bench.load_tasks():
+        student = bfcl_students.student(bfcl_students.PLANS[plan], native)
+        official = play_bfcl(entries[task.task_id], student, native)
+        ours = play_distillery(bench, task.task_id, student, native)
+        if (ours.valid, ours.error_type, ours.steps_per_turn) != (
+            official.valid,
+            official.error_type,
+            official.steps_per_turn,
+        ) or ours.requests != official.requests:
+            disagreements.append(task.task_id)
+    assert not disagreements, disagreements
