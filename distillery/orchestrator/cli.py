@@ -10,6 +10,7 @@
     distillery memory list|show|export ...       # inspect memory banks
     distillery report [SWEEP_DIR]                # tables, plots, costs of a sweep
     distillery compare RUN_A RUN_B               # per-task disagreement of two points
+    distillery submit [--follow] [--k8s] ...     # the sweep on a Ray cluster / KubeRay
 
 Re-running the same command resumes an interrupted sweep: finished stages and
 episodes are reused from the ledger under output_dir.
@@ -227,6 +228,10 @@ def main() -> None:
         from distillery.orchestrator.compare import main as compare_main
 
         sys.exit(compare_main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "submit":
+        from distillery.orchestrator.submit import main as submit_main
+
+        sys.exit(submit_main(sys.argv[2:]))
     sys.exit(run_cli(sys.argv[1:]))
 
 

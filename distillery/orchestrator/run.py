@@ -671,6 +671,9 @@ def _log_points(
             "distillery.point_id": point.point_id,
             "stage": str(point.stage),
             "stages": ",".join(str(k) for k in point.upstream),
+            # Where the point's episode Parquet files are (a remote root's are not
+            # copied into MLflow's artifacts).
+            "distillery.episodes_uri": episodes_dir.uri,
         }
         params = {
             **safe_params(cfg.model_dump(mode="json")),

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -24,9 +25,35 @@ import pyarrow.fs as pafs
 from distillery.redaction import redact
 
 
+def s3_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """pyarrow S3FileSystem options from the environment every AWS client reads:
+    `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (an S3-compatible store such as MinIO;
+    its scheme picks http or https), `AWS_REGION` or `AWS_DEFAULT_REGION`. Credentials
+    (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, profiles, instance
+    roles) are found by the AWS SDK's own chain."""
+    options: dict[str, Any] = {}
+    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        scheme, _, host = endpoint.rpartition("://")
+        if scheme not in ("", "http", "https") or not host.strip("/"):
+            raise ValueError(f"AWS_ENDPOINT_URL={endpoint!r}: expected http(s)://host[:port]")
+        options["endpoint_override"] = host.rstrip("/")
+        options["scheme"] = scheme or "https"
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["region"] = region
+    elif endpoint:
+        # Without a region pyarrow asks AWS where the bucket is; a private store has
+        # no AWS to ask.
+        options["region"] = "us-east-1"
+    return options
+
+
 @cache
 def _filesystem(scheme: str, netloc: str) -> pafs.FileSystem:
     uri = f"{scheme}://{netloc}"
+    if scheme == "s3":
+        return pafs.S3FileSystem(**s3_options())
     try:
         fs, _ = pafs.FileSystem.from_uri(uri + "/")
         return fs

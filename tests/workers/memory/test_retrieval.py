@@ -21,6 +21,7 @@ from distillery.workers.memory.retrieval import (
     QdrantIndex,
 )
 from distillery.workers.memory.store import MemoryStore
+from tests.support.qdrant import STORE_MODES, memory_store
 from tests.workers.memory.test_embedding import WordHashEmbedder
 
 BANK = "b" * 64
@@ -67,14 +68,13 @@ FNS = [
 ]
 
 
-@pytest.fixture()
-def store(tmp_path):
-    s = MemoryStore(path=str(tmp_path / "qdrant"))
-    embedder = WordHashEmbedder()
-    for kind, entries in (("wf", WFS), ("st", SEGS), ("fn", FNS)):
-        s.write(BANK, kind, entries, embedder.embed([e.key_text for e in entries]))
-    yield s
-    s.close()
+@pytest.fixture(params=STORE_MODES)
+def store(request, tmp_path):
+    with memory_store(request.param, tmp_path, banks=[BANK]) as s:
+        embedder = WordHashEmbedder()
+        for kind, entries in (("wf", WFS), ("st", SEGS), ("fn", FNS)):
+            s.write(BANK, kind, entries, embedder.embed([e.key_text for e in entries]))
+        yield s
 
 
 def retriever(store, isolation=None, backend="memory", embedder=None) -> MemoryRetriever:

@@ -21,6 +21,7 @@ from distillery.workers.memory.store import (
     entry_from_payload,
     point_id,
 )
+from tests.support.qdrant import STORE_MODES, memory_store
 from tests.workers.memory.test_embedding import WordHashEmbedder
 
 BANK = "0123456789abcdef" + "f" * 48
@@ -64,11 +65,10 @@ FN = FunctionRecord(
 ENTRIES = {"wf": [WF], "st": [ST], "fn": [FN]}
 
 
-@pytest.fixture()
-def store(tmp_path):
-    s = MemoryStore(path=str(tmp_path / "qdrant"))
-    yield s
-    s.close()
+@pytest.fixture(params=STORE_MODES)
+def store(request, tmp_path):
+    with memory_store(request.param, tmp_path, banks=[BANK]) as s:
+        yield s
 
 
 def _fill(store, embedder=None, bank=BANK):

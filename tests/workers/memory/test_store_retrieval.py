@@ -16,7 +16,8 @@ from distillery.workers.memory.records import (
     WorkflowMemory,
 )
 from distillery.workers.memory.retrieval import BankRetriever, Isolation, TypeIndex
-from distillery.workers.memory.store import MemoryStore, collection_name
+from distillery.workers.memory.store import collection_name
+from tests.support.qdrant import STORE_MODES, memory_store
 
 
 class WordHashEmbedder:
@@ -70,11 +71,10 @@ FNS = [
 ]
 
 
-@pytest.fixture()
-def store(tmp_path):
-    s = MemoryStore(path=str(tmp_path / "qdrant"))
-    yield s
-    s.close()
+@pytest.fixture(params=STORE_MODES)
+def store(request, tmp_path):
+    with memory_store(request.param, tmp_path, banks=["b" * 64]) as s:
+        yield s
 
 
 def _write(store, embedder, bank="b" * 64):

@@ -1,0 +1,455 @@
+"""`distillery submit`: the same sweep, run on a Ray cluster instead of here.
+
+    distillery submit [--address URL] [--follow] <overrides>     # Ray Jobs API
+    distillery submit --k8s [--overlay gpu] [--out FILE] <overrides>   # a KubeRay RayJob
+
+The overrides are validated here first (a bad config never reaches the cluster) and
+the sweep id is computed as `distillery` itself computes it, so the job writes to the
+same output root and MLflow parent run: re-submitting the same sweep resumes it. A
+sweep that is already running on the cluster is not submitted twice (one run owns an
+output root at a time).
+
+With the Jobs API the job's code is this checkout (the working directory is packaged
+and uploaded; `.gitignore`d files, the virtualenv and run outputs stay behind) and its
+runtime environment carries the variables named with `--env`. With `--k8s` the RayJob
+runs the image of the overlay's RayCluster, whose spec it copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distillery.orchestrator.config import ConfigError, DistilleryConfig
+
+SWEEP_ID_KEY = "distillery.sweep_id"  # job metadata; the RayJob's annotation
+OUTPUT_DIR_KEY = "distillery.output_dir"
+SWEEP_LABEL = "distillery.io/sweep"  # the RayJob's label (a label-safe sweep id)
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+# The job's processes get these whatever the submitting shell has.
+JOB_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+}
+# Never uploaded with the working directory (besides what .gitignore lists).
+WORKING_DIR_EXCLUDES = [
+    ".git",
+    ".venv",
+    "**/__pycache__",
+    "distillery_runs",
+    "mlartifacts",
+    "mlruns",
+    "mlflow.db",
+    "multirun",
+    "outputs",
+]
+_ACTIVE = {"PENDING", "RUNNING"}
+_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
+_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class PreparedSweep:
+    """A validated sweep as the cluster will run it."""
+
+    sweep_id: str
+    overrides: list[str]  # the job's command-line overrides (user's + defaults)
+    multirun: bool
+    output_dir: str
+    tracking_uri: str
+    notes: list[str] = field(default_factory=list)  # warnings worth printing
+
+    @property
+    def argv(self) -> list[str]:
+        return ["-m", *self.overrides] if self.multirun else list(self.overrides)
+
+    @property
+    def entrypoint(self) -> str:
+        return shlex.join(["python", "-m", "distillery.orchestrator.cli", *self.argv])
+
+
+def override_key(override: str) -> str:
+    """`+a.b=1` -> `a.b`; `student=x` and `model@student=x` -> `student`."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key.removeprefix("model@")
+
+
+def merge_overrides(defaults: Sequence[str], user: Sequence[str]) -> list[str]:
+    """The defaults whose key the user did not set, then the user's overrides."""
+    given = {override_key(o) for o in user}
+    return [d for d in defaults if override_key(d) not in given] + list(user)
+
+
+def _configs(overrides: list[str], multirun: bool) -> list[DistilleryConfig]:
+    from distillery.orchestrator.cli import _validated, rewrite_role_overrides, sweep_points
+
+    return _validated(sweep_points(rewrite_role_overrides(overrides), multirun))
+
+
+def sweep_id_of(configs: list[DistilleryConfig]) -> str:
+    from distillery.orchestrator.plan import plan_sweep
+    from distillery.orchestrator.run import sweep_id_for
+
+    return sweep_id_for(plan_sweep(configs))
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def prepare(
+    user_overrides: list[str], multirun: bool, defaults: Sequence[str] = (), k8s: bool = False
+) -> PreparedSweep:
+    """Validate the sweep and pin what must not depend on the job's working directory:
+    a local output root and the default SQLite tracking store become absolute paths
+    (the job runs in a fresh directory of its own, where relative ones would vanish)."""
+    overrides = merge_overrides(defaults, user_overrides)
+    configs = _configs(overrides, multirun)
+    cfg = configs[0]
+    notes = []
+    given = {override_key(o) for o in overrides}
+    if "cluster" not in given and cfg.cluster.ray_address is None:
+        overrides = ["cluster=ray", *overrides]
+    if not _is_uri(cfg.output_dir):
+        absolute = str(Path(cfg.output_dir.removeprefix("file://")).expanduser().resolve())
+        overrides = [o for o in overrides if override_key(o) != "output_dir"]
+        overrides.append(f"output_dir={absolute}")
+        where = "each pod's own disk, lost with it" if k8s else "the head node's disk"
+        notes.append(
+            f"output_dir={absolute} is a local path on {where}; a multi-node cluster "
+            "needs a shared root (output_dir=s3://bucket/runs) for workers and resumes"
+        )
+    if cfg.tracking.uri is None:
+        overrides.append(f"tracking.uri={cfg.tracking_uri}")
+        notes.append(
+            f"tracking.uri={cfg.tracking_uri}: a SQLite file on the head node; "
+            "point tracking.uri at an MLflow server on a real cluster"
+        )
+    configs = _configs(overrides, multirun)
+    return PreparedSweep(
+        sweep_id=sweep_id_of(configs),
+        overrides=overrides,
+        multirun=multirun,
+        output_dir=configs[0].output_dir,
+        tracking_uri=configs[0].tracking_uri,
+        notes=notes,
+    )
+
+
+# -- Ray Jobs API ---------------------------------------------------------------------
+
+
+def checkout_root() -> Path | None:
+    """The distillery checkout this module runs from, if it runs from one."""
+    root = Path(__file__).resolve().parents[2]
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file() and 'name = "distillery"' in pyproject.read_text():
+        return root
+    return None
+
+
+def runtime_env(working_dir: Path | None, env_names: Sequence[str]) -> dict[str, Any]:
+    env_vars = dict(JOB_ENV)
+    for name in env_names:
+        if name not in os.environ:
+            raise ConfigError(f"--env {name}: the variable is not set in this shell")
+        env_vars[name] = os.environ[name]
+    runtime: dict[str, Any] = {"env_vars": env_vars}
+    if working_dir is not None:
+        runtime["working_dir"] = str(working_dir)
+        runtime["excludes"] = list(WORKING_DIR_EXCLUDES)
+    return runtime
+
+
+def job_client(address: str) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(address)
+
+
+def jobs_of_sweep(client: Any, sweep_id: str) -> list[Any]:
+    """The cluster's jobs of this sweep, oldest first."""
+    jobs = [j for j in client.list_jobs() if (j.metadata or {}).get(SWEEP_ID_KEY) == sweep_id]
+    return sorted(jobs, key=lambda j: j.start_time or 0)
+
+
+class AlreadyRunning(RuntimeError):
+    """The sweep has a pending or running job on the cluster already."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    dashboard: str
+    attempt: int  # 1 for the sweep's first job on this cluster, 2 for its first resume...
+
+
+def submit_job(
+    client: Any,
+    sweep: PreparedSweep,
+    runtime: dict[str, Any],
+    address: str,
+) -> Submitted:
+    previous = jobs_of_sweep(client, sweep.sweep_id)
+    running = [j for j in previous if _status_name(j.status) in _ACTIVE]
+    if running:
+        job = running[-1].submission_id
+        raise AlreadyRunning(
+            f"sweep {sweep.sweep_id} is already running on {address} as job {job}; "
+            f"follow it with `ray job logs --address {address} -f {job}` or stop it with "
+            f"`ray job stop --address {address} {job}` before submitting it again"
+        )
+    attempt = len(previous) + 1
+    job_id = client.submit_job(
+        entrypoint=sweep.entrypoint,
+        submission_id=f"distillery-{_slug(sweep.sweep_id)}-{attempt}",
+        runtime_env=runtime,
+        metadata={
+            SWEEP_ID_KEY: sweep.sweep_id,
+            OUTPUT_DIR_KEY: sweep.output_dir,
+            "distillery.attempt": str(attempt),
+        },
+    )
+    return Submitted(job_id, address, attempt)
+
+
+async def _tail(client: Any, job_id: str, out: Any) -> None:
+    async for chunk in client.tail_job_logs(job_id):
+        out.write(chunk)
+        out.flush()
+
+
+def follow(client: Any, job_id: str, out: Any = sys.stdout) -> str:
+    """Stream the job's logs until it ends; returns its final status."""
+    asyncio.run(_tail(client, job_id, out))
+    return str(_status_name(client.get_job_status(job_id)))
+
+
+def _status_name(status: Any) -> str:
+    return getattr(status, "value", None) or str(status)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", text)
+
+
+# -- KubeRay RayJob -------------------------------------------------------------------
+
+
+def k8s_dir() -> Path:
+    root = checkout_root()
+    if root is None or not (root / "k8s").is_dir():
+        raise ConfigError("--k8s needs the k8s/ folder of a distillery checkout")
+    return root / "k8s"
+
+
+def render_overlay(overlay: str, k8s: Path | None = None) -> list[dict[str, Any]]:
+    """`kubectl kustomize k8s/overlays/<overlay>`, parsed."""
+    import yaml
+
+    base = k8s or k8s_dir()
+    folder = base / "overlays" / overlay
+    if not folder.is_dir():
+        known = sorted(p.name for p in (base / "overlays").iterdir() if p.is_dir())
+        raise ConfigError(f"--overlay {overlay}: no such overlay; known: {', '.join(known)}")
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise ConfigError("--k8s renders the overlay with `kubectl kustomize`: install kubectl")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        raise ConfigError(f"kubectl kustomize {folder}: {done.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def rayjob_template(k8s: Path | None = None) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(((k8s or k8s_dir()) / "rayjob" / "rayjob.yaml").read_text())
+
+
+def template_defaults(template: dict[str, Any]) -> list[str]:
+    """The overrides written in the template's entrypoint (after the command)."""
+    words = shlex.split(template["spec"]["entrypoint"])
+    return [w for w in words if "=" in w]
+
+
+def dns_name(text: str, limit: int) -> str:
+    name = _DNS_LABEL.sub("-", text.lower()).strip("-")
+    return name[:limit].rstrip("-") or "sweep"
+
+
+def build_rayjob(
+    template: dict[str, Any], cluster: dict[str, Any], sweep: PreparedSweep
+) -> dict[str, Any]:
+    """The template with the overlay's RayCluster spec, this sweep's entrypoint and
+    names. A fresh name per submission (generateName: `kubectl create`); the sweep
+    label finds every attempt of one sweep."""
+    job = copy.deepcopy(template)
+    meta = job.setdefault("metadata", {})
+    # KubeRay derives the cluster's and its pods' names from the job's: keep it short.
+    meta.pop("name", None)
+    meta["generateName"] = f"{dns_name(sweep.sweep_id, 40)}-"
+    namespace = cluster.get("metadata", {}).get("namespace")
+    if namespace:
+        meta["namespace"] = namespace
+    meta.setdefault("labels", {})[SWEEP_LABEL] = (
+        _LABEL_VALUE.sub("_", sweep.sweep_id)[:63].strip("_.-") or "sweep"
+    )
+    meta.setdefault("annotations", {}).update(
+        {SWEEP_ID_KEY: sweep.sweep_id, OUTPUT_DIR_KEY: sweep.output_dir}
+    )
+    spec = job["spec"]
+    spec["entrypoint"] = sweep.entrypoint
+    spec["rayClusterSpec"] = copy.deepcopy(cluster["spec"])
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    for container in spec.get("submitterPodTemplate", {}).get("spec", {}).get("containers", []):
+        container["image"] = head["image"]  # the overlay's image, registry included
+    return job
+
+
+def render_rayjob(
+    user_overrides: list[str], multirun: bool, overlay: str, k8s: Path | None = None
+) -> tuple[dict[str, Any], PreparedSweep]:
+    docs = render_overlay(overlay, k8s)
+    clusters = [d for d in docs if d.get("kind") == "RayCluster"]
+    if len(clusters) != 1:
+        raise ConfigError(f"overlay {overlay} has {len(clusters)} RayClusters; expected one")
+    template = rayjob_template(k8s)
+    sweep = prepare(user_overrides, multirun, template_defaults(template), k8s=True)
+    return build_rayjob(template, clusters[0], sweep), sweep
+
+
+# -- command line ---------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distillery submit",
+        description="Run a sweep on a Ray cluster (Ray Jobs API) or render a KubeRay RayJob.",
+        epilog="Everything else is the sweep's overrides, as for `distillery`.",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        help=f"the cluster's dashboard (default: $RAY_ADDRESS or {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument("--follow", action="store_true", help="stream the job's logs to its end")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this environment variable to the job (e.g. an API key the config "
+        "names); its value is visible to whoever can read the cluster's jobs",
+    )
+    parser.add_argument(
+        "--working-dir",
+        default=None,
+        help="the code to upload (default: this distillery checkout)",
+    )
+    parser.add_argument("--k8s", action="store_true", help="print a KubeRay RayJob instead")
+    parser.add_argument("--overlay", default="cpu", help="k8s/overlays/<NAME> (with --k8s)")
+    parser.add_argument("--out", default=None, help="write the RayJob here (with --k8s)")
+    parser.add_argument("-m", "--multirun", action="store_true", help="a grid sweep")
+    return parser
+
+
+def dashboard_address(given: str | None) -> str:
+    address = given or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
+    if address.startswith("ray://") or "://" not in address:
+        # `ray start` prints the GCS address (host:6379); the Jobs API is the dashboard.
+        raise ConfigError(
+            f"--address {address}: give the cluster's dashboard, e.g. {DEFAULT_ADDRESS}"
+        )
+    return address
+
+
+def main(argv: list[str]) -> int:
+    args, overrides = _parser().parse_known_args(argv)
+    unknown = [o for o in overrides if o.startswith("-")]
+    if unknown:
+        print(f"distillery submit: unknown option {unknown[0]}", file=sys.stderr)
+        return 2
+    try:
+        if args.k8s:
+            return _main_k8s(args, overrides)
+        return _main_jobs(args, overrides)
+    except ConfigError as exc:
+        print(f"distillery submit: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main_k8s(args: argparse.Namespace, overrides: list[str]) -> int:
+    import yaml
+
+    job, sweep = render_rayjob(overrides, args.multirun, args.overlay)
+    text = yaml.safe_dump(job, sort_keys=False)
+    for note in sweep.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"sweep {sweep.sweep_id}: RayJob written to {args.out}", file=sys.stderr)
+        print(f"  kubectl create -f {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        print(
+            f"sweep {sweep.sweep_id}: pipe this into `kubectl create -f -`; "
+            f"`kubectl get rayjobs -l {SWEEP_LABEL}={job['metadata']['labels'][SWEEP_LABEL]}` "
+            "lists its attempts",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _main_jobs(args: argparse.Namespace, overrides: list[str]) -> int:
+    address = dashboard_address(args.address)
+    sweep = prepare(overrides, args.multirun)
+    working_dir = Path(args.working_dir).resolve() if args.working_dir else checkout_root()
+    runtime = runtime_env(working_dir, args.env)
+    if working_dir is None:
+        sweep.notes.append(
+            "not running from a checkout: the job runs the distillery installed on the "
+            "cluster (give --working-dir to upload code)"
+        )
+    try:
+        client = job_client(address)
+        submitted = submit_job(client, sweep, runtime, address)
+    except AlreadyRunning as exc:
+        print(f"distillery submit: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # unreachable, refused (token auth), rejected by the cluster
+        print(f"distillery submit: the Ray Jobs API at {address}: {exc}", file=sys.stderr)
+        return 1
+    for note in sweep.notes:
+        print(f"note: {note}")
+    resumed = " (resumes it: same output root and MLflow run)" if submitted.attempt > 1 else ""
+    print(f"sweep {sweep.sweep_id}: submitted as job {submitted.job_id}{resumed}")
+    print(f"  dashboard: {address}/#/jobs/{submitted.job_id}")
+    print(f"  output:    {sweep.output_dir}")
+    print(f"  tracking:  {sweep.tracking_uri}")
+    print(f"  logs:      ray job logs --address {address} -f {submitted.job_id}")
+    print(f"  stop:      ray job stop --address {address} {submitted.job_id}")
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    try:
+        status = follow(client, submitted.job_id)
+    except KeyboardInterrupt:
+        print(f"\nstopped following; job {submitted.job_id} goes on (see `logs:` above)")
+        return 130
+    print(f"job {submitted.job_id}: {status}")
+    return 0 if status == "SUCCEEDED" else 1
