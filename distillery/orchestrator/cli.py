@@ -214,7 +214,7 @@ def main() -> None:
     from distillery.orchestrator.quiet import quiet_third_party
 
     quiet_third_party(verbose=any(a in _VERBOSE for a in sys.argv[1:]))
-    if len(sys.argv) > 1 and sys.argv[1] in ("memory", "report", "compare"):
+    if len(sys.argv) > 1 and sys.argv[1] in ("memory", "report", "compare", "submit"):
         sys.argv = [a for a in sys.argv if a not in _VERBOSE]
     if len(sys.argv) > 1 and sys.argv[1] == "memory":
         from distillery.orchestrator.memory_cli import main as memory_main
