@@ -268,7 +268,10 @@ class ModelServerPool:
         up = [r for r in self.replicas if r.state == "up" and r.actor is not None]
         if not up:
             return
-        refs = {r.actor.healthy.remote(): r for r in up}
+        # The probe may take most of the poll's time: a busy server on a starved CPU
+        # (llama.cpp generating on 2 cores) answers late, and is not down.
+        probe_s = 0.8 * self.cfg.health_timeout_s
+        refs = {r.actor.healthy.remote(probe_s): r for r in up}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self.cfg.health_timeout_s)
         for ref, replica in refs.items():
             if self._stopping.is_set():

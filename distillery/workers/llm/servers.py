@@ -172,11 +172,11 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def healthy(self) -> bool:
+    def healthy(self, timeout_s: float = 2.0) -> bool:
         if self._process is not None and self._process.poll() is not None:
             return False  # exited: whatever answers on its port now is not it
         try:
-            return httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200
+            return httpx.get(f"{self.base_url}/models", timeout=timeout_s).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -260,8 +260,8 @@ class LlmServerImpl:
             self._server.env = {**(self._server.env or {}), "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
         return self._server.start()
 
-    def healthy(self) -> bool:
-        return self._server.healthy()
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        return self._server.healthy(timeout_s)
 
     def node_id(self) -> str:
         import ray
