@@ -248,7 +248,7 @@ def test_summary_names_each_point_once_with_its_descriptor(capsys):
 def test_ablation_sweeps_the_paper_students_unless_the_command_line_names_one():
     graph = _graph("bfcl_ablation")
     students = {p.model.name for p in graph.points.values() if p.role == "student"}
-    assert students == {"qwen3-4b", "qwen3-8b"}
+    assert students == {"qwen3-4b", "qwen3-8b", "llama3.1-8b", "gemma4-e4b"}  # paper table 2
     methods = {p.method_name for p in graph.points.values()}
     assert {"zero_shot", "amd_wf", "amd_wf_fn", "amd_wf_st", "amd_wf_st_fn"} <= methods
     only = _graph("bfcl_ablation", "student=qwen3_8b")
