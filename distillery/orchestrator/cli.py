@@ -35,6 +35,7 @@ from distillery.orchestrator.config import (  # noqa: E402
     DistilleryConfig,
     to_config,
 )
+from distillery.orchestrator.errors import UserError  # noqa: E402
 
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
 # `model@student=NAME`, users say `student=NAME`.
@@ -145,7 +146,7 @@ def run_cli(argv: list[str]) -> int:
         # A run names every missing install at once; --plan and --cfg need only the
         # benchmark's package (no model server starts).
         configs = validate_sweep(points, models=not flags & {"--plan", "--cfg"})
-    except ValueError as exc:  # ConfigError, or a bad split, task id or sweep
+    except (ValueError, UserError) as exc:  # ConfigError, PreflightError, a bad split...
         return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
         if type(exc).__module__.startswith(("hydra", "omegaconf")):
@@ -157,7 +158,6 @@ def run_cli(argv: list[str]) -> int:
         return 0
 
     from distillery import redaction
-    from distillery.orchestrator.errors import UserError
     from distillery.orchestrator.requirements_check import check_requirements
     from distillery.orchestrator.run import plan, print_summary, run_sweep, unscored_points
 
@@ -185,15 +185,21 @@ def validate_sweep(
     points: list[tuple[list[str], DictConfig]], models: bool = False
 ) -> list[DistilleryConfig]:
     """Every point typed and validated, then the sweep planned (task ids resolved, the
-    protocol's split made, shared runtime checked) without running anything."""
+    protocol's split made, shared runtime checked) and the planned stages' config checked
+    as a whole (tracking URI scheme, endpoint URLs, store given one way), without
+    running anything or touching disk or network. `--cfg job`, `--plan` and a run all
+    pass through here, so they accept and refuse the same configs with the same message.
+    What needs I/O (folders writable, a bucket, key variables set, servers answering) is
+    checked before a run only: `run_cli`'s service check and `preflight.check_run`."""
     from distillery.orchestrator.plan import plan_sweep
+    from distillery.orchestrator.preflight import check_config
     from distillery.orchestrator.requirements_check import check_requirements
 
     configs = _validated(points)
     # What is installed first (planning loads the benchmark's tasks); `models`: the
     # model servers' packages and files too.
     check_requirements(configs, models=models, services=False)
-    plan_sweep(configs)
+    check_config(plan_sweep(configs))
     return configs
 
 

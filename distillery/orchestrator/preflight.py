@@ -1,10 +1,21 @@
 """Checks of what a run will touch, before Ray, servers or MLflow start.
 
-Config validation (`config.py`) checks values; this checks the world they point at:
-the output root can be written, the tracking URI names a store MLflow knows, every
-endpoint the run will call is an http(s) URL, every `api_key_env` it will read is set,
-and no key is given twice. Each failure is one `PreflightError` naming the key.
-Only what the planned stages use is checked: an unused teacher's unset key is fine.
+Config validation (`config.py`) checks values one key at a time; this checks what
+they mean together and the world they point at. Each failure is one `PreflightError`
+naming the key. Only what the planned stages use is checked: an unused teacher's unset
+key is fine.
+
+Two halves:
+
+* `check_config` reads the config only (no disk, network or environment): the tracking
+  URI names a store MLflow knows, every endpoint the run will call is an http(s) URL,
+  a Qdrant store is given one way, no key is given twice. It is part of the one
+  validation `--cfg job`, `--plan` and a run share (`cli.validate_sweep`), so all three
+  refuse these configs with the same message.
+* `check_run` adds what needs I/O, and so runs only before a real run (`run_sweep`):
+  the output root, the tracking store's folder and the embedded store's folder can be
+  written, an object store's bucket exists, every `api_key_env` the run reads is set.
+  `--plan` and `--cfg job` do not write or read these, so they do not check them.
 """
 
 from __future__ import annotations
@@ -44,23 +55,50 @@ class Endpoint:
     needs_url: bool
 
 
-def check_run(graph: StageGraph) -> None:
-    """Everything below, for the configs of a planned sweep; raises PreflightError."""
+def check_config(graph: StageGraph) -> None:
+    """The config-only checks (no I/O) for the configs of a planned sweep; raises
+    PreflightError. `--cfg job`, `--plan` and a run all run these (`cli.validate_sweep`)."""
     cfg = graph.configs[0]  # output root, tracking and store are shared by all points
+    check_output_dir_value(cfg.output_dir)
+    check_tracking_uri_value(cfg.tracking_uri)
+    uses_memory = _uses_memory(graph)
+    if uses_memory:
+        check_store_value(cfg)
+    for endpoint in _unique_endpoints(graph, uses_memory):
+        check_endpoint_value(endpoint)
+
+
+def check_run(graph: StageGraph) -> None:
+    """`check_config`, then what needs I/O (folders written, a bucket looked up,
+    environment variables read): before a real run only; raises PreflightError."""
+    check_config(graph)
+    cfg = graph.configs[0]
     check_output_dir(cfg.output_dir)
     check_tracking_uri(cfg.tracking_uri)
-    uses_memory = any(not s.plays_episodes for s in graph.stages.values())
+    uses_memory = _uses_memory(graph)
     if uses_memory:
         check_store(cfg)
+    for endpoint in _unique_endpoints(graph, uses_memory):
+        check_endpoint(endpoint)
+
+
+def _uses_memory(graph: StageGraph) -> bool:
+    return any(not s.plays_episodes for s in graph.stages.values())
+
+
+def _unique_endpoints(graph: StageGraph, uses_memory: bool) -> list[Endpoint]:
     seen: set[tuple[str, str | None, str | None]] = set()
+    out = []
     for endpoint in endpoints_in_use(graph, uses_memory):
         ident = (endpoint.key, endpoint.url, endpoint.api_key_env)
         if ident not in seen:
             seen.add(ident)
-            check_endpoint(endpoint)
+            out.append(endpoint)
+    return out
 
 
-def check_output_dir(output_dir: str) -> None:
+def check_output_dir_value(output_dir: str) -> Location:
+    """Config only: the output root is given, parses, and an object store names a bucket."""
     if not output_dir or not output_dir.strip():
         raise PreflightError(
             "output_dir: is empty; give a folder (e.g. output_dir=distillery_runs) or a "
@@ -70,6 +108,16 @@ def check_output_dir(output_dir: str) -> None:
         root = Location.of(output_dir)
     except (OSError, ValueError) as exc:
         raise PreflightError(f"output_dir: {output_dir!r} is not a usable path: {exc}") from None
+    if not root.is_local and not root.fs_path.lstrip("/").split("/", 1)[0]:
+        raise PreflightError(
+            f"output_dir: {redact(root.uri)} names no bucket (scheme://bucket/prefix)"
+        )
+    return root
+
+
+def check_output_dir(output_dir: str) -> None:
+    """The value (above), then I/O: a local folder can be written, a bucket exists."""
+    root = check_output_dir_value(output_dir)
     if root.is_local:
         _check_local_folder(root.local_path, "output_dir")
     else:
@@ -101,9 +149,7 @@ def _check_remote_root(root: Location) -> None:
         fs = root.fs
     except (ValueError, ImportError) as exc:
         raise PreflightError(f"output_dir: {uri}: {redact(str(exc))}") from None
-    bucket = root.fs_path.lstrip("/").split("/", 1)[0]
-    if not bucket:
-        raise PreflightError(f"output_dir: {uri} names no bucket (scheme://bucket/prefix)")
+    bucket = root.fs_path.lstrip("/").split("/", 1)[0]  # named: check_output_dir_value
     import pyarrow.fs as pafs
 
     prefix = "/" if root.fs_path.startswith("/") else ""
@@ -117,7 +163,9 @@ def _check_remote_root(root: Location) -> None:
         )
 
 
-def check_tracking_uri(uri: str) -> None:
+def check_tracking_uri_value(uri: str) -> str | None:
+    """Config only: a scheme MLflow knows, and a valid URL for a tracking server. The
+    scheme's base (sqlite, http, ...), or None for a plain path (a file store)."""
     shown = redact(uri)
     if "://" not in uri:
         if ":" in uri.split("/", 1)[0] and not os.path.isabs(uri):
@@ -126,8 +174,7 @@ def check_tracking_uri(uri: str) -> None:
                 f"tracking.uri: unknown scheme {scheme!r} in {shown!r}; use one of "
                 f"{', '.join(sorted(TRACKING_SCHEMES))} (e.g. sqlite:///$PWD/mlflow.db)"
             )
-        _check_local_folder(Path(uri).expanduser().resolve(), "tracking.uri")  # a file store
-        return
+        return None
     scheme = uri.split("://", 1)[0].lower()
     base = scheme.split("+", 1)[0]
     if base not in TRACKING_SCHEMES:
@@ -135,7 +182,19 @@ def check_tracking_uri(uri: str) -> None:
             f"tracking.uri: unknown scheme {scheme!r} in {shown!r}; use one of "
             f"{', '.join(sorted(TRACKING_SCHEMES))} (e.g. sqlite:///$PWD/mlflow.db)"
         )
-    if base == "sqlite":
+    if base in ("http", "https"):
+        _check_http(uri, "tracking.uri")
+    return base
+
+
+def check_tracking_uri(uri: str) -> None:
+    """The value (above), then I/O: a local store's folder can be written. Whether a
+    tracking server answers is checked with the other services before Ray starts
+    (`requirements_check`)."""
+    base = check_tracking_uri_value(uri)
+    if base is None:
+        _check_local_folder(Path(uri).expanduser().resolve(), "tracking.uri")  # a file store
+    elif base == "sqlite":
         # SQLAlchemy: sqlite:///relative.db, sqlite:////absolute.db, sqlite:// (memory).
         db = uri.split("://", 1)[1].split("?", 1)[0][1:]
         if db and db != ":memory:":
@@ -143,13 +202,12 @@ def check_tracking_uri(uri: str) -> None:
             if path.exists() and not path.is_file():
                 raise PreflightError(f"tracking.uri: {path} is a folder, not a SQLite file")
             _check_local_folder(path.parent, "tracking.uri")
-    elif base in ("http", "https"):
-        _check_http(uri, "tracking.uri")
     elif base == "file":
         _check_local_folder(Path(urlsplit(uri).path), "tracking.uri")
 
 
-def check_store(cfg: DistilleryConfig) -> None:
+def check_store_value(cfg: DistilleryConfig) -> None:
+    """Config only: the Qdrant store is given one way, and somewhere a run can reach."""
     store = cfg.memory.store
     if store.path and store.url:
         raise PreflightError(
@@ -161,6 +219,12 @@ def check_store(cfg: DistilleryConfig) -> None:
             "memory.store: the output root is remote; give memory.store.url (a Qdrant "
             "server) or memory.store.path (a local folder)"
         )
+
+
+def check_store(cfg: DistilleryConfig) -> None:
+    """The value (above), then I/O: the embedded store's folder can be written."""
+    check_store_value(cfg)
+    store = cfg.memory.store
     if store.path:
         _check_local_folder(Path(store.path).expanduser().resolve(), "memory.store.path")
 
@@ -197,21 +261,31 @@ def _model_endpoint(key: str, model: ModelConfig) -> Endpoint:
     return Endpoint(key, model.base_url, "base_url", model.api_key_env, model.backend == "external")
 
 
-def check_endpoint(endpoint: Endpoint) -> None:
+def check_endpoint_value(endpoint: Endpoint) -> None:
+    """Config only: an http(s) URL where one is needed, and the key given one way."""
     url_key = f"{endpoint.key}.{endpoint.url_key}"
     if endpoint.url:
         _check_http(endpoint.url, url_key)
     elif endpoint.needs_url:
         raise PreflightError(f"{url_key}: is required (e.g. http://host:8000/v1)")
     name = endpoint.api_key_env
-    if not name:
-        return
     env_key = f"{endpoint.key}.api_key_env"
-    if endpoint.url and url_secrets(endpoint.url):
+    if name and endpoint.url and url_secrets(endpoint.url):
         raise PreflightError(
             f"{url_key} carries a key in its userinfo and {env_key} names another "
             f"({name}); give the key one way only (keep {env_key} and drop it from the URL)"
         )
+
+
+def check_endpoint(endpoint: Endpoint) -> None:
+    """The value (above), then the environment: the key variable is set. Run-only: the
+    variable is read by the run, and a plan may be made on a machine without the key.
+    Whether the URL answers is checked before Ray starts (`requirements_check`)."""
+    check_endpoint_value(endpoint)
+    name = endpoint.api_key_env
+    if not name:
+        return
+    env_key = f"{endpoint.key}.api_key_env"
     if not os.environ.get(name):
         raise PreflightError(
             f"{env_key}: environment variable {name} is not set; export it with the "
