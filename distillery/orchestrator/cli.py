@@ -216,29 +216,37 @@ def _refuse(exc: BaseException) -> int:
     return 2
 
 
-def main() -> None:
+def route(argv: list[str]) -> int:
+    """`distillery ARGS`: a subcommand (`memory`, `report`, `compare`, `submit`) when
+    its name is the first word, else a sweep. `-v`/`--verbose` may stand anywhere,
+    before the subcommand too (`distillery -v memory list ...`): it only turns the
+    third-party messages back on and is not passed to the subcommand."""
     from distillery.orchestrator.quiet import quiet_third_party
 
-    quiet_third_party(verbose=any(a in _VERBOSE for a in sys.argv[1:]))
-    if len(sys.argv) > 1 and sys.argv[1] in ("memory", "report", "compare", "submit"):
-        sys.argv = [a for a in sys.argv if a not in _VERBOSE]
-    if len(sys.argv) > 1 and sys.argv[1] == "memory":
+    quiet_third_party(verbose=any(a in _VERBOSE for a in argv))
+    rest = [a for a in argv if a not in _VERBOSE]
+    command = rest[0] if rest else None
+    if command == "memory":
         from distillery.orchestrator.memory_cli import main as memory_main
 
-        sys.exit(memory_main(sys.argv[2:]))
-    if len(sys.argv) > 1 and sys.argv[1] == "report":
+        return memory_main(rest[1:])
+    if command == "report":
         from distillery.orchestrator.report import main as report_main
 
-        sys.exit(report_main(sys.argv[2:]))
-    if len(sys.argv) > 1 and sys.argv[1] == "compare":
+        return report_main(rest[1:])
+    if command == "compare":
         from distillery.orchestrator.compare import main as compare_main
 
-        sys.exit(compare_main(sys.argv[2:]))
-    if len(sys.argv) > 1 and sys.argv[1] == "submit":
+        return compare_main(rest[1:])
+    if command == "submit":
         from distillery.orchestrator.submit import main as submit_main
 
-        sys.exit(submit_main(sys.argv[2:]))
-    sys.exit(run_cli(sys.argv[1:]))
+        return submit_main(rest[1:])
+    return run_cli(argv)  # a sweep: run_cli reads -v itself (one of its flags)
+
+
+def main() -> None:
+    sys.exit(route(sys.argv[1:]))
 
 
 if __name__ == "__main__":
