@@ -79,6 +79,20 @@ def _with_bogus_call(base: Reply) -> Reply:
     return {**base, "tool_calls": [*base["tool_calls"], {"name": "no_such_tool", "arguments": {}}]}
 
 
+def _nested(levels: int, leaf: Any = "x") -> Any:
+    for _ in range(levels):
+        leaf = [leaf]
+    return leaf
+
+
+def _with_args(base: Reply, args: Callable[[dict[str, Any]], Any]) -> Reply:
+    """`base` with each call's arguments bent by `args`; a reply without calls (BFCL's
+    prompt format) gets one call so bent, so the mode is hostile in every format."""
+    if not base.get("tool_calls"):
+        base = {**base, "tool_calls": [{"name": "cd", "arguments": {"folder": "x"}}]}
+    return _message(base, args=args)
+
+
 def _completion_body(message_json: str) -> bytes:
     return (
         b'{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": '
@@ -139,6 +153,26 @@ MODES: dict[str, tuple[str, Callable[[Reply], Reply]]] = {
     "arguments_escaped_nul": (
         "repair",
         lambda b: _message(b, args=lambda a: json.dumps(_bend_strings(a, "\x00"))),
+    ),
+    # arguments nested 700 levels (~1.5 KB of reply): refused, never a RecursionError
+    "arguments_deep": ("invalid", lambda b: _with_args(b, lambda a: {**a, "x": _nested(700)})),
+    "arguments_deep_text": (
+        "invalid",
+        lambda b: _with_args(b, lambda a: json.dumps({**a, "x": _nested(700)})),
+    ),
+    # ... with an escaped lone surrogate in the text, which the client has to read
+    "arguments_deep_escaped_surrogate": (
+        "invalid",
+        lambda b: _with_args(b, lambda a: json.dumps({**a, "x": _nested(700, "\ud800")})),
+    ),
+    # too deep for the JSON parser itself, in the body's own JSON
+    "body_deep": (
+        "invalid",
+        lambda b: {
+            "body": _completion_body(
+                '{"role": "assistant", "content": ' + "[" * 100_000 + "]" * 100_000 + "}"
+            )
+        },
     ),
     # usage and finish reason
     "usage_strings": ("repair", _with_usage({"prompt_tokens": "12", "completion_tokens": "x"})),

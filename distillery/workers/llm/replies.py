@@ -13,6 +13,13 @@ client boundary, and every repair is noted on the result (`ChatResult.notes`):
   protocol expects;
 - usage counts that are not non-negative integers below `MAX_TOKEN_COUNT` count as 0.
 
+Nesting is bounded before anything recurses on it: a message nested deeper than
+`MAX_REPLY_NESTING`, or call arguments (a JSON value, or JSON text) deeper than
+`MAX_ARGUMENT_NESTING` (far above any benchmark's arguments), is refused
+(`InvalidReply`), and so is a body too deep for the JSON parser itself. A ~1.5 KB
+reply nested 700 lists deep would otherwise raise `RecursionError` somewhere later,
+read as an infrastructure error and re-run on every resume.
+
 A body that is not a chat completion at all (not JSON, no choices) is the server's
 failure (`InfraError`, retried); a completion whose message cannot be used (content that
 is a number or an object, tool calls that are not a list) is the model's answer and
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 import uuid
 from typing import Any
 
@@ -38,6 +46,15 @@ _MAX_NOTE_VALUE = 60
 # Ids and function names are short; longer ones are cut (they would be re-sent at every
 # step, and no function of any benchmark has such a name).
 MAX_NAME_CHARS = 256
+# Container levels in one call's arguments (the environments allow 8), and in the
+# whole message (the arguments sit 5 levels inside it).
+MAX_ARGUMENT_NESTING = 64
+MAX_REPLY_NESTING = MAX_ARGUMENT_NESTING + 8
+_MAX_PATH_KEYS = 8  # of a too-deep value's path, in its reason
+# Notes show a bounded repr: a few levels and items of a value, whatever its size.
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = _MAX_NOTE_VALUE
 
 
 def clean_text(text: str) -> tuple[str, bool]:
@@ -51,8 +68,62 @@ def clean_text(text: str) -> tuple[str, bool]:
     return _LONE_SURROGATE.sub("\ufffd", text.replace("\x00", "")), True
 
 
+def nesting_path(value: Any, limit: int) -> list[Any] | None:
+    """The keys leading to a container nested more than `limit` levels deep in the
+    decoded JSON `value` (the outermost container is level 1), or None. Iterative, so
+    any depth is safe to ask about."""
+    if not isinstance(value, (dict, list)):
+        return None
+    # (container, level, (key, parent entry) or None): the path is rebuilt only when needed.
+    stack: list[tuple[Any, int, Any]] = [(value, 1, None)]
+    while stack:
+        entry = stack.pop()
+        container, level, link = entry
+        if level > limit:
+            path: list[Any] = []
+            while link is not None:
+                key, (_, _, link) = link
+                path.append(key)
+            return path[::-1]
+        items = container.items() if isinstance(container, dict) else enumerate(container)
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                stack.append((item, level + 1, (key, entry)))
+    return None
+
+
+def _path_text(path: list[Any]) -> str:
+    text = "".join(
+        f"[{key}]" if isinstance(key, int) else f".{key}" for key in path[:_MAX_PATH_KEYS]
+    )
+    text = clean_text(text.lstrip("."))[0]
+    text = text if len(text) <= _MAX_NOTE_VALUE else text[: _MAX_NOTE_VALUE - 3] + "..."
+    return text + ("..." if len(path) > _MAX_PATH_KEYS else "")
+
+
+def _require_shallow(value: Any, limit: int, what: str) -> None:
+    path = nesting_path(value, limit)
+    if path is None:
+        return
+    if (
+        what == "message"
+        and len(path) > 4
+        and path[0] == "tool_calls"
+        and path[2:4]
+        == [
+            "function",
+            "arguments",
+        ]
+    ):
+        # Inside a call's arguments: say so (they are the part with the lower limit).
+        what, limit, path = f"tool_calls[{path[1]}]: arguments", MAX_ARGUMENT_NESTING, path[4:]
+    where = f" (at {_path_text(path)})" if path else ""
+    raise InvalidReply(f"{what} nested too deeply: more than {limit} levels{where}")
+
+
 def _clean_value(value: Any) -> tuple[Any, bool]:
-    """A decoded JSON value with every string (keys too) cleaned."""
+    """A decoded JSON value with every string (keys too) cleaned. Recursive: only for
+    values already checked to nest at most `MAX_REPLY_NESTING` levels."""
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, list):
@@ -70,7 +141,7 @@ def _clean_value(value: Any) -> tuple[Any, bool]:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = _REPR.repr(value)
     return text if len(text) <= _MAX_NOTE_VALUE else text[: _MAX_NOTE_VALUE - 3] + "..."
 
 
@@ -107,26 +178,42 @@ def reply_text(content: Any, notes: list[str]) -> str:
 
 
 def call_arguments(arguments: Any, notes: list[str], where: str) -> str:
-    """Tool call arguments as the JSON string the protocol (and a re-send) needs."""
+    """Tool call arguments as the JSON string the protocol (and a re-send) needs.
+
+    Arguments nested more than `MAX_ARGUMENT_NESTING` levels, given as a JSON value or
+    as JSON text, are refused (`InvalidReply`): no benchmark's call nests like that,
+    and only a bound here keeps everything that reads them later from recursing.
+    """
+    what = f"{where}: arguments"
     if arguments is None or arguments == "":
         return "{}"
     if not isinstance(arguments, str):
+        _require_shallow(arguments, MAX_ARGUMENT_NESTING, what)
         cleaned, _ = _clean_value(arguments)
         notes.append(f"{where}: arguments were a JSON {type(arguments).__name__}, encoded")
         return json.dumps(cleaned, ensure_ascii=False)
     text, changed = clean_text(arguments)
-    if _RISKY_ESCAPE.search(text):
-        # Escapes decode to NUL or lone surrogates only when the JSON is read: read it,
-        # clean it, and write it back (invalid JSON is left for the environment to
-        # reject with its own reason).
+    risky = _RISKY_ESCAPE.search(text) is not None
+    # Fewer opening brackets than the limit cannot nest deeper than it: most arguments
+    # are not read here at all.
+    if risky or text.count("[") + text.count("{") > MAX_ARGUMENT_NESTING:
+        # Invalid JSON is left for the environment to reject with its own reason.
         try:
             value = json.loads(text)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            raise InvalidReply(
+                f"{what} nested too deeply: more than the JSON parser's recursion limit"
+            ) from None
+        except ValueError:
             value = None
         else:
-            value, escaped = _clean_value(value)
-            if escaped:
-                text, changed = json.dumps(value, ensure_ascii=False), True
+            _require_shallow(value, MAX_ARGUMENT_NESTING, what)
+            if risky:
+                # Escapes decode to NUL or lone surrogates only when the JSON is read:
+                # clean the value read, and write it back.
+                value, escaped = _clean_value(value)
+                if escaped:
+                    text, changed = json.dumps(value, ensure_ascii=False), True
     if changed:
         notes.append(f"{where}: NUL or lone surrogates removed from the arguments")
     return text
@@ -221,16 +308,24 @@ def parse_completion(body: bytes, latency_s: float, attempts: int, endpoint: str
             # Replaced, not fatal: the rest of the reply may be fine.
             text = body.decode("utf-8", "replace")
             notes.append("body: invalid UTF-8 replaced")
-        response = json.loads(text)
+        try:
+            response = json.loads(text)
+        except RecursionError:
+            # Valid JSON, only too deep to read (whatever the stack): no usable reply.
+            raise InvalidReply(
+                "reply nested too deeply: more than the JSON parser's recursion limit"
+            ) from None
         choice = response["choices"][0]
         message = choice.get("message")
-    except (ValueError, LookupError, TypeError, AttributeError, RecursionError) as exc:
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
         raise InfraError(
             f"{endpoint} sent a malformed chat completion: {type(exc).__name__}: "
             f"{str(exc)[:300]}; body starts {body[:200]!r}"
         ) from None
     if message is None:
         message = {}
+    # Before anything below recurses on it (cleaning, encoding, notes).
+    _require_shallow(message, MAX_REPLY_NESTING, "message")
     if not isinstance(message, dict):
         raise InvalidReply(f"message is {type(message).__name__} {_show(message)}, not an object")
     # Reasoning (a separate field, or <think> blocks in the content) is split off the

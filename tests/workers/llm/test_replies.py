@@ -145,3 +145,59 @@ def test_a_body_that_is_no_completion_is_the_servers_failure():
     for body in (b"<html>bad gateway</html>", b"{}", b'{"choices": []}', b'{"choices": 3}'):
         with pytest.raises(InfraError, match="malformed"):
             parse_completion(body, 0.1, 1, "http://h/v1")
+
+
+def _nested(levels: int, leaf="x"):
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _deep_stack(levels: int, fn):
+    """`fn()` called `levels` frames down: a worker's stack is never empty."""
+    return fn() if levels == 0 else _deep_stack(levels - 1, fn)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        _nested(700),  # a JSON value: ~1.5 KB of reply
+        json.dumps(_nested(700)),  # JSON text
+        json.dumps(_nested(700, "\ud800")),  # JSON text with an escape that must be read
+        "[" * 100_000 + "]" * 100_000,  # too deep for the JSON parser at any stack depth
+    ],
+    ids=["value", "text", "text_escaped_surrogate", "beyond_the_parser"],
+)
+@pytest.mark.parametrize("stack", [0, 400])
+def test_arguments_nested_too_deeply_are_refused_not_a_recursion_error(arguments, stack):
+    body = _body({"tool_calls": [_call("c", arguments=arguments)]})
+    # (Deep in a stack the body itself may be too deep to read: refused all the same.)
+    where = "" if stack else r"tool_calls\[0\]: arguments "
+    with pytest.raises(InvalidReply, match=where + "nested too deeply"):
+        _deep_stack(stack, lambda: parse_completion(body, 0.1, 1, "http://h/v1"))
+
+
+def test_a_body_too_deep_for_the_json_parser_is_an_invalid_reply_not_infra():
+    body = b'{"choices": [{"message": {"content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}]}"
+    with pytest.raises(InvalidReply, match="reply nested too deeply"):
+        parse_completion(body, 0.1, 1, "http://h/v1")
+    # Deep, but within what the parser reads: refused by the message's own bound.
+    with pytest.raises(InvalidReply, match=f"message nested too deeply: more than {72} levels"):
+        _parse({"content": _nested(500)})
+
+
+def test_nesting_up_to_the_limit_is_repaired_as_before_and_notes_stay_short():
+    from distillery.workers.llm.replies import MAX_ARGUMENT_NESTING
+
+    escaped = json.dumps({"path": _nested(MAX_ARGUMENT_NESTING - 1, "a\ud800")})
+    result = _deep_stack(
+        400, lambda: _parse({"tool_calls": [_call("c", arguments=escaped), _call("d", "cd", {})]})
+    )
+    assert json.loads(result.tool_calls[0]["arguments"])["path"] == _nested(
+        MAX_ARGUMENT_NESTING - 1, "a\ufffd"
+    )
+    assert result.notes[0] == "tool_calls[0]: NUL or lone surrogates removed from the arguments"
+    # A deeply nested usage count is no count, and its note is a few characters.
+    odd = _parse({"content": "hi"}, usage={"prompt_tokens": _nested(60)})
+    assert odd.usage.prompt_tokens == 0 and len(odd.notes[0]) < 100
