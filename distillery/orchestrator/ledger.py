@@ -89,9 +89,12 @@ class Ledger:
 
     # -- episode stages -------------------------------------------------------------
 
+    def record_path(self, key: StageKey, task_id: str) -> Location:
+        """Where the ledger record of `task_id` is (one file per task, named after it)."""
+        return self.stage_dir(key) / "done" / f"{episode_file_name(task_id)}.json"
+
     def record_episode(self, key: StageKey, summary: EpisodeSummary) -> None:
-        target = self.stage_dir(key) / "done" / f"{episode_file_name(summary.task_id)}.json"
-        target.write_json(asdict(summary))
+        self.record_path(key, summary.task_id).write_json(asdict(summary))
 
     def episodes(self, key: StageKey, verify: bool = True) -> dict[str, EpisodeSummary]:
         """Finished (scored) episodes by task id whose files are intact.
@@ -124,8 +127,10 @@ class Ledger:
         return records
 
     def _records(self, key: StageKey) -> dict[str, EpisodeSummary]:
-        """The readable ledger records of a stage; a damaged one is reported with its
-        path and ignored (its task is played again)."""
+        """The readable ledger records of a stage; a damaged one, or one whose file is
+        not named after its task (copied or edited: it could stand in for another
+        task's record), is reported with its path and ignored (its task is played
+        again)."""
         out: dict[str, EpisodeSummary] = {}
         for record in (self.stage_dir(key) / "done").listdir(".json"):
             data = read_json_record(record, "ledger record")
@@ -133,6 +138,15 @@ class Ledger:
             if summary is None:
                 if data is not None:
                     log.warning("ignoring malformed ledger record %s (not an episode)", record)
+                continue
+            expected = self.record_path(key, summary.task_id).name
+            if record.name != expected:
+                log.warning(
+                    "ignoring ledger record %s: it is for task %r, whose record is %s",
+                    record,
+                    summary.task_id,
+                    expected,
+                )
                 continue
             out[summary.task_id] = summary
         return out

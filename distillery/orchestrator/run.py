@@ -837,7 +837,19 @@ def stage_row(sweep: Sweep, key: StageKey) -> dict[str, Any]:
         "ran": bool(runs),
     }
     if stage.plays_episodes and stage.model is not None:  # the oracle calls no LLM
-        for s in sweep.ledger.all_records(key).values():
+        # The episodes this sweep needs: a record of another task (an earlier sweep's
+        # larger split, or a file planted in the folder) is not this sweep's cost.
+        needed = sweep.graph.needs.get(key, set())
+        for task_id, s in sweep.ledger.all_records(key).items():
+            if task_id not in needed:
+                log.warning(
+                    "ledger record %s is for task %r, which this sweep does not need: "
+                    "not counted in the cost of %s",
+                    sweep.ledger.record_path(key, task_id),
+                    task_id,
+                    key,
+                )
+                continue
             row["tokens_in"] += s.tokens_in
             row["tokens_out"] += s.tokens_out
             row["n_llm_calls"] += s.n_llm_calls

@@ -76,6 +76,56 @@ def test_ledger_adopts_written_but_unrecorded_episodes_and_ignores_damage(tmp_pa
     assert sorted(ledger.all_records(key)) == ["t_0", "t_1"]
 
 
+def test_a_ledger_record_not_named_after_its_task_is_reported_and_ignored(tmp_path, caplog):
+    ledger = Ledger(tmp_path)
+    key = StageKey("evaluate", "cd" * 32)
+    episodes = ledger.episodes_dir(key)
+    for task_id in ("t_0", "t_1"):
+        written = write_episode(episodes, _record(task_id, True))
+        ledger.record_episode(key, EpisodeSummary.of(_record(task_id, True), written))
+    done = ledger.stage_dir(key) / "done"
+    assert ledger.record_path(key, "t_0") == done / "t_0.parquet.json"
+    # t_1's record replaced by a copy of t_0's (a hand edit, a bad copy): it must not
+    # stand in for t_1, nor count twice.
+    (done / "t_1.parquet.json").write_bytes((done / "t_0.parquet.json").read_bytes())
+    (done / "stray.json").write_bytes((done / "t_0.parquet.json").read_bytes())
+
+    with caplog.at_level(logging.WARNING):
+        records = ledger.all_records(key)
+    assert sorted(records) == ["t_0", "t_1"]
+    assert records["t_1"].task_id == "t_1"  # adopted again from its own episode file
+    for name in ("t_1.parquet.json", "stray.json"):
+        assert f"ignoring ledger record {done / name}" in caplog.text
+    assert "written but not recorded" in caplog.text
+
+
+def test_the_stage_cost_row_counts_only_the_tasks_the_sweep_needs(tmp_path, caplog):
+    """A record of a task outside the split (an earlier, larger sweep's, or planted)
+    is reported with its path and not counted: it used to inflate the stage's tokens."""
+    from types import SimpleNamespace
+
+    from distillery.orchestrator.run import stage_row
+    from distillery.orchestrator.stages import Stage
+    from distillery.workers.llm.config import ModelConfig
+
+    ledger = Ledger(tmp_path)
+    key = StageKey("evaluate", "ef" * 32)
+    for task_id in ("t_0", "t_1", "t_150"):
+        written = write_episode(ledger.episodes_dir(key), _record(task_id, True))
+        ledger.record_episode(key, EpisodeSummary.of(_record(task_id, True), written))
+    model = ModelConfig(name="m", backend="external", model="m", base_url="http://h/v1")
+    stage = Stage(key=key, identity={}, upstream=(), label="evaluate", model=model)
+    graph = SimpleNamespace(stages={key: stage}, needs={key: {"t_0", "t_1"}})
+    sweep = SimpleNamespace(graph=graph, ledger=ledger)
+
+    with caplog.at_level(logging.WARNING):
+        row = stage_row(sweep, key)  # type: ignore[arg-type]
+    assert (row["tokens_in"], row["tokens_out"], row["n_llm_calls"]) == (10, 4, 2)
+    outside = ledger.record_path(key, "t_150")
+    assert f"ledger record {outside} is for task 't_150'" in caplog.text
+    assert "t_0.parquet.json" not in caplog.text
+
+
 def _configs(tmp_path: Path, url: str):
     argv = [
         f"output_dir={tmp_path / 'runs'}",
@@ -144,6 +194,8 @@ def test_a_damaged_output_root_is_reported_and_rebuilt_never_fatal(tmp_path, ray
     assert f"bank {bank_id[:16]} is damaged" in text
     assert str(sweep_json) in text and str(runs_json) in text
     assert str(done / "garbage.json") in text
+    # The out-of-split record: reported with its path, not counted in the stage's cost.
+    assert f"ledger record {done / 'multi_turn_base_150.parquet.json'} is for task" in text
     assert "multi_turn_base_1" in text and "written but not recorded" in text
     assert (done / "multi_turn_base_1.parquet.json").exists()
     assert again.parent_run_id == first.parent_run_id  # found again by its sweep id
