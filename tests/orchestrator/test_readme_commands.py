@@ -1,31 +1,54 @@
 """Every `distillery ...` command line of the README and of the experiments' comments
 runs as written, so they cannot drift from the code.
 
-Commands that would start models run with `--plan` (everything is composed, validated
-and planned: the same validation as a run, nothing starts); `--cfg job` and `--plan`
-lines run as they are. `distillery report` runs on a hand-made finished sweep, and
-`distillery memory ...` on a real (small) store. The README's error example must print
-exactly the error the README shows. Placeholders (`DIR`, `BANK`, `<sweep_id>`,
-`$PWD`) are filled in.
+The README's quickstart line (`distillery -v benchmark.limit=2`, the quickstart
+experiment) runs end to end through the `distillery` entry point, its student served by
+the scripted OpenAI-compatible server (`student=external`; the README's student is
+SmolLM2 on llama.cpp, minutes on CPU): teacher, memory build and both student methods,
+Ray and MLflow included (slow).
+
+The other commands that would start models run with `--plan`, or `--cfg job` where the
+output root is an object store (a plan reads its ledger; there is no network here). Both
+go through the one validation a run goes through (`cli.validate_sweep`: every key typed
+and validated, the sweep planned, the config-only preflight checks), so a line these
+accept, a run accepts too; what they leave out is what needs the run's world (writable
+folders, a bucket, key variables set, servers answering; tested in test_preflight and
+test_requirements_check). `--cfg job` and `--plan` lines run as they are.
+`distillery report` runs on a hand-made finished sweep, and `distillery memory ...` on a
+real (small) store. The README's error example must print exactly the error the README
+shows. Placeholders (`DIR`, `BANK`, `<sweep_id>`, `$PWD`) are filled in.
+
+Code blocks are the fences that start a line: an inline ```` ```python ```` in prose
+opens nothing (it once shifted the pairing, and lines after it went untested), and
+`test_every_readme_command_line_is_collected` counts the command lines independently.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from distillery.orchestrator.cli import run_cli
+from tests.support.openai_stub import REPO_ROOT, run_stub_server
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 EXPERIMENTS = ROOT / "distillery" / "conf" / "experiment"
 
 
+# A fence is three backticks at the start of a line; its block ends at the next one.
+_BLOCK = re.compile(r"^```[a-z]*\n(.*?)^```[^\n]*$", re.DOTALL | re.MULTILINE)
+QUICKSTART = "distillery -v benchmark.limit=2"
+
+
 def _code_blocks(text: str) -> list[str]:
-    return re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL)
+    return _BLOCK.findall(text)
 
 
 def _joined(lines: list[str]) -> list[str]:
@@ -38,14 +61,21 @@ def _joined(lines: list[str]) -> list[str]:
     return out
 
 
+def readme_block_commands() -> list[str]:
+    """The `distillery ...` lines of the README's code blocks, continuations joined."""
+    lines: list[str] = []
+    for block in _code_blocks(README.read_text()):
+        lines += [line for line in _joined(block.splitlines()) if line.startswith("distillery ")]
+    return lines
+
+
 def readme_commands() -> list[str]:
     text = README.read_text()
-    lines: list[str] = []
-    for block in _code_blocks(text):
-        lines += [line for line in _joined(block.splitlines()) if line.startswith("distillery ")]
-    # inline spans outside code blocks: `distillery memory list --store DIR`
-    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
-    lines += [span for span in re.findall(r"`(distillery [^`]+)`", prose)]
+    lines = readme_block_commands()
+    # inline spans outside code blocks: `distillery memory list --store DIR`; not the
+    # pattern `distillery <overrides> cluster=ray` (what submit runs on the cluster)
+    prose = _BLOCK.sub("", text)
+    lines += [s for s in re.findall(r"`(distillery [^`]+)`", prose) if "<overrides>" not in s]
     return list(dict.fromkeys(lines))
 
 
@@ -69,6 +99,25 @@ def _argv(line: str, tmp_path: Path) -> list[str]:
     return [fill.get(w, w) for w in words]
 
 
+def test_every_readme_command_line_is_collected():
+    """Counted line by line (a fence toggles a block), apart from the regex above."""
+    lines = README.read_text().splitlines()
+    fences = [line for line in lines if line.startswith("```")]
+    assert len(fences) % 2 == 0, "an unclosed code block"
+    in_block, counted = False, 0
+    for line in lines:
+        if line.startswith("```"):
+            in_block = not in_block
+        elif in_block and line.startswith("distillery "):
+            counted += 1
+    assert counted >= 14  # as of writing; grows with the README
+    assert len(readme_block_commands()) == counted
+    commands = readme_commands()
+    assert QUICKSTART in commands  # after the inline ```python of the prose
+    assert "distillery memory list --store DIR" in commands
+    assert not any("<overrides>" in c for c in commands)
+
+
 def test_the_readme_names_its_commands():
     commands = readme_commands()
     assert any(c.startswith("distillery memory list --store") for c in commands)
@@ -76,6 +125,48 @@ def test_the_readme_names_its_commands():
     assert any("--cfg job" in c for c in commands)
     assert len(experiment_commands()) >= 7
     assert "student.action_format" in README.read_text()
+
+
+def quickstart_student(request: dict) -> dict:
+    """The scripted student of the quickstart line: the quickstart decomposes each task
+    for Subtask retrieval (one label will do), and plays BFCL's ground truth."""
+    from tests.support.bfcl_scripts import replay_native
+
+    if str(request["messages"][0]["content"]).startswith("Break the given task"):
+        return {"content": '["do what the user asks"]'}
+    return replay_native(request)
+
+
+@pytest.mark.slow
+def test_the_quickstart_line_runs_end_to_end(tmp_path):
+    """`distillery -v benchmark.limit=2` as a user runs it (the entry point, in a fresh
+    folder: default output root and MLflow store), the student served by the scripted
+    server. The README's limit of 2 tasks is kept: it is already tiny."""
+    assert QUICKSTART in readme_commands()
+    argv = shlex.split(QUICKSTART)[1:]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    with run_stub_server(script=f"{__name__}:quickstart_student") as url:
+        student = ["student=external", f"student.base_url={url}", "student.model=scripted"]
+        out = subprocess.run(
+            [sys.executable, "-c", "from distillery.orchestrator.cli import main; main()"]
+            + argv
+            + student,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    assert "tasks=2" in out.stdout  # the line's benchmark.limit=2
+    summary = [line.split() for line in out.stdout.splitlines() if "success " in line]
+    # the scripted student plays the ground truth: every method solves both tasks
+    assert {(w[0], w[3], w[-4]) for w in summary} == {
+        (method, "100.0%", "n=2") for method in ("teacher", "zero_shot", "amd_wf_st_fn")
+    }
+    assert (tmp_path / "mlflow.db").is_file()
+    assert (tmp_path / "distillery_runs" / "sweeps").is_dir()
 
 
 @pytest.mark.parametrize("line", readme_commands() + experiment_commands())
