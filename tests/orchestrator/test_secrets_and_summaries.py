@@ -20,13 +20,75 @@ from mlflow.tracking import MlflowClient
 from distillery.workers.trajectories import read_episodes
 from tests.support.openai_stub import REPO_ROOT, run_stub_server
 
-pytestmark = pytest.mark.slow
-
 ENV_CANARY = "sk-envcanary-7f3a9c1e55"
 URL_CANARY = "urlcanary-0b8d4e2f77"
 ARG_CANARY = "argcanary-91c2d3e4f5"
+FLAG_CANARY = "flagcanary-3e4f5a6b7c"  # --hf-token=KEY: a secret-named flag, inline
+BODY_CANARY = "bodycanary-8d9e0f1a2b"  # extra_body.api_token: a secret-named value
 STORE_CANARY = "storecanary-5a6b7c8d9e"
-CANARIES = (ENV_CANARY, URL_CANARY, ARG_CANARY, STORE_CANARY)
+EMBED_CANARY = "embedcanary-c3d4e5f6a7"  # a bare token as the embedder URL's userinfo
+CANARIES = (
+    ENV_CANARY,
+    URL_CANARY,
+    ARG_CANARY,
+    FLAG_CANARY,
+    BODY_CANARY,
+    STORE_CANARY,
+    EMBED_CANARY,
+)
+# Not planted end to end: a key in `tracking.uri`. Only a tracking server takes one
+# (http://user:KEY@host; a sqlite:/// or file: URI has no userinfo), and this test runs
+# against a local SQLite store that it reads directly: a key there would need an MLflow
+# server started by the test (not done here). The composed-config test below covers the
+# tracking URI up to the MLflow params, and tests/test_redaction.py its collection.
+TRACKING_CANARY = "trackingcanary-1b2c3d4e5f"
+
+
+def _canary_overrides(student_host: str) -> list[str]:
+    return [
+        # A key in the URL's userinfo; the endpoint answers 503, so error messages
+        # quote the URL; and keys in server arguments, as a pair and inline.
+        "student=external",
+        f"student.base_url=http://user:{URL_CANARY}@{student_host}",
+        "student.model=scripted",
+        "student.max_retries=0",
+        f"student.extra_args=[--api-key,{ARG_CANARY},'--hf-token={FLAG_CANARY}']",
+        # A secret-named value (sent in every request, and logged with the config).
+        f"+student.extra_body.api_token={BODY_CANARY}",
+        # A Qdrant server URL with a key (unused by these methods, but logged).
+        f"memory.store.url=http://qdrant:{STORE_CANARY}@127.0.0.1:6333",
+        # An embeddings endpoint with a bare token as its userinfo (logged likewise).
+        f"memory.embedder.base_url=http://{EMBED_CANARY}@127.0.0.1:9/v1",
+    ]
+
+
+def test_every_planted_key_is_collected_from_the_composed_config(tmp_path, monkeypatch):
+    """The places planted below, and `tracking.uri`, as the CLI composes them: every
+    key is found by value, and none reaches the MLflow params."""
+    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
+    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.tracking import safe_params
+    from distillery.redaction import secrets_in
+
+    monkeypatch.setenv("DISTILLERY_CANARY_KEY", ENV_CANARY)
+    argv = [
+        f"output_dir={tmp_path / 'runs'}",
+        f"tracking.uri=http://mlflow:{TRACKING_CANARY}@127.0.0.1:5000",
+        "methods=[teacher,zero_shot]",
+        "teacher=external",
+        "teacher.base_url=http://127.0.0.1:9/v1",
+        "teacher.model=scripted",
+        "teacher.api_key_env=DISTILLERY_CANARY_KEY",
+        *_canary_overrides("127.0.0.1:9/v1"),
+    ]
+    ((_, composed),) = sweep_points(rewrite_role_overrides(argv), False)
+    config = to_config(composed)
+    assert secrets_in(config) >= {*CANARIES, TRACKING_CANARY}
+    params = safe_params(config.model_dump(mode="json"))
+    assert [k for k, v in params.items() if any(c in v for c in (*CANARIES, TRACKING_CANARY))] == []
+    assert params["tracking.uri"] == "http://<redacted>@127.0.0.1:5000"
+    assert params["memory.embedder.base_url"] == "http://<redacted>@127.0.0.1:9/v1"
+    assert params["student.extra_body.api_token"] == "<redacted>"
 
 
 def _files_with_canaries(*roots: Path) -> dict[str, list[str]]:
@@ -45,6 +107,7 @@ def _files_with_canaries(*roots: Path) -> dict[str, list[str]]:
     return hits
 
 
+@pytest.mark.slow
 def test_canaries_never_leave_and_an_all_infra_point_has_no_rate(tmp_path):
     ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths
     env = {
@@ -73,15 +136,7 @@ def test_canaries_never_leave_and_an_all_infra_point_has_no_rate(tmp_path):
                 f"teacher.base_url={teacher_url}",
                 "teacher.model=scripted",
                 "teacher.api_key_env=DISTILLERY_CANARY_KEY",
-                # A key in the URL's userinfo; the endpoint answers 503, so error
-                # messages quote the URL; and one in server arguments.
-                "student=external",
-                f"student.base_url=http://user:{URL_CANARY}@{host}",
-                "student.model=scripted",
-                "student.max_retries=0",
-                f"student.extra_args=[--api-key,{ARG_CANARY}]",
-                # A Qdrant server URL with a key (unused by these methods, but logged).
-                f"memory.store.url=http://qdrant:{STORE_CANARY}@127.0.0.1:6333",
+                *_canary_overrides(host),
             ]
             out = subprocess.run(
                 [sys.executable, "-m", "distillery.orchestrator.cli", *argv],
@@ -122,7 +177,11 @@ def test_canaries_never_leave_and_an_all_infra_point_has_no_rate(tmp_path):
         assert zero.tags["distillery.unscored_episodes"] == "2"
         assert children["teacher"].data.metrics["success_rate"] == 1.0
         assert zero.params["student.base_url"] == f"http://<redacted>@{host}"
-        assert zero.params["student.extra_args"] == "['--api-key', '<redacted>']"
+        assert zero.params["student.extra_args"] == (
+            "['--api-key', '<redacted>', '--hf-token=<redacted>']"
+        )
+        assert zero.params["student.extra_body.api_token"] == "<redacted>"
+        assert zero.params["memory.embedder.base_url"] == "http://<redacted>@127.0.0.1:9/v1"
         (sweep,) = (runs / "sweeps").iterdir()
         points = pd.read_parquet(sweep / "points.parquet").set_index("method")
         assert points.loc["zero_shot", "n_scored"] == 0
