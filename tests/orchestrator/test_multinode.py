@@ -21,6 +21,7 @@ from distillery.orchestrator.config import to_config
 from distillery.orchestrator.run import SweepResult, run_sweep
 from distillery.workers.trajectories import read_episodes
 from tests.support.openai_stub import REPO_ROOT
+from tests.support.ray_auth import ray_auth_env
 from tests.support.ray_cluster import LocalRayCluster
 
 pytestmark = pytest.mark.slow
@@ -32,19 +33,13 @@ N_TASKS = 8
 def cluster():
     """Head (3 CPUs) + second node (2 CPUs), each with one replica slot."""
     ray_cluster = LocalRayCluster()
-    saved = {k: os.environ.get(k) for k in ray_cluster.env}
     try:
         ray_cluster.start_head(3, {"replica_slot": 1})
         ray_cluster.add_node("second", 2, {"replica_slot": 1})
-        os.environ.update(ray_cluster.env)  # the driver authenticates with the token
-        yield ray_cluster
+        with ray_auth_env(ray_cluster.env):  # the driver authenticates with the token
+            yield ray_cluster
     finally:
         ray_cluster.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def sweep_configs(tmp_path: Path, cluster: LocalRayCluster, delay_s: float = 0.2):

@@ -16,6 +16,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ class LocalRayCluster:
         ]
         log = self.temp_dir / f"{name}.{attempt}.log"
         command = [
-            "ray",
+            str(Path(sys.executable).parent / "ray"),  # this venv's Ray, activated or not
             "start",
             *args,
             "--node-ip-address",
