@@ -6,8 +6,9 @@ missing one surfaces minutes later as a traceback from inside a Ray actor; with 
 run stops at once with one line per missing piece saying what to install or set.
 
 Only what the configured methods use is checked: a zero-shot sweep does not need the
-teacher's model file. Output roots, tracking URIs and API keys are checked elsewhere
-(`preflight`).
+teacher's model file. The services a run talks to (external model servers, a Qdrant
+server, an MLflow tracking server) must accept a connection. Output roots, the tracking
+URI's form and API keys are checked elsewhere (`preflight`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from distillery.orchestrator.config import DistilleryConfig
+from distillery.redaction import redact
 from distillery.workers.llm.config import ModelConfig
 
 SETUP_HINT = "bash scripts/setup.sh"
@@ -154,8 +156,27 @@ def _reachable(url: str) -> str | None:
         return exc.strerror or str(exc) or type(exc).__name__
 
 
+def _tracking_server(uri: str) -> list[Missing]:
+    """An http(s) tracking URI is an MLflow server, which the driver logs to from the
+    start: without this, a closed port surfaces as MLflow's retry traceback."""
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in ("http", "https"):
+        return []  # a local store (sqlite, file) or a database: checked by preflight
+    why = _reachable(uri)
+    if not why:
+        return []
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    return [
+        Missing(
+            f"tracking.uri={redact(uri)}: no MLflow tracking server answers ({why})",
+            f"start one there (mlflow server --host {parts.hostname} --port {port}), or fix "
+            "tracking.uri (leave it unset for the local sqlite:///$PWD/mlflow.db)",
+        )
+    ]
+
+
 def _services(cfg: DistilleryConfig, used: Iterable[tuple[str, ModelConfig]]) -> list[Missing]:
-    out = []
+    out = _tracking_server(cfg.tracking_uri)
     for role, model in used:
         if model.backend == "external" and model.base_url:
             why = _reachable(model.base_url)

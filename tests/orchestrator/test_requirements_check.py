@@ -3,6 +3,7 @@ each with what to install or set."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -140,3 +141,40 @@ def test_plan_needs_only_the_benchmark_package():
         "distillery: benchmark=bfcl_multi_turn_base: bfcl-eval is not installed: pip install "
         "--no-deps bfcl-eval==2026.3.23 (or bash scripts/setup.sh)"
     ]
+
+
+def test_an_mlflow_tracking_server_is_reached_before_the_run():
+    port = free_port()  # nothing listens here
+    cfg = _config("methods=[teacher]", f"tracking.uri=http://127.0.0.1:{port}")
+    (missing,) = missing_requirements([cfg])
+    assert str(missing) == (
+        f"tracking.uri=http://127.0.0.1:{port}: no MLflow tracking server answers "
+        f"(Connection refused): start one there (mlflow server --host 127.0.0.1 --port "
+        f"{port}), or fix tracking.uri (leave it unset for the local sqlite:///$PWD/mlflow.db)"
+    )
+    assert missing_requirements([cfg], services=False) == []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        live = server.getsockname()[1]
+        up = _config("methods=[teacher]", f"tracking.uri=http://127.0.0.1:{live}")
+        assert missing_requirements([up]) == []
+    local = _config("methods=[teacher]", "tracking.uri=sqlite:///x.db")  # no service
+    assert missing_requirements([local]) == []
+
+
+def test_a_closed_tracking_port_is_one_line_exit_2_and_no_traceback(tmp_path):
+    """As a user runs it: before Ray starts, no MLflow retry traceback."""
+    port = free_port()
+    run = "from distillery.orchestrator.cli import main; main()"
+    argv = ["methods=[teacher]", f"output_dir={tmp_path}", f"tracking.uri=http://127.0.0.1:{port}"]
+    done = subprocess.run(
+        [sys.executable, "-c", run, *argv],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(
+        f"distillery: tracking.uri=http://127.0.0.1:{port}: no MLflow tracking server answers"
+    )
+    assert not (tmp_path / "stages").exists()  # nothing ran
