@@ -240,3 +240,12 @@ def test_the_readme_error_example_prints_what_the_readme_shows(capsys):
     (command, shown) = re.search(r"\$ (distillery [^\n]+)\n(distillery: [^\n]+)", text).groups()
     assert run_cli(shlex.split(command)[1:]) == 2
     assert capsys.readouterr().err.splitlines()[0] == shown
+
+
+def test_the_experiments_table_names_the_students_the_ablation_sweeps():
+    import yaml
+
+    sweep = yaml.safe_load((EXPERIMENTS / "bfcl_ablation.yaml").read_text())["sweep"]
+    (row,) = [line for line in README.read_text().splitlines() if "| `bfcl_ablation` |" in line]
+    for student in sweep["student"]:
+        assert f"`{student}`" in row, student
