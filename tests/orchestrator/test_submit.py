@@ -1,5 +1,6 @@
-"""`distillery submit` against a real Ray head started with `ray start` (dashboard and
-Jobs API on loopback, token authentication on): the sweep runs as a Ray job from the
+"""`distillery submit` against a real two-node Ray cluster started with `ray start` (a
+head with its dashboard and Jobs API on loopback, a second node joined to it, token
+authentication on): the sweep runs as a Ray job from the
 packaged checkout, a second submission of a running sweep is refused, a stopped job's
 sweep resumes when it is submitted again (only the missing episodes are played, into
 the same output root and MLflow parent run), `--follow` streams the job's logs, and a
@@ -7,7 +8,6 @@ bad config or a missing token never creates a job."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -29,6 +29,7 @@ from distillery.orchestrator.submit import (
     submit_job,
 )
 from tests.support.openai_stub import REPO_ROOT, run_stub_server, stub_stats
+from tests.support.ray_auth import ray_auth_env
 from tests.support.ray_head import ray_head
 
 TASKS = 8
@@ -36,8 +37,12 @@ TASKS = 8
 
 @pytest.fixture(scope="module")
 def head():
-    with ray_head(num_cpus=3) as started:
+    with ray_head(num_cpus=3, second_node_cpus=2) as started, ray_auth_env(_auth(started)):
         yield started
+
+
+def _auth(head) -> dict[str, str]:
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": head.token}
 
 
 def _submit(head, *argv: str, env: dict[str, str] | None = None, timeout: float = 600):
@@ -52,7 +57,6 @@ def _submit(head, *argv: str, env: dict[str, str] | None = None, timeout: float 
 
 
 def _client(head):
-    os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": head.token})
     from ray.job_submission import JobSubmissionClient
 
     return JobSubmissionClient(head.dashboard)
@@ -70,7 +74,8 @@ def _sweep_args(root: Path, url: str) -> list[str]:
         "student.model=scripted",
         "student.action_format=native",
         "student.max_retries=1",
-        "cluster.num_workers=1",
+        "cluster.num_workers=2",  # one per node
+        "cluster.worker_num_cpus=1",
         "cluster.episodes_per_worker=1",
     ]
 
@@ -176,6 +181,7 @@ def test_a_submitted_sweep_runs_and_resubmitting_it_resumes(head, tmp_path):
         # Stopped mid-sweep, then submitted again: the sweep resumes.
         client.stop_job(job)
         assert _wait_status(client, job, {"STOPPED", "FAILED"}) == "STOPPED"
+        assert "2 episode workers on 2 nodes" in client.get_job_logs(job)  # both nodes
         before = _done(tmp_path, "evaluate")
         assert 2 <= before < TASKS
         requests_before = int(stub_stats(url)["requests"])

@@ -52,7 +52,9 @@ def client_env(token: str) -> dict[str, str]:
 
 
 @contextmanager
-def ray_head(num_cpus: int = 2) -> Iterator[RayHead]:
+def ray_head(num_cpus: int = 2, second_node_cpus: int = 0) -> Iterator[RayHead]:
+    """A head with the Jobs API; with `second_node_cpus`, a second node joins it (as
+    `ray start --address` on another machine would), so a job's work can spread."""
     temp_dir = Path(tempfile.mkdtemp(prefix="dray-", dir="/tmp"))  # sockets: short paths
     token = secrets.token_hex(32)
     env = client_env(token)
@@ -84,13 +86,63 @@ def ray_head(num_cpus: int = 2) -> Iterator[RayHead]:
         token=token,
         env=env,
     )
+    processes = [process]
     try:
         _wait_for_jobs_api(head, process)
+        if second_node_cpus:
+            processes.append(_join(head, second_node_cpus))
         yield head
     finally:
-        _stop(process)
+        for started in reversed(processes):
+            _stop(started)
         log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _join(head: RayHead, num_cpus: int, timeout_s: float = 300) -> subprocess.Popen:
+    """A second node on this machine: its own ports, the head's token."""
+    ports = [
+        f"--{option}={free_port()}"
+        for option in (
+            "node-manager-port",
+            "object-manager-port",
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "runtime-env-agent-port",
+            "metrics-export-port",
+        )
+    ]
+    log_path = head.temp_dir / "ray-start-second.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "ray"),
+                "start",
+                "--block",
+                f"--address={head.gcs_address}",
+                f"--node-ip-address={NODE_IP}",
+                f"--num-cpus={num_cpus}",
+                '--resources={"node_second": 1}',
+                # Its own folder: two nodes unpacking a job's working_dir into one
+                # folder race (a module missing halfway through the extraction).
+                f"--temp-dir={head.temp_dir / 'second'}",
+                "--disable-usage-stats",
+                *ports,
+            ],
+            env=head.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "Ray runtime started" in log_path.read_text(errors="replace"):
+            return process
+        if process.poll() is not None:
+            break
+        time.sleep(1)
+    _stop(process)
+    raise RuntimeError(f"the second Ray node did not start: {log_path.read_text()[-3000:]}")
 
 
 def _wait_for_jobs_api(head: RayHead, process: subprocess.Popen, timeout_s: float = 180) -> None:
