@@ -202,7 +202,7 @@ def side_from_mlflow(run_id: str, tracking_uri: str) -> EvalSide | None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.report import _tracking_store_missing
+    from distillery.orchestrator.report.publish import _tracking_store_missing
 
     if _tracking_store_missing(tracking_uri):
         return None

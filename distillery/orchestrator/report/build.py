@@ -1,0 +1,229 @@
+"""Building a sweep's report: compute, write and log every table, test, cost and plot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pandas as pd
+
+from distillery.orchestrator.costs import (
+    cost_breakdown,
+    point_costs,
+    stage_costs,
+    unpriced_models,
+)
+from distillery.orchestrator.repeats import repeat_notes
+from distillery.orchestrator.report.load import CELL_KEYS, SweepData, load_sweep
+from distillery.orchestrator.report.markdown import _cost_line, markdown_table, render_markdown
+from distillery.orchestrator.report.plots import (
+    plot_steps_vs_teacher,
+    plot_student_size,
+    plot_success_vs_cost,
+    plot_success_vs_k,
+)
+from distillery.orchestrator.report.publish import _with_mlflow
+from distillery.orchestrator.report.stats import (
+    cell_table,
+    mcnemar_table,
+    point_stats,
+    steps_against_teacher,
+    steps_summary,
+)
+from distillery.orchestrator.report.tables import link_cells, paper_tables
+
+PLOT_FILES = MappingProxyType(
+    {
+        "success_vs_k": "success_vs_k.png",
+        "student_size": "student_size.png",
+        "steps_vs_teacher": "steps_vs_teacher.png",
+        "success_vs_cost": "success_vs_cost.png",
+    }
+)
+TABLE_FILES = (
+    "cells",
+    "table_main",
+    "table_memory",
+    "table_representation",
+    "table_protocol",
+    "mcnemar",
+    "steps_vs_teacher",
+    "costs_breakdown",
+    "costs_stages",
+    "costs_points",
+)
+
+
+@dataclass(frozen=True)
+class Report:
+    sweep_id: str
+    sweep_dir: str
+    out_dir: Path
+    markdown: str
+    tables: Mapping[str, pd.DataFrame]  # CSV stem -> table (also written as CSV)
+    plots: Mapping[str, Path]  # plot name -> PNG written
+    notes: tuple[str, ...]  # what was skipped and why, data warnings
+    files: tuple[Path, ...]
+    picked: str | None = None  # which sweep of an output root was chosen, and why
+    mlflow_run_id: str | None = None  # the parent run the files were logged to
+    mlflow_note: str = ""  # why they were not (or where they went)
+    mlflow_failed: bool = False
+    summary: Mapping[str, Any] = field(default_factory=dict)
+
+    def console(self) -> str:
+        """What `distillery report` prints."""
+        s = self.summary
+        lines = []
+        if self.picked:
+            lines.append(self.picked)
+        lines.append(
+            f"sweep {self.sweep_id} ({s.get('experiment') or 'experiment ?'}): "
+            f"{s.get('n_points', 0)} points, {s.get('n_episodes', 0)} episodes "
+            f"({s.get('n_scored', 0)} scored, {s.get('n_infra', 0)} infrastructure failures)"
+        )
+        main = self.tables.get("table_main")
+        if main is not None and not main.empty:
+            lines += ["", markdown_table(main), ""]
+        lines.append(f"cost: {s.get('cost_line', '')}")
+        lines += [f"note: {n}" for n in self.notes]
+        n_png = len(self.plots)
+        n_csv = sum(1 for f in self.files if f.suffix == ".csv")
+        lines.append(
+            f"wrote {len(self.files)} files to {self.out_dir} (report.md, {n_png} plots, "
+            f"{n_csv} tables)"
+        )
+        lines.append(self.mlflow_note)
+        return "\n".join(line for line in lines if line is not None)
+
+
+def _clean(out_dir: Path) -> None:
+    """Remove this module's own files from an earlier report (a plot that is skipped
+    now must not linger); nothing else in the folder is touched."""
+    for name in ["report.md", *PLOT_FILES.values(), *(f"{t}.csv" for t in TABLE_FILES)]:
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def _default_out(data: SweepData) -> Path:
+    if data.location.is_local:
+        return data.location.local_path / "report"
+    return Path("distillery_reports") / data.sweep_id  # a remote sweep: report locally
+
+
+def build_report(
+    sweep_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    log_to_mlflow: bool = True,
+    mlflow_ui: str | None = None,
+) -> Report:
+    """Compute every table, test, cost and plot of a sweep, write them into `out_dir`
+    (default `<sweep_dir>/report`) and, unless `log_to_mlflow` is false or sweep.json has
+    no parent run, log them to the parent run under `report/`. `sweep_dir` may be an
+    output root: its most recent sweep is used. Table cells in report.md link to their
+    MLflow child runs in the UI at `mlflow_ui` (default: the tracking server, or the
+    local `mlflow ui` address for a local store)."""
+    data, picked = load_sweep(sweep_dir)
+    out = Path(out_dir) if out_dir is not None else _default_out(data)
+    out.mkdir(parents=True, exist_ok=True)
+    _clean(out)
+    notes = list(data.notes)
+
+    stats = point_stats(data.points, data.episodes)
+    cells = cell_table(stats)
+    prices = data.prices
+    s_costs = stage_costs(data.stages, prices)
+    p_costs = point_costs(data.points, s_costs)
+    breakdown = cost_breakdown(s_costs)
+    # With no price table at all every model is unpriced: say "no prices" once instead.
+    unpriced = unpriced_models(s_costs) if prices.has_prices else []
+    use_usd = prices.has_prices and bool(breakdown["usd"].sum() > 0)
+    missing = int(p_costs["missing_stages"].sum()) if not p_costs.empty else 0
+    if missing:
+        notes.append(
+            f"{missing} upstream stage reference(s) of points are not in stages.parquet; "
+            "those points' costs are incomplete"
+        )
+    if not cells.empty:
+        per_point = stats[["point_id", *CELL_KEYS]].merge(
+            p_costs[["point_id", "usd", "tokens"]], on="point_id", how="left"
+        )
+        cell_cost = per_point.groupby(list(CELL_KEYS), sort=False)[["usd", "tokens"]].mean()
+        cell_cost.columns = ["cost_usd", "cost_tokens"]
+        cells = cells.join(cell_cost, on=list(CELL_KEYS))
+
+    cells = link_cells(cells, stats, data.meta, mlflow_ui)
+    tables, table_notes = paper_tables(cells)
+    notes += table_notes
+    notes += repeat_notes(data.points, data.episodes, CELL_KEYS)
+    tests = mcnemar_table(stats, data.episodes)
+    pairs = steps_against_teacher(stats, data.episodes)
+    steps = steps_summary(pairs)
+
+    plots: dict[str, Path] = {}
+    if not cells.empty:
+        makers = {
+            "success_vs_k": lambda p: plot_success_vs_k(cells, p),
+            "student_size": lambda p: plot_student_size(cells, p),
+            "steps_vs_teacher": lambda p: plot_steps_vs_teacher(pairs, p),
+            "success_vs_cost": lambda p: plot_success_vs_cost(cells, use_usd, p),
+        }
+        for name, make in makers.items():
+            target = out / PLOT_FILES[name]
+            note = make(target)
+            if note:
+                notes.append(note)
+            else:
+                plots[name] = target
+
+    point_view = stats[["point_id", *CELL_KEYS, "seed", "n_scored", "rate"]].merge(
+        p_costs, on="point_id"
+    )
+    all_tables: dict[str, pd.DataFrame] = {
+        "cells": cells,
+        **{t.name: t.frame for t in tables},
+        "mcnemar": tests,
+        "steps_vs_teacher": steps,
+        "costs_breakdown": breakdown,
+        "costs_stages": s_costs,
+        "costs_points": point_view,
+    }
+    files: list[Path] = []
+    for name, frame in all_tables.items():
+        target = out / f"{name}.csv"
+        frame.to_csv(target, index=False)
+        files.append(target)
+    summary = {
+        "experiment": data.meta.get("experiment"),
+        "n_points": len(data.points),
+        "n_episodes": len(data.episodes),
+        "n_scored": int(data.episodes["success"].notna().sum()),
+        "n_infra": int(data.episodes["success"].isna().sum()),
+        # Scored failures with their own cause: the conversation outgrew the context.
+        "n_context_overflow": int((data.episodes["termination"] == "context_overflow").sum()),
+        "seeds": sorted(int(s) for s in data.points["seed"].unique()),
+        "cost_line": _cost_line(breakdown, use_usd, unpriced),
+        "use_usd": use_usd,
+        "unpriced": unpriced,
+    }
+    markdown = render_markdown(
+        data, summary, tables, tests, steps, breakdown, point_view, plots, notes, use_usd
+    )
+    (out / "report.md").write_text(markdown)
+    files = [out / "report.md", *plots.values(), *files]
+
+    report = Report(
+        sweep_id=data.sweep_id,
+        sweep_dir=data.location.uri,
+        out_dir=out,
+        markdown=markdown,
+        tables=MappingProxyType(all_tables),
+        plots=MappingProxyType(plots),
+        notes=tuple(notes),
+        files=tuple(files),
+        picked=picked,
+        summary=MappingProxyType(summary),
+    )
+    return _with_mlflow(report, data.meta, log_to_mlflow)

@@ -1,0 +1,257 @@
+"""Reading a sweep's files (sweep.json and its three Parquet tables) into normalized frames."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distillery.orchestrator.costs import PriceTable
+from distillery.workers.storage import Location
+
+MEMORY_TYPES = ("wf", "st", "fn")
+# Descriptors that define a cell (everything but the seed), in display order.
+CELL_KEYS: tuple[str, ...] = (
+    "benchmark",
+    "protocol",
+    "teacher",
+    "student",
+    "method",
+    "method_kind",
+    "role",
+    "memory_types",
+    *(f"{p}_{t}" for p in ("k", "delta", "repr") for t in MEMORY_TYPES),
+)
+_POINT_REQUIRED = (
+    "point_id",
+    "method",
+    "role",
+    "student",
+    "teacher",
+    "benchmark",
+    "protocol",
+    "seed",
+    "upstream",
+)
+_EPISODE_REQUIRED = ("point_id", "task_id", "success")
+_STAGE_REQUIRED = ("stage_hash", "kind")
+
+
+class ReportError(Exception):
+    """A problem the user fixes (a missing sweep, an unfinished one): message only."""
+
+
+def _run_hint(root: str) -> str:
+    return (
+        "run the sweep first: distillery [experiment=... | -m ...] "
+        f"output_dir={root} (re-running the same command finishes an interrupted sweep)"
+    )
+
+
+@dataclass(frozen=True)
+class SweepData:
+    """A sweep's files, loaded and normalized (see `load_sweep`)."""
+
+    location: Location
+    meta: Mapping[str, Any]
+    points: pd.DataFrame
+    episodes: pd.DataFrame
+    stages: pd.DataFrame
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sweep_id(self) -> str:
+        return str(self.meta.get("sweep_id") or self.location.name)
+
+    @property
+    def prices(self) -> PriceTable:
+        return PriceTable.from_dict(self.meta.get("prices"))
+
+
+def find_sweep(path: str | Path | Location) -> tuple[Location, str | None]:
+    """The sweep directory `path` names: itself when it holds sweep.json, else the most
+    recently created sweep (by `created_at`) of an output root (`<root>/sweeps/*`) or of
+    a `sweeps` folder. The second value says which one was picked when there was a
+    choice."""
+    loc = path if isinstance(path, Location) else Location.of(path)
+    if loc.name in ("sweep.json", "points.parquet", "episodes.parquet", "stages.parquet"):
+        loc = Location(loc.uri.rsplit("/", 1)[0])  # a file of the sweep: its folder
+    if not loc.exists():
+        raise ReportError(f"{loc} does not exist; {_run_hint(str(path))}")
+    if (loc / "sweep.json").exists():
+        return loc, None
+    base = loc / "sweeps" if (loc / "sweeps").exists() else loc
+    found: list[tuple[float, Location]] = []
+    for sub in base.subdirs():
+        marker = sub / "sweep.json"
+        if not marker.exists():
+            continue
+        try:
+            created = float(marker.read_json().get("created_at") or 0.0)
+        except (ValueError, TypeError, AttributeError):
+            created = 0.0  # unreadable: still a sweep, ranked oldest
+        found.append((created, sub))
+    if not found:
+        raise ReportError(
+            f"no sweep in {loc}: expected {loc}/sweep.json (a sweep directory) or "
+            f"{loc}/sweeps/<sweep_id>/sweep.json (an output root); {_run_hint(str(path))}"
+        )
+    found.sort(key=lambda item: (item[0], item[1].uri))
+    # A sweep still running (or interrupted) has sweep.json but no tables yet: report the
+    # most recent finished one and name the newer ones, rather than fail on them.
+    finished = [item for item in found if (item[1] / "points.parquet").exists()]
+    created, chosen = (finished or found)[-1]
+    if len(found) == 1:
+        return chosen, None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created)) if created else "?"
+    newer = [sub.name for c, sub in found if (c, sub.uri) > (created, chosen.uri)]
+    note = (
+        f"{len(found)} sweeps under {base}; reporting the most recent"
+        f"{' finished' if newer else ''} one, {chosen.name} (created {when})"
+    )
+    if newer:
+        note += f"; not finished yet (no tables): {', '.join(newer)}"
+    return chosen, note + "; pass a sweep's directory to report another"
+
+
+def _read_parquet(loc: Location, name: str, root_hint: str) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = loc / name
+    if not target.exists():
+        raise ReportError(
+            f"{target} is missing: a sweep writes its tables when its run ends; "
+            f"{_run_hint(root_hint)}"
+        )
+    try:
+        return pq.read_table(pa.BufferReader(target.read_bytes())).to_pandas()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ReportError(
+            f"{target} is not a readable Parquet file ({exc}); re-run the sweep's command "
+            "to rewrite it"
+        ) from None
+
+
+def _require(frame: pd.DataFrame, columns: Sequence[str], where: Location) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing and not frame.empty:
+        raise ReportError(
+            f"{where} lacks column(s) {', '.join(missing)}: it was written by another "
+            "version of distillery; re-run the sweep's command to rewrite it"
+        )
+
+
+def _text(value: Any) -> str:
+    """A descriptor as a cell key / display string; "" for not applicable."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    if isinstance(value, float | np.floating):
+        return str(int(value)) if float(value).is_integer() else f"{float(value):g}"
+    return str(value)
+
+
+def normalize_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Descriptors as strings ("" = not applicable) so cells group without NA pitfalls;
+    `student_params_b` stays numeric. Teacher rows are keyed by the teacher that played
+    (a teacher point is shared by every config of the sweep, whichever student it was
+    written with); zero-shot and student-memory rows have no teacher (the teacher does
+    not change them)."""
+    out = points.copy()
+    for column in CELL_KEYS:
+        if column not in out.columns:
+            out[column] = None
+    for column in ("agent", "eval_task_ids_sha", "mlflow_run_id"):
+        if column not in out.columns:
+            out[column] = None
+    if "student_params_b" not in out.columns:
+        out["student_params_b"] = np.nan
+    out["student_params_b"] = pd.to_numeric(out["student_params_b"], errors="coerce")
+    for column in (*CELL_KEYS, "agent", "eval_task_ids_sha"):
+        out[column] = out[column].map(_text).astype(object)
+    out["seed"] = pd.to_numeric(out["seed"], errors="coerce").fillna(0).astype("int64")
+    kind = out["method_kind"].where(out["method_kind"] != "", out["method"])
+    out["method_kind"] = kind
+    teacher_rows = out["role"] == "teacher"
+    agent_or_teacher = out["agent"].where(out["agent"] != "", out["teacher"])
+    out.loc[teacher_rows, "teacher"] = agent_or_teacher[teacher_rows]
+    out.loc[teacher_rows, "student"] = agent_or_teacher[teacher_rows]
+    out.loc[teacher_rows, "student_params_b"] = np.nan
+    no_teacher = out["method_kind"].isin(["zero_shot", "student_memory"])
+    out.loc[no_teacher, "teacher"] = ""
+    return out.drop_duplicates("point_id", keep="last").reset_index(drop=True)
+
+
+def normalize_episodes(episodes: pd.DataFrame) -> pd.DataFrame:
+    out = episodes.copy()
+    out["success"] = out["success"].astype("boolean")
+    for column, default in (
+        ("total_steps", 0),
+        ("n_llm_calls", 0),
+        ("tokens_in", 0),
+        ("tokens_out", 0),
+        ("wall_s", 0.0),
+    ):
+        if column not in out.columns:
+            out[column] = default
+        out[column] = pd.to_numeric(out[column], errors="coerce").fillna(default)
+    if "termination" not in out.columns:
+        out["termination"] = ""
+    out["task_id"] = out["task_id"].astype(str)
+    return out
+
+
+def load_sweep(path: str | Path | Location) -> tuple[SweepData, str | None]:
+    """Find (see `find_sweep`) and read a sweep; errors name the missing file and what
+    to run."""
+    loc, picked = find_sweep(path)
+    # What to run names the output root: two levels above a sweep directory.
+    root_hint = loc.uri.rsplit("/sweeps/", 1)[0] if "/sweeps/" in loc.uri else str(path)
+    try:
+        meta = (loc / "sweep.json").read_json()
+    except ValueError as exc:
+        raise ReportError(f"{loc}/sweep.json is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ReportError(f"{loc}/sweep.json is not a JSON object")
+    points = _read_parquet(loc, "points.parquet", root_hint)
+    episodes = _read_parquet(loc, "episodes.parquet", root_hint)
+    stages = _read_parquet(loc, "stages.parquet", root_hint)
+    _require(points, _POINT_REQUIRED, loc / "points.parquet")
+    _require(episodes, _EPISODE_REQUIRED, loc / "episodes.parquet")
+    _require(stages, _STAGE_REQUIRED, loc / "stages.parquet")
+    notes: list[str] = []
+    if points.empty:
+        points = pd.DataFrame({c: pd.Series(dtype=object) for c in _POINT_REQUIRED})
+    if episodes.empty:
+        episodes = pd.DataFrame({c: pd.Series(dtype=object) for c in _EPISODE_REQUIRED})
+    if stages.empty:
+        stages = pd.DataFrame({c: pd.Series(dtype=object) for c in _STAGE_REQUIRED})
+    points = normalize_points(points)
+    episodes = normalize_episodes(episodes)
+    duplicated = episodes.duplicated(["point_id", "task_id"], keep="last")
+    if duplicated.any():
+        notes.append(
+            f"episodes.parquet repeats {int(duplicated.sum())} (point, task) row(s); "
+            "the last of each was used"
+        )
+        episodes = episodes[~duplicated]
+    orphans = ~episodes["point_id"].isin(set(points["point_id"]))
+    if orphans.any():
+        notes.append(f"{int(orphans.sum())} episode row(s) belong to no point and were ignored")
+        episodes = episodes[~orphans]
+    data = SweepData(
+        loc,
+        MappingProxyType(dict(meta)),
+        points,
+        episodes.reset_index(drop=True),
+        stages,
+        tuple(notes),
+    )
+    return data, picked

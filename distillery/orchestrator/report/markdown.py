@@ -1,0 +1,248 @@
+"""The report's text: Markdown tables, number formats, the cost line and report.md."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from distillery.orchestrator.costs import CATEGORIES
+from distillery.orchestrator.report.load import SweepData
+from distillery.orchestrator.report.stats import _NA
+from distillery.orchestrator.report.tables import (
+    DISAMBIGUATORS,
+    Table,
+    _display,
+    distinguishing,
+)
+
+
+def _md_escape(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    header = "| " + " | ".join(_md_escape(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = [
+        "| " + " | ".join(_md_escape(v) for v in row) + " |"
+        for row in frame.itertuples(index=False, name=None)
+    ]
+    return "\n".join([header, rule, *body])
+
+
+def _money(usd: float) -> str:
+    """Three significant digits below $1 (small sweeps cost cents), cents above."""
+    if usd == 0:
+        return "$0"
+    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.3g}"
+
+
+def _fixed(digits: int) -> Any:
+    """A formatter that shows a missing number (NaN) as "–", not "nan"."""
+    return lambda v: _NA if v is None or pd.isna(v) else f"{v:.{digits}f}"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def _cost_line(breakdown: pd.DataFrame, use_usd: bool, unpriced: list[str]) -> str:
+    total = breakdown[breakdown["category"] == "total"].iloc[0]
+    parts = breakdown[(breakdown["category"] != "total")]
+    time_used = f"{total['wall_s']:.0f} s wall, {total['gpu_s']:.0f} GPU-s"
+    if parts.empty:
+        return "no stages recorded"
+    if not use_usd:
+        by_category = ", ".join(f"{r.category} {int(r.tokens):,}" for r in parts.itertuples())
+        return (
+            f"{int(total['tokens']):,} tokens in all ({by_category}); {time_used}; "
+            "no prices (set cost.prices to get USD)"
+        )
+    by_category = ", ".join(f"{r.category} {_money(r.usd)}" for r in parts.itertuples())
+    line = f"{_money(total['usd'])} in all ({by_category}); {int(total['tokens']):,} tokens, "
+    line += time_used
+    if unpriced:
+        line += f"; no price for {', '.join(unpriced)} (counted as $0)"
+    return line
+
+
+def _key_columns(frame: pd.DataFrame, base: Sequence[str]) -> dict[str, pd.Series]:
+    """Display columns for `base` plus whatever descriptors tell its rows apart."""
+    keys = distinguishing(frame, base, DISAMBIGUATORS)
+    return {k: frame[k].map(lambda v, k=k: _display(k, str(v))) for k in keys}
+
+
+def _overflows(summary: Mapping[str, Any]) -> str:
+    n = summary.get("n_context_overflow", 0)
+    return f"; {n} context overflows, scored as failures" if n else ""
+
+
+def render_markdown(
+    data: SweepData,
+    summary: Mapping[str, Any],
+    tables: Sequence[Table],
+    tests: pd.DataFrame,
+    steps: pd.DataFrame,
+    breakdown: pd.DataFrame,
+    point_view: pd.DataFrame,
+    plots: Mapping[str, Path],
+    notes: Sequence[str],
+    use_usd: bool,
+) -> str:
+    meta = data.meta
+    created = meta.get("created_at")
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(created))) if created else "?"
+    md = [
+        f"# Sweep report: {data.sweep_id}",
+        "",
+        f"Experiment `{meta.get('experiment', '?')}` · {summary['n_points']} points · "
+        f"{summary['n_episodes']} episodes ({summary['n_scored']} scored, "
+        f"{summary['n_infra']} infrastructure failures, not scored"
+        f"{_overflows(summary)}) · seeds "
+        f"{', '.join(map(str, summary['seeds'])) or _NA} · git `{meta.get('git_sha', '?')}` · "
+        f"created {when}",
+        "",
+        "Each cell: success rate over scored episodes pooled over seeds, [95 % Wilson "
+        "interval], n = scored episodes; with several seeds, then the mean ± sample std of "
+        "the per-seed success rates (percent). A cell is every point with the same "
+        "descriptors except the seed.",
+    ]
+    for table in tables:
+        md += ["", f"## {table.title}", "", markdown_table(table.markdown)]
+    md += ["", "## Paired test against zero-shot (McNemar)", ""]
+    if tests.empty:
+        md.append(
+            "No method point has a zero-shot point of the same student, benchmark, "
+            "protocol and seed to pair with."
+        )
+    else:
+        md.append(
+            "Same student, benchmark, protocol and seed, on the tasks scored in both. "
+            "b = tasks only the method solved, c = tasks only zero-shot solved; exact "
+            "binomial test when b + c < 25, else chi-square with continuity correction."
+        )
+        md.append("")
+        view = pd.DataFrame(
+            {
+                **_key_columns(tests, ["method", "student"]),
+                "seed": tests["seed"],
+                "tasks": tests["n_pairs"],
+                "method %": (100 * tests["rate"]).map(_fixed(1)),
+                "zero-shot %": (100 * tests["zero_shot_rate"]).map(_fixed(1)),
+                "b": tests["b"],
+                "c": tests["c"],
+                "test": tests["test"],
+                "p": tests["p"].map(_p),
+            }
+        )
+        md.append(markdown_table(view))
+    md += ["", "## Cost", ""]
+    md.append(
+        "By category, every distinct stage counted once (what the sweep spent). Embedding "
+        "tokens are approximate. Wall time and GPU-seconds stay with the stage that used "
+        "them."
+    )
+    md.append("")
+    md.append(
+        markdown_table(
+            pd.DataFrame(
+                {
+                    "category": breakdown["category"],
+                    "tokens in": breakdown["tokens_in"].map("{:,}".format),
+                    "tokens out": breakdown["tokens_out"].map("{:,}".format),
+                    "embedding tokens": breakdown["embed_tokens"].map("{:,}".format),
+                    "LLM calls": breakdown["n_llm_calls"].map("{:,}".format),
+                    "wall s": breakdown["wall_s"].map("{:.0f}".format),
+                    "GPU s": breakdown["gpu_s"].map("{:.0f}".format),
+                    "USD": breakdown["usd"].map(_money),
+                }
+            )
+        )
+    )
+    if not use_usd:
+        md += ["", "No prices in `cost.prices`: money is 0 and plots use tokens."]
+    if summary["unpriced"]:
+        md += [
+            "",
+            f"No price for: {', '.join(summary['unpriced'])} (their tokens count, "
+            "their money is 0: the USD total is a lower bound).",
+        ]
+    md += [
+        "",
+        "Per point, every stage it depends on counted in full (what reproducing that "
+        "one result alone would cost):",
+        "",
+    ]
+    md.append(
+        markdown_table(
+            pd.DataFrame(
+                {
+                    **_key_columns(
+                        point_view, ["method", "student", "benchmark", "protocol", "seed"]
+                    ),
+                    "tokens": point_view["tokens"].map("{:,}".format),
+                    **{f"USD {c}": point_view[f"usd_{c}"].map(_money) for c in CATEGORIES},
+                    "USD": point_view["usd"].map(_money),
+                    "wall s": point_view["wall_s"].map("{:.0f}".format),
+                }
+            )
+        )
+    )
+    if not steps.empty:
+        md += [
+            "",
+            "## Steps per task against the teacher",
+            "",
+            "Mean steps on the tasks scored for both; and on the tasks both solved.",
+            "",
+        ]
+        md.append(
+            markdown_table(
+                pd.DataFrame(
+                    {
+                        **_key_columns(steps, ["student", "method", "benchmark", "protocol"]),
+                        "tasks": steps["n_tasks"],
+                        "student steps": steps["student_steps"].map(_fixed(2)),
+                        "teacher steps": steps["teacher_steps"].map(_fixed(2)),
+                        "ratio": steps["ratio"].map(_fixed(2)),
+                        "both solved": steps["n_both_solved"],
+                        "student (both solved)": steps["student_steps_both_solved"].map(_fixed(2)),
+                        "teacher (both solved)": steps["teacher_steps_both_solved"].map(_fixed(2)),
+                    }
+                )
+            )
+        )
+    titles = {
+        "success_vs_k": "Success vs k",
+        "student_size": "Success and gain vs student size",
+        "steps_vs_teacher": "Steps per task against the teacher",
+        "success_vs_cost": "Success vs cost",
+    }
+    if plots:
+        md += ["", "## Plots", ""]
+        md += [f"![{titles[name]}]({path.name})" for name, path in plots.items()]
+    if notes:
+        md += ["", "## Not shown", ""]
+        md += [f"- {n}" for n in notes]
+    md += [
+        "",
+        "Tables as CSV: "
+        + ", ".join(
+            f"[{t}.csv]({t}.csv)"
+            for t in [
+                "cells",
+                *(t.name for t in tables),
+                "mcnemar",
+                "costs_breakdown",
+                "costs_points",
+                "costs_stages",
+            ]
+        )
+        + ("" if steps.empty else ", [steps_vs_teacher.csv](steps_vs_teacher.csv)"),
+        "",
+    ]
+    return "\n".join(md)

@@ -1,0 +1,223 @@
+"""Matplotlib figures: success vs k, vs student size and vs cost; steps against the teacher."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distillery.orchestrator.report.load import CELL_KEYS, MEMORY_TYPES
+from distillery.orchestrator.report.tables import DISAMBIGUATORS, _display, distinguishing
+
+
+def _figure(ncols: int = 1, width: float = 6.0, height: float = 4.2) -> Any:
+    # An explicit Figure with the Agg canvas: no pyplot global state, no display needed,
+    # and no backend switch imposed on a process that imports this module.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * ncols, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _varying(frame: pd.DataFrame, keys: Iterable[str]) -> list[str]:
+    return [k for k in keys if k in frame.columns and frame[k].nunique() > 1]
+
+
+def _label_keys(lines: pd.DataFrame, exclude: Sequence[str] = ()) -> list[str]:
+    """Short legend keys: the method, then only what tells lines of one method apart."""
+    candidates = [k for k in ("student", *DISAMBIGUATORS) if k not in exclude]
+    return distinguishing(lines, ["method"], candidates)
+
+
+def _line_label(row: Mapping[str, Any], keys: Sequence[str]) -> str:
+    parts = []
+    for k in keys:
+        value = str(row[k])
+        if k in ("method", "student", "memory_types"):
+            parts.append(_display(k, value))
+        elif value:  # "k_wf=–" on a zero-shot line says nothing
+            parts.append(f"{k}={value}")
+    return ", ".join(parts)
+
+
+def _errorbars(cells: pd.DataFrame) -> np.ndarray:
+    return 100 * np.vstack(
+        [
+            (cells["rate"] - cells["ci_low"]).clip(lower=0),
+            (cells["ci_high"] - cells["rate"]).clip(lower=0),
+        ]
+    )
+
+
+def plot_success_vs_k(cells: pd.DataFrame, path: Path) -> str | None:
+    """Success vs k, one panel per memory type whose k varies, one line per setting of
+    everything else. Returns a note when there is nothing to plot."""
+    students = cells[(cells["role"] == "student") & cells["n"].gt(0)]
+    panels = []
+    for t in MEMORY_TYPES:
+        column = f"k_{t}"
+        data = students[students[column] != ""]
+        if data[column].nunique() < 2:
+            continue
+        group_keys = [k for k in CELL_KEYS if k != column]
+        lines = [g for _, g in data.groupby(group_keys, sort=False) if g[column].nunique() > 1]
+        if lines:
+            panels.append((t, lines))
+    if not panels:
+        return "success vs k: k does not vary within any memory configuration in this sweep"
+    fig, axes = _figure(len(panels))
+    zero = cells[cells["method_kind"] == "zero_shot"]
+    for ax, (t, lines) in zip(axes, panels, strict=True):
+        firsts = pd.DataFrame([g.iloc[0] for g in lines])
+        label_keys = _label_keys(firsts, exclude=[f"k_{t}"])
+        for g in lines:
+            g = g.assign(_k=g[f"k_{t}"].astype(float)).sort_values("_k")
+            ax.errorbar(
+                g["_k"],
+                100 * g["rate"],
+                yerr=_errorbars(g),
+                marker="o",
+                capsize=3,
+                label=_line_label(g.iloc[0], label_keys),
+            )
+        refs = zero.merge(firsts[["student", "benchmark", "protocol"]].drop_duplicates())
+        for ref in refs.itertuples(index=False):
+            ax.axhline(100 * ref.rate, linestyle=":", color="grey")
+            ax.annotate(
+                f"zero-shot {ref.student}",
+                (ax.get_xlim()[0], 100 * ref.rate),
+                fontsize=7,
+                color="grey",
+                va="bottom",
+            )
+        ax.set_xlabel(f"k ({t.upper()})")
+        ax.set_ylabel("success rate (%)")
+        ax.set_title(f"Success vs k, {t.upper()}")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize=7)
+    fig.savefig(path, dpi=120)
+    return None
+
+
+def plot_student_size(cells: pd.DataFrame, path: Path) -> str | None:
+    """Success and gain over zero-shot vs student size (billions of parameters)."""
+    students = cells[
+        (cells["role"] == "student") & cells["student_params_b"].notna() & cells["n"].gt(0)
+    ]
+    if students["student_params_b"].nunique() < 2:
+        return (
+            "success vs student size: fewer than two student sizes (student_params_b) in this sweep"
+        )
+    fig, (left, right) = _figure(2)
+    group_keys = [k for k in CELL_KEYS if k != "student"]
+    lines = list(students.groupby(group_keys, sort=False))
+    firsts = pd.DataFrame([g.iloc[0] for _, g in lines])
+    label_keys = _label_keys(firsts, exclude=["student"])
+    for _, g in lines:
+        g = g.sort_values("student_params_b")
+        label = _line_label(g.iloc[0], label_keys)
+        left.errorbar(
+            g["student_params_b"],
+            100 * g["rate"],
+            yerr=_errorbars(g),
+            marker="o",
+            capsize=3,
+            label=label,
+        )
+        if g.iloc[0]["method_kind"] != "zero_shot" and g["gain_pp"].notna().any():
+            right.plot(g["student_params_b"], g["gain_pp"], marker="o", label=label)
+    sizes = sorted(students["student_params_b"].unique())
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xticks(sizes, [f"{s:g}B" for s in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("student size (parameters)")
+    left.set_ylabel("success rate (%)")
+    left.set_title("Success vs student size")
+    left.legend(fontsize=7)
+    right.axhline(0, color="grey", linewidth=0.8)
+    right.set_ylabel("gain over zero-shot (points)")
+    right.set_title("Gain over zero-shot vs student size")
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=7)
+    fig.savefig(path, dpi=120)
+    return None
+
+
+def plot_steps_vs_teacher(pairs: pd.DataFrame, path: Path) -> str | None:
+    if pairs.empty:
+        return (
+            "steps vs teacher: no task scored for both a teacher and a student (no "
+            "teacher point, or students evaluated on tasks the teacher never played)"
+        )
+    fig, (ax,) = _figure(1, width=5.5, height=5.0)
+    label_keys = _varying(pairs, ["student", "method", "memory_types"]) or ["method"]
+    rng = np.random.default_rng(0)  # a little jitter: integer steps overlap a lot
+    for name, g in pairs.groupby(label_keys, sort=False):
+        values = name if isinstance(name, tuple) else (name,)
+        jitter = rng.uniform(-0.15, 0.15, size=(2, len(g)))
+        ax.scatter(
+            g["teacher_steps"] + jitter[0],
+            g["student_steps"] + jitter[1],
+            s=18,
+            alpha=0.6,
+            label=", ".join(_display(k, str(v)) for k, v in zip(label_keys, values, strict=True)),
+        )
+    top = float(max(pairs["teacher_steps"].max(), pairs["student_steps"].max())) + 1
+    ax.plot([0, top], [0, top], linestyle="--", color="grey", linewidth=0.8, label="same steps")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("teacher steps on the task")
+    ax.set_ylabel("student steps on the task")
+    ax.set_title("Steps per task: student vs teacher")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=120)
+    return None
+
+
+def plot_success_vs_cost(cells: pd.DataFrame, use_usd: bool, path: Path) -> str | None:
+    column = "cost_usd" if use_usd else "cost_tokens"
+    data = cells[cells["n"].gt(0) & cells[column].gt(0)]
+    if data.empty:
+        return "success vs cost: the sweep recorded no tokens or money for its points"
+    fig, (ax,) = _figure(1, width=6.5, height=4.5)
+    label_keys = _label_keys(data, exclude=["student"])
+    low, high = float(data[column].min()), float(data[column].max())
+    log_x = high / low > 100  # costs span orders of magnitude: teacher API vs a small student
+    middle = math.sqrt(low * high) if log_x else (low + high) / 2
+    for student, g in data.groupby("student", sort=False):
+        ax.errorbar(
+            g[column], 100 * g["rate"], yerr=_errorbars(g), fmt="o", capsize=3, label=student
+        )
+        for _, row in g.iterrows():
+            # Labels of the right half point left, so they stay inside the axes.
+            right = row[column] > middle
+            note = ax.annotate(
+                _line_label(row, label_keys),
+                (row[column], 100 * row["rate"]),
+                fontsize=6,
+                xytext=(-3 if right else 3, 3),
+                textcoords="offset points",
+                ha="right" if right else "left",
+            )
+            note.set_in_layout(False)  # a long label must not squash the axes
+    ax.margins(x=0.08)
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(
+        "cost per point (USD, every stage it depends on)"
+        if use_usd
+        else "tokens per point (every stage it depends on)"
+    )
+    ax.set_ylabel("success rate (%)")
+    ax.set_title("Success vs cost")
+    ax.legend(fontsize=7, title="agent")
+    fig.savefig(path, dpi=120)
+    return None

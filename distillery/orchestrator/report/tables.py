@@ -1,0 +1,202 @@
+"""Paper-style tables: cells pivoted by method, memory, representation and protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from distillery.orchestrator.links import markdown_link, run_url
+from distillery.orchestrator.report.load import MEMORY_TYPES, _text
+from distillery.orchestrator.report.stats import _KIND_ORDER, _NA
+
+# Keys a table may add to its rows to tell apart cells that its focus keys would merge.
+DISAMBIGUATORS: tuple[str, ...] = (
+    "method",
+    "memory_types",
+    "teacher",
+    "student",
+    *(f"{p}_{t}" for p in ("k", "repr", "delta") for t in MEMORY_TYPES),
+    "protocol",
+    "benchmark",
+)
+_PREFERRED_PROTOCOL = "main"
+
+
+def _display(column: str, value: str) -> str:
+    if column == "memory_types":
+        return value or "none"
+    return value or _NA
+
+
+def pivot(
+    cells: pd.DataFrame, rows: Sequence[str], column: str, value: str = "label"
+) -> pd.DataFrame:
+    """A paper-style table: `rows` keys down, one column per value of `column`. Keys
+    that differ between cells the row keys would merge (e.g. k in a table by method)
+    are added to the rows, in DISAMBIGUATORS order, so no two cells collapse."""
+    index = distinguishing(cells, [*rows, column], [k for k in DISAMBIGUATORS if k != column])
+    index.remove(column)
+    # Rows in reading order (zero-shot before memory methods), whatever column has them.
+    sort_by = [("_kind" if k == "method" else k) for k in index]
+    if "method" in index:
+        sort_by.insert(sort_by.index("_kind") + 1, "method")
+    kinds = cells["method_kind"].map(lambda k: _KIND_ORDER.get(k, 3))
+    ordered = (
+        cells.assign(_kind=kinds).sort_values(sort_by, kind="stable").drop_duplicates(index)[index]
+    )
+    columns = sorted(cells[column].unique())
+    lookup: dict[tuple[str, ...], list[str]] = {}
+    for row in cells.itertuples(index=False):
+        key = (*(getattr(row, k) for k in index), getattr(row, column))
+        lookup.setdefault(key, []).append(str(getattr(row, value)))
+    out = []
+    for values in ordered.itertuples(index=False, name=None):
+        record = {k: _display(k, v) for k, v in zip(index, values, strict=True)}
+        for col in columns:
+            found = lookup.get((*values, col))
+            record[_display(column, col)] = " / ".join(found) if found else _NA
+        out.append(record)
+    return pd.DataFrame(out)
+
+
+def distinguishing(
+    frame: pd.DataFrame, base: Sequence[str], candidates: Iterable[str]
+) -> list[str]:
+    """`base` plus, in order, each candidate key that differs between rows the keys so
+    far would merge: the fewest descriptors that tell the rows' cells apart."""
+    index = list(base)
+    if frame.empty:
+        return index
+    for key in candidates:
+        if key in index or key not in frame.columns:
+            continue
+        if frame.groupby(index, sort=False)[key].nunique().max() > 1:
+            index.append(key)
+    return index
+
+
+def _preferred_protocol(cells: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    protocols = set(cells["protocol"])
+    if len(protocols) > 1 and _PREFERRED_PROTOCOL in protocols:
+        return cells[cells["protocol"] == _PREFERRED_PROTOCOL], _PREFERRED_PROTOCOL
+    return cells, next(iter(protocols)) if len(protocols) == 1 else None
+
+
+def representation_label(row: Mapping[str, Any]) -> str:
+    """ "wf=text st=code fn=code" over the memory types a point uses."""
+    parts = [f"{t}={row[f'repr_{t}']}" for t in MEMORY_TYPES if row.get(f"repr_{t}")]
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # CSV file stem
+    title: str
+    frame: pd.DataFrame
+    caption: str = ""
+    # The same table with each cell linked to its MLflow child run(s), for report.md.
+    linked: pd.DataFrame | None = None
+
+    @property
+    def markdown(self) -> pd.DataFrame:
+        return self.frame if self.linked is None else self.linked
+
+
+def link_cells(
+    cells: pd.DataFrame, stats: pd.DataFrame, meta: Mapping[str, Any], ui_url: str | None = None
+) -> pd.DataFrame:
+    """`cells` plus `label_md`: the label as a link to the cell's MLflow child run, or,
+    for a cell of several seeds, followed by one link per seed's run. Cells of points
+    without a run (a sweep run without tracking) keep the plain label."""
+    if cells.empty:
+        return cells.assign(label_md=pd.Series(dtype=object))
+    uri = meta.get("tracking_uri")
+    experiment_id = meta.get("mlflow_experiment_id")
+    by_point = stats.set_index("point_id")
+    linked = []
+    for label, point_ids in zip(cells["label"], cells["point_ids"], strict=True):
+        runs = []
+        for pid in str(point_ids).split(","):
+            run_id = by_point.at[pid, "mlflow_run_id"] if pid in by_point.index else None
+            url = run_url(uri, _text(run_id) or None, experiment_id, ui_url)
+            if url:
+                runs.append((int(by_point.at[pid, "seed"]), url))
+        if len(runs) == 1:
+            linked.append(markdown_link(label, runs[0][1]))
+        elif runs:
+            seeds = " ".join(markdown_link(f"s{seed}", url) for seed, url in sorted(runs))
+            linked.append(f"{label} · runs {seeds}")
+        else:
+            linked.append(label)
+    return cells.assign(label_md=linked)
+
+
+def _pivots(name: str, title: str, cells: pd.DataFrame, rows: Sequence[str], column: str) -> Table:
+    frame = pivot(cells, rows, column)
+    linked = pivot(cells, rows, column, value="label_md") if "label_md" in cells else None
+    return Table(name, title, frame, linked=linked)
+
+
+def paper_tables(cells: pd.DataFrame) -> tuple[list[Table], list[str]]:
+    """Main (method × student × benchmark), memory ablation, representation and
+    protocol tables; a note for each one the sweep has nothing to show in."""
+    tables: list[Table] = []
+    notes: list[str] = []
+    if cells.empty:
+        return tables, ["no points in this sweep: no tables"]
+    main, protocol = _preferred_protocol(cells)
+    where = f" (protocol: {protocol})" if protocol else ""
+    tables.append(
+        _pivots(
+            "table_main",
+            f"Method × student × benchmark{where}",
+            main,
+            ["student", "method"],
+            "benchmark",
+        )
+    )
+    students = main[main["role"] == "student"]
+    if students["memory_types"].nunique() > 1:
+        tables.append(
+            _pivots(
+                "table_memory",
+                f"Memory ablation{where}",
+                students,
+                ["student", "memory_types"],
+                "benchmark",
+            )
+        )
+    else:
+        notes.append("memory ablation table: one memory configuration in this sweep")
+    labels = pd.Series(
+        [representation_label(r) for _, r in students.iterrows()],
+        index=students.index,
+        dtype=object,
+    )
+    with_repr = students.assign(representation=labels).loc[labels != ""]
+    if with_repr["representation"].nunique() > 1:
+        table = _pivots(
+            "table_representation",
+            f"Representation{where}",
+            with_repr,
+            ["student", "memory_types", "representation"],
+            "benchmark",
+        )
+
+        def no_repr(frame: pd.DataFrame) -> pd.DataFrame:
+            return frame.drop(columns=[c for c in frame.columns if c.startswith("repr_")])
+
+        linked = None if table.linked is None else no_repr(table.linked)
+        tables.append(replace(table, frame=no_repr(table.frame), linked=linked))
+    else:
+        notes.append("representation table: the representation does not vary in this sweep")
+    if cells["protocol"].nunique() > 1:
+        tables.append(
+            _pivots("table_protocol", "Protocols", cells, ["student", "method"], "protocol")
+        )
+    else:
+        notes.append(f"protocol table: one protocol ({protocol}) in this sweep")
+    return tables, notes
