@@ -759,7 +759,7 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
 
 
 def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
-    """points / episodes / stages tables for `distillery report` (schema: report.py)."""
+    """points / episodes / stages tables for `distillery report` (schema: report/load.py)."""
     graph = sweep.graph
     points, episodes = [], []
     for point in graph.points.values():

@@ -724,3 +724,15 @@ def test_bank_id_depends_on_trajectory_content_not_episode_ids():
         bank_id_for([episode], cfg.model_copy(update={"concurrency": 64}), "none", "all", False)
         == first
     )
+
+
+def test_the_build_identity_follows_the_prompts_and_the_version_not_the_source(monkeypatch):
+    from distillery.workers.memory import bank, prompts
+
+    base = bank.builder_code_version()
+    monkeypatch.setattr(prompts, "RETRY_PROMPT", prompts.RETRY_PROMPT + " ")
+    assert bank.builder_code_version() != base  # a changed prompt is a new bank
+    monkeypatch.undo()
+    assert bank.builder_code_version() == base
+    monkeypatch.setattr(bank, "BUILDER_VERSION", "999")
+    assert bank.builder_code_version() != base  # so is a bumped version
