@@ -9,7 +9,8 @@ server closely enough to measure routing and scaling:
   this replica's prefix cache (prefill), the cache being an LRU of 16-token blocks
   keyed by the hash of the whole prefix up to the block (how vLLM's automatic prefix
   caching keys blocks), `--cache-tokens` large;
-- /stats reports requests, cached and uncached prompt tokens.
+- /stats reports requests, cached and uncached prompt tokens, and the server's own
+  CPU seconds (`cpu_ms`), so a benchmark can show that the servers are not what limits it.
 
 Tokens are 4 characters. Run: python bench/sim_server.py --port 8001 --max-seqs 4
 """
@@ -106,7 +107,7 @@ def make_app(max_seqs: int, base_ms: float, ms_per_token: float, cache_tokens: i
         )
 
     async def get_stats(_: Request) -> JSONResponse:
-        return JSONResponse(dict(stats))
+        return JSONResponse({**stats, "cpu_ms": int(1000 * time.process_time())})
 
     return Starlette(
         routes=[
