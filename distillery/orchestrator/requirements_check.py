@@ -183,7 +183,7 @@ def _services(cfg: DistilleryConfig, used: Iterable[tuple[str, ModelConfig]]) ->
             if why:
                 out.append(
                     Missing(
-                        f"{role}.base_url={model.base_url}: nothing answers ({why})",
+                        f"{role}.base_url={redact(model.base_url)}: nothing answers ({why})",
                         f"start the server, or fix {role}.base_url",
                     )
                 )
@@ -194,7 +194,7 @@ def _services(cfg: DistilleryConfig, used: Iterable[tuple[str, ModelConfig]]) ->
         if why:
             out.append(
                 Missing(
-                    f"memory.store.url={url}: no Qdrant server answers ({why})",
+                    f"memory.store.url={redact(url)}: no Qdrant server answers ({why})",
                     "start Qdrant there, or drop memory.store.url to use the embedded store",
                 )
             )

@@ -178,3 +178,15 @@ def test_a_closed_tracking_port_is_one_line_exit_2_and_no_traceback(tmp_path):
         f"distillery: tracking.uri=http://127.0.0.1:{port}: no MLflow tracking server answers"
     )
     assert not (tmp_path / "stages").exists()  # nothing ran
+
+
+def test_a_key_in_an_unreachable_url_is_never_printed():
+    port = free_port()  # nothing listens here
+    key = "sk-canary-in-a-url-0123456789"
+    cfg = _config(
+        "methods=[amd_wf]", *_external(f"http://user:{key}@127.0.0.1:{port}/v1"),
+        f"memory.store.url=http://q:{key}@127.0.0.1:{port}",
+    )  # fmt: skip
+    found = missing_requirements([cfg])
+    assert len(found) == 2
+    assert all(key not in m.what and "<redacted>" in m.what for m in found)
