@@ -28,13 +28,13 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 from distillery.orchestrator.config import ClusterConfig  # noqa: E402
 from distillery.orchestrator.run import longest_first, ray_session, run_agent  # noqa: E402
+from distillery.testing.scripted_server import run_stub_server  # noqa: E402
 from distillery.workers.envs.registry import make_benchmark  # noqa: E402
 from distillery.workers.episodes import AgentJob, EpisodeRunner  # noqa: E402
 from distillery.workers.llm.config import ModelConfig  # noqa: E402
 from distillery.workers.trajectories import read_episodes  # noqa: E402
-from tests.support.openai_stub import run_stub_server  # noqa: E402
 
-SCRIPT = "tests.support.bfcl_scripts:replay_text"
+SCRIPT = "distillery.testing.bfcl_scripts:replay_text"
 
 
 def best_schedule_wall(calls_per_episode: list[int], slots: int, delay: float) -> float:
@@ -113,7 +113,7 @@ class CpuSampler:
             return "driver"
         if pid not in ours:
             return "other processes"
-        if "openai_stub" in command:
+        if "scripted_server" in command:
             return "stub server"
         if command.startswith("ray::EpisodeWorkerImpl"):
             return "episode workers"

@@ -2,7 +2,7 @@
 
     python bench/mlflow_compare.py [--workdir DIR] [--out docs/mlflow_compare.png]
 
-Runs the comparison sweep of tests/support/mlflow_ui.py (an oracle teacher's memory
+Runs the comparison sweep of distillery/testing/mlflow_ui.py (an oracle teacher's memory
 lets a scripted student solve two of four BFCL tasks it fails zero-shot; ~5 min on 2
 cores, reused from the ledger when DIR already holds it), starts `mlflow server` on
 loopback over its store and screenshots the experiment's Evaluations view with the AMD
@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from distillery.testing.mlflow_ui import comparison_sweep, mlflow_server  # noqa: E402
 from distillery.workers.llm.servers import free_port  # noqa: E402
-from tests.support.mlflow_ui import comparison_sweep, mlflow_server  # noqa: E402
 
 _CLOSE_ASSISTANT = """
 for (const b of document.querySelectorAll('button')) {

@@ -225,13 +225,13 @@ def bench_query_embedding(repeats: int = 50) -> None:
 
 
 def bench_build(trajectories: int, delay: float, concurrency: int) -> None:
+    from distillery.testing.scripted_server import run_stub_server
     from distillery.workers.episodes import AgentJob, EpisodeRunner
     from distillery.workers.llm.config import ModelConfig
     from distillery.workers.memory.bank import build_bank
     from distillery.workers.memory.config import BuilderConfig
     from distillery.workers.memory_service import _builder_llm
     from distillery.workers.trajectories import read_episodes
-    from tests.support.openai_stub import run_stub_server
 
     with tempfile.TemporaryDirectory() as tmp:
         oracle = ModelConfig(name="oracle", backend="oracle")
@@ -252,7 +252,7 @@ def bench_build(trajectories: int, delay: float, concurrency: int) -> None:
             base_url="http://unused/v1",
             max_concurrency_per_server=concurrency,
         )
-        with run_stub_server("tests.support.scripts:always_text", delay_s=delay) as url:
+        with run_stub_server("distillery.testing.scripts:always_text", delay_s=delay) as url:
             for c in (1, concurrency):
                 llm = _builder_llm(
                     model.model_copy(update={"max_concurrency_per_server": c}), [url]

@@ -27,7 +27,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points  # noqa: E402
 from distillery.orchestrator.config import to_config  # noqa: E402
 from distillery.orchestrator.run import ray_session, run_sweep  # noqa: E402
-from tests.support.openai_stub import run_stub_server, stub_stats  # noqa: E402
+from distillery.testing.scripted_server import run_stub_server, stub_stats  # noqa: E402
 
 
 def argv_for(root: Path, url: str, tasks: int, ks: list[int]) -> list[str]:
@@ -69,7 +69,7 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         ray_session(ClusterConfig()),
-        run_stub_server("tests.support.scripts:agent_or_builder", delay_s=args.delay) as url,
+        run_stub_server("distillery.testing.scripts:agent_or_builder", delay_s=args.delay) as url,
     ):
         root = Path(tmp)
         start = requests(url)

@@ -1,7 +1,7 @@
 """Issue 3 acceptance: oracle teacher -> memory bank -> a student that can only follow its
 memory, on real BFCL tasks under `self_excluded`, with the runs in MLflow.
 
-The student (`tests.support.bfcl_scripts:memory_procedure_text`) knows no procedure of
+The student (`distillery.testing.bfcl_scripts:memory_procedure_text`) knows no procedure of
 its own: zero-shot it calls nothing and fails every task. With AMD memory it replays the
 masked calls of the Subtask segment injected for the current user turn, and fills each
 placeholder only from what its own episode offers: a key of the same name in an
@@ -32,16 +32,16 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator.run import run_experiment
-from distillery.workers.envs.registry import make_benchmark
-from distillery.workers.trajectories import read_episodes
-from tests.orchestrator.test_end_to_end import _config, _student
-from tests.support.bfcl_scripts import (
+from distillery.testing.bfcl_scripts import (
     NO_MEMORY_REPLY,
     QUOTED,
     fill_memory_call,
     memory_procedure_text,
 )
-from tests.support.openai_stub import run_stub_server
+from distillery.testing.scripted_server import run_stub_server
+from distillery.workers.envs.registry import make_benchmark
+from distillery.workers.trajectories import read_episodes
+from tests.orchestrator.test_end_to_end import _config, _student
 
 TASKS = [f"multi_turn_base_{n}" for n in (120, 124, 127, 146)]
 # Where each solved task's Subtask segments came from (never itself).
@@ -54,7 +54,7 @@ SOLVED_WITH_MEMORY = {
 @pytest.mark.slow
 def test_memory_from_near_duplicate_tasks_solves_what_the_student_fails_alone(tmp_path, ray_local):
     started = time.monotonic()
-    with run_stub_server(script="tests.support.bfcl_scripts:memory_procedure_text") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:memory_procedure_text") as url:
         cfg = _config(
             tmp_path,
             f"benchmark.task_ids=[{','.join(TASKS)}]",

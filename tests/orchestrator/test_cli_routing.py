@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from distillery.orchestrator import cli
-from tests.support.openai_stub import REPO_ROOT
+from tests.support import REPO_ROOT
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.config import to_config
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.stages import StageKey
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.trajectories import EpisodeRecord, write_episode
-from tests.support.openai_stub import run_stub_server, stub_stats
 
 
 def _record(task_id: str, success: bool | None) -> EpisodeRecord:
@@ -157,7 +157,7 @@ def _empty_collection(qdrant: Path, bank_id: str, memory_type: str) -> int:
 def test_a_damaged_output_root_is_reported_and_rebuilt_never_fatal(tmp_path, ray_local, caplog):
     from distillery.orchestrator.run import run_sweep
 
-    with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as url:
         first = run_sweep(_configs(tmp_path, url), progress=False)
         made = stub_stats(url)["requests"]
         point = first.points[0].methods[0]

@@ -14,8 +14,8 @@ from mlflow.tracking import MlflowClient
 from distillery.orchestrator.cli import rewrite_role_overrides
 from distillery.orchestrator.config import to_config
 from distillery.orchestrator.run import run_experiment, run_sweep
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.trajectories import read_episodes
-from tests.support.openai_stub import run_stub_server, stub_stats
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def _student(url: str, fmt: str = "prompt") -> list[str]:
 
 
 def test_oracle_teacher_and_scripted_student_land_in_parquet_and_mlflow(tmp_path, ray_local):
-    with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as url:
         cfg = _config(
             tmp_path, "benchmark.limit=3", "methods=[teacher,zero_shot]", *_student(url, "native")
         )
@@ -115,7 +115,7 @@ def test_oracle_teacher_and_scripted_student_land_in_parquet_and_mlflow(tmp_path
 def test_text_format_failures_and_hostile_calls_are_scored_not_executed(tmp_path, ray_local):
     marker = Path("/tmp/distillery_pwned")
     marker.unlink(missing_ok=True)
-    with run_stub_server(script="tests.support.bfcl_scripts:hostile_text") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:hostile_text") as url:
         cfg = _config(tmp_path, "benchmark.limit=2", "methods=[zero_shot]", *_student(url))
         result = run_experiment(cfg, progress=False)
     assert not marker.exists()
@@ -132,7 +132,7 @@ def test_text_format_failures_and_hostile_calls_are_scored_not_executed(tmp_path
 
 
 def test_step_limit_ends_the_episode(tmp_path, ray_local):
-    with run_stub_server(script="tests.support.bfcl_scripts:loop_forever_text") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:loop_forever_text") as url:
         cfg = _config(
             tmp_path,
             "benchmark.limit=1",
@@ -149,7 +149,7 @@ def test_step_limit_ends_the_episode(tmp_path, ray_local):
 
 
 def test_a_server_that_stays_down_is_an_infra_error_not_a_failure(tmp_path, ray_local):
-    with run_stub_server(script="tests.support.bfcl_scripts:server_error") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:server_error") as url:
         cfg = _config(
             tmp_path,
             "benchmark.limit=2",
@@ -188,7 +188,7 @@ def test_replies_that_used_to_abort_the_sweep_are_scored_and_the_run_finishes(tm
 def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local):
     """Oracle teacher -> deterministic bank -> a copying student reading it, under
     self_excluded: memory lands in the prompt, no task sees its own entries."""
-    with run_stub_server(script="tests.support.bfcl_scripts:memory_follower_text") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:memory_follower_text") as url:
         cfg = _config(
             tmp_path,
             "benchmark.limit=4",
@@ -231,7 +231,7 @@ def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local)
     # Stages are content-addressed: a later invocation with only this method (another
     # sweep, another stub server URL: a runtime knob) reuses the collect, build and
     # evaluate stages from the ledger and makes no LLM call.
-    with run_stub_server(script="tests.support.bfcl_scripts:memory_follower_text") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:memory_follower_text") as url:
         again = run_sweep(
             [
                 _config(
@@ -252,7 +252,7 @@ def test_amd_memory_reaches_the_student_and_isolation_holds(tmp_path, ray_local)
 
 
 def test_cross_split_evaluates_only_the_held_out_tasks(tmp_path, ray_local):
-    with run_stub_server(script="tests.support.bfcl_scripts:memory_follower_text") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:memory_follower_text") as url:
         cfg = _config(
             tmp_path,
             "benchmark.limit=10",

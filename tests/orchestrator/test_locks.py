@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from distillery.orchestrator.locks import LOCK_NAME, FileLock, LockHeld, run_locks
-from tests.support.openai_stub import REPO_ROOT
+from tests.support import REPO_ROOT
 
 _HOLD = """
 import sys, time
@@ -93,10 +93,12 @@ def test_two_real_runs_on_one_output_root(tmp_path):
     first; the first finishes normally with one parent run."""
     from mlflow.tracking import MlflowClient
 
-    from tests.support.openai_stub import run_stub_server
+    from distillery.testing.scripted_server import run_stub_server
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
-    with run_stub_server(script="tests.support.bfcl_scripts:replay_native", delay_s=0.5) as url:
+    with run_stub_server(
+        script="distillery.testing.bfcl_scripts:replay_native", delay_s=0.5
+    ) as url:
         argv = [
             f"output_dir={tmp_path / 'runs'}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from distillery.orchestrator.compare import main as compare_main
-from tests.support.mlflow_ui import (
+from distillery.testing.mlflow_ui import (
     COMPARISON_TASKS,
     comparison_sweep,
     evaluation_runs,

@@ -20,7 +20,7 @@ from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.config import to_config
 from distillery.orchestrator.run import SweepResult, run_sweep
 from distillery.workers.trajectories import read_episodes
-from tests.support.openai_stub import REPO_ROOT
+from tests.support import REPO_ROOT
 from tests.support.ray_auth import ray_auth_env
 from tests.support.ray_cluster import LocalRayCluster
 
@@ -68,9 +68,9 @@ def sweep_configs(tmp_path: Path, cluster: LocalRayCluster, delay_s: float = 0.2
             "command": (
                 sys.executable,
                 "-m",
-                "tests.support.openai_stub",
+                "distillery.testing.scripted_server",
                 "--script",
-                "tests.support.bfcl_scripts:replay_native",
+                "distillery.testing.bfcl_scripts:replay_native",
                 "--delay",
                 str(delay_s),
                 "--port",

@@ -16,7 +16,7 @@ from distillery.orchestrator.errors import UserError
 from distillery.orchestrator.plan import plan_sweep
 from distillery.orchestrator.preflight import PreflightError, check_output_dir, check_run
 from distillery.orchestrator.run import run_sweep
-from tests.support.openai_stub import REPO_ROOT
+from tests.support import REPO_ROOT
 
 
 def _configs(tmp_path: Path, *extra: str):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.openai_stub import REPO_ROOT
+from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 NOISE = (

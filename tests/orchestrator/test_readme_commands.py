@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from distillery.orchestrator.cli import run_cli
-from tests.support.openai_stub import REPO_ROOT, run_stub_server
+from distillery.testing.scripted_server import run_stub_server
+from tests.support import REPO_ROOT
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -130,7 +131,7 @@ def test_the_readme_names_its_commands():
 def quickstart_student(request: dict) -> dict:
     """The scripted student of the quickstart line: the quickstart decomposes each task
     for Subtask retrieval (one label will do), and plays BFCL's ground truth."""
-    from tests.support.bfcl_scripts import replay_native
+    from distillery.testing.bfcl_scripts import replay_native
 
     if str(request["messages"][0]["content"]).startswith("Break the given task"):
         return {"content": '["do what the user asks"]'}

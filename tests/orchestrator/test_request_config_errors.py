@@ -11,9 +11,9 @@ from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator import cli
 from distillery.orchestrator.run import run_sweep
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.llm.types import RequestConfigError
 from tests.orchestrator.test_end_to_end import _config, _student
-from tests.support.openai_stub import run_stub_server, stub_stats
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def test_the_shipped_gpt5_mini_config_collects_and_builds_a_bank(tmp_path, ray_l
     monkeypatch.setenv("DISTILLERY_TEST_OPENAI_KEY", "sk-test-1234")
     with (
         run_stub_server("tests.support.openai_errors:gpt5") as teacher_url,
-        run_stub_server("tests.support.bfcl_scripts:replay_native") as student_url,
+        run_stub_server("distillery.testing.bfcl_scripts:replay_native") as student_url,
     ):
         cfg = _config(
             tmp_path,

@@ -15,7 +15,7 @@ from distillery.orchestrator.cli import rewrite_role_overrides, run_cli
 from distillery.orchestrator.config import to_config
 from distillery.orchestrator.requirements_check import missing_requirements, models_in_use
 from distillery.workers.llm.servers import free_port
-from tests.support.openai_stub import REPO_ROOT
+from tests.support import REPO_ROOT
 
 
 def _config(*overrides: str):

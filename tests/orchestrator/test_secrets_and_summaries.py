@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.trajectories import read_episodes
-from tests.support.openai_stub import REPO_ROOT, run_stub_server
+from tests.support import REPO_ROOT
 
 ENV_CANARY = "sk-envcanary-7f3a9c1e55"
 URL_CANARY = "urlcanary-0b8d4e2f77"
@@ -119,8 +120,8 @@ def test_canaries_never_leave_and_an_all_infra_point_has_no_rate(tmp_path):
     }
     try:
         with (
-            run_stub_server(script="tests.support.bfcl_scripts:replay_native") as teacher_url,
-            run_stub_server(script="tests.support.bfcl_scripts:server_error") as student_url,
+            run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as teacher_url,
+            run_stub_server(script="distillery.testing.bfcl_scripts:server_error") as student_url,
         ):
             host = student_url.removeprefix("http://")
             argv = [

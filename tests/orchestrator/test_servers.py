@@ -18,8 +18,9 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
 
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.storage import Location, s3_options
-from tests.support.openai_stub import REPO_ROOT, run_stub_server, stub_stats
+from tests.support import REPO_ROOT
 from tests.support.servers import mlflow_server, postgres_bin, postgres_server, s3_server
 
 TASKS = 6
@@ -93,7 +94,7 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path):
     with (
         postgres_server() as postgres,
         mlflow_server(postgres.uri, "s3://distillery/mlflow", store.env) as tracking,
-        run_stub_server(script="tests.support.bfcl_scripts:replay_native", delay_s=0.3) as url,
+        run_stub_server(script="distillery.testing.bfcl_scripts:replay_native", delay_s=0.3) as url,
     ):
         argv = [
             sys.executable,

@@ -28,7 +28,8 @@ from distillery.orchestrator.submit import (
     runtime_env,
     submit_job,
 )
-from tests.support.openai_stub import REPO_ROOT, run_stub_server, stub_stats
+from distillery.testing.scripted_server import run_stub_server, stub_stats
+from tests.support import REPO_ROOT
 from tests.support.ray_auth import ray_auth_env
 from tests.support.ray_head import ray_head
 
@@ -155,7 +156,9 @@ def test_bad_config_or_missing_token_creates_no_job(head, tmp_path):
 @pytest.mark.slow
 def test_a_submitted_sweep_runs_and_resubmitting_it_resumes(head, tmp_path):
     client = _client(head)
-    with run_stub_server(script="tests.support.bfcl_scripts:replay_native", delay_s=0.5) as url:
+    with run_stub_server(
+        script="distillery.testing.bfcl_scripts:replay_native", delay_s=0.5
+    ) as url:
         argv = ["--address", head.dashboard, *_sweep_args(tmp_path, url)]
         same = prepare(_sweep_args(tmp_path, url), multirun=False)  # before: it takes time
         first = _submit(head, *argv)

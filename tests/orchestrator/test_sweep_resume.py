@@ -18,8 +18,9 @@ from mlflow.tracking import MlflowClient
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.config import to_config
 from distillery.orchestrator.run import run_sweep
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.trajectories import read_episodes
-from tests.support.openai_stub import REPO_ROOT, run_stub_server, stub_stats
+from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,7 @@ def _requests(url: str) -> int:
 
 
 def test_sweep_runs_each_distinct_stage_once_and_reuses_it(tmp_path, ray_local):
-    with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as url:
         argv = _args(
             tmp_path,
             url,
@@ -148,7 +149,9 @@ def test_a_sweep_killed_mid_run_finishes_on_rerun_like_an_uninterrupted_one(tmp_
         "cluster.episodes_per_worker=1",
         "cluster.num_cpus=2",
     ]
-    with run_stub_server(script="tests.support.bfcl_scripts:replay_native", delay_s=0.3) as url:
+    with run_stub_server(
+        script="distillery.testing.bfcl_scripts:replay_native", delay_s=0.3
+    ) as url:
         killed_dir = tmp_path / "killed"
         argv = _args(killed_dir, url, *common)
         process = subprocess.Popen(
@@ -215,7 +218,7 @@ def test_a_bank_in_a_shared_store_is_reused_by_another_output_root(tmp_path, ray
     """A new ledger (another output_dir) but the same Qdrant store: the build stage
     finds its content-addressed bank there instead of building it again."""
     store = f"memory.store.path={tmp_path / 'qdrant'}"
-    with run_stub_server(script="tests.support.bfcl_scripts:replay_native") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as url:
         first, second = (
             run_sweep(
                 _configs(

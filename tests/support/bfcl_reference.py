@@ -33,13 +33,13 @@ from unittest import mock
 
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 
+from distillery.testing.scripted_server import completion
 from distillery.workers.agents.loop import run_agent_loop
 from distillery.workers.agents.policies import LlmPolicy
 from distillery.workers.envs.base import AgentOptions
 from distillery.workers.envs.bfcl import BfclMultiTurnBase
 from distillery.workers.llm.client import _encode_request
 from distillery.workers.llm.replies import parse_completion
-from tests.support.openai_stub import completion
 
 Student = Callable[[dict[str, Any]], dict[str, Any]]
 CATEGORY = "multi_turn_base"

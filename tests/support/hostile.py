@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tests.support.bfcl_scripts import replay_native, replay_text
+from distillery.testing.bfcl_scripts import replay_native, replay_text
 
 Reply = dict[str, Any]
 _MISSING = object()

@@ -1,5 +1,6 @@
 """Scripts for the stub server that refuse requests the way real servers do, with the
-exact error bodies OpenAI (and vLLM) send; see openai_stub.py for the script protocol.
+exact error bodies OpenAI (and vLLM) send; see distillery/testing/scripted_server.py for
+the script protocol.
 
 `gpt5` plays an OpenAI reasoning model: it refuses `max_tokens` and any temperature
 but the default exactly as the API does, and otherwise is a perfect BFCL agent (tool
@@ -98,7 +99,7 @@ def gpt5(request: dict[str, Any]) -> dict[str, Any]:
     if refusal is not None:
         return refusal
     if request.get("tools"):
-        from tests.support.bfcl_scripts import replay_native
+        from distillery.testing.bfcl_scripts import replay_native
 
         return replay_native(request)
     return {"content": "A plain answer.", "reasoning_tokens": 64}
@@ -121,7 +122,7 @@ def overflow_after_first_call(request: dict[str, Any]) -> dict[str, Any]:
     history is 'too long' for its context window (OpenAI's body)."""
     if any(m.get("role") == "assistant" for m in request["messages"]):
         return _refuse(400, CONTEXT_LENGTH_EXCEEDED)
-    from tests.support.bfcl_scripts import replay_native
+    from distillery.testing.bfcl_scripts import replay_native
 
     return replay_native(request)
 

@@ -1,5 +1,5 @@
-"""Stub-server scripts that play thinking models (see openai_stub.py): reasoning comes
-back inline (`<think>` blocks, a server without a reasoning parser) or as
+"""Stub-server scripts that play thinking models (see
+distillery/testing/scripted_server.py): reasoning comes back inline (`<think>` blocks, a server without a reasoning parser) or as
 `reasoning_content` (vLLM with one), always full of text a parser would misread."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def thinking_prompt_agent(request: dict[str, Any]) -> dict[str, Any]:
             return {"status": 400, "content": "reasoning was sent back in the history"}
     if request.get("chat_template_kwargs") != {"enable_thinking": True}:
         return {"status": 400, "content": "expected chat_template_kwargs.enable_thinking"}
-    from tests.support.bfcl_scripts import replay_text
+    from distillery.testing.bfcl_scripts import replay_text
 
     answer = replay_text(request)
     thinking = f"<think>Let me think. [cd(folder='{THOUGHT_ONLY}')] or [rm(file_name='x')]</think>"
@@ -44,7 +44,7 @@ def reasoning_parser_agent(request: dict[str, Any]) -> dict[str, Any]:
     for message in request["messages"]:
         if "reasoning_content" in message or THOUGHT_ONLY in str(message.get("content")):
             return {"status": 400, "content": "reasoning_content must not be sent back"}
-    from tests.support.bfcl_scripts import replay_native
+    from distillery.testing.bfcl_scripts import replay_native
 
     reply = replay_native(request)
     return {**reply, "reasoning_content": f"I could cd to {THOUGHT_ONLY} first."}

@@ -9,12 +9,12 @@ import asyncio
 import pytest
 
 from distillery.orchestrator.metrics import agent_metrics
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.episodes import AgentJob, EpisodeRunner
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.router import RoutedChat
 from distillery.workers.llm.types import RequestConfigError
 from distillery.workers.trajectories import SCORED_TERMINATIONS, read_episodes
-from tests.support.openai_stub import run_stub_server, stub_stats
 from tests.workers.llm.test_compat import shipped
 
 

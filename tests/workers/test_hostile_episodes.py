@@ -13,13 +13,13 @@ import time
 
 import pytest
 
+from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.agents.loop import MAX_HISTORY_CALLS
 from distillery.workers.episodes import AgentJob, EpisodeRunner
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ChatResult, Usage
 from distillery.workers.trajectories import SCORED_TERMINATIONS, read_episodes
 from tests.support.hostile import MODES
-from tests.support.openai_stub import run_stub_server
 
 TASK = "multi_turn_base_0"
 # Repairs that leave the perfect player's calls as they were: the episode must succeed.

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.llm.client import ChatClient, _encode_request, api_key_from_env
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import parse_completion
 from distillery.workers.llm.types import InfraError, RequestRejected
-from tests.support.openai_stub import run_stub_server, stub_stats
 
 
 def _chat(url, script_kwargs=None, **client_kwargs):
@@ -27,7 +27,7 @@ def _chat(url, script_kwargs=None, **client_kwargs):
 
 
 def test_text_reply_with_usage():
-    with run_stub_server("tests.support.scripts:always_text") as url:
+    with run_stub_server("distillery.testing.scripts:always_text") as url:
         result = _chat(url)
     assert result.text == "Hello from the stub."
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
@@ -35,7 +35,7 @@ def test_text_reply_with_usage():
 
 
 def test_tool_calls_are_normalised():
-    with run_stub_server("tests.support.scripts:fixed_tool_call") as url:
+    with run_stub_server("distillery.testing.scripts:fixed_tool_call") as url:
         result = _chat(url, {"tools": [{"type": "function", "function": {"name": "ls"}}]})
     (call,) = result.tool_calls
     assert call["name"] == "ls" and json.loads(call["arguments"]) == {"a": True}
@@ -43,7 +43,7 @@ def test_tool_calls_are_normalised():
 
 
 def test_server_errors_are_retried_and_counted():
-    with run_stub_server("tests.support.scripts:fail_twice_then_text") as url:
+    with run_stub_server("distillery.testing.scripts:fail_twice_then_text") as url:
         result = _chat(url, max_retries=3)
         assert stub_stats(url)["requests"] == 3
     assert result.attempts == 3 and result.text == "ok after 3 attempts"
@@ -51,14 +51,14 @@ def test_server_errors_are_retried_and_counted():
 
 def test_persistent_server_errors_become_infra_errors():
     with (
-        run_stub_server("tests.support.bfcl_scripts:server_error") as url,
+        run_stub_server("distillery.testing.bfcl_scripts:server_error") as url,
         pytest.raises(InfraError, match="failed 3 times"),
     ):
         _chat(url, max_retries=2)
 
 
 def test_bad_request_is_rejected_without_retry():
-    with run_stub_server("tests.support.scripts:bad_request") as url:
+    with run_stub_server("distillery.testing.scripts:bad_request") as url:
         with pytest.raises(RequestRejected, match="context length"):
             _chat(url, max_retries=3)
         assert stub_stats(url)["requests"] == 1
@@ -68,7 +68,7 @@ def test_unreachable_and_timeout_are_infra_errors():
     with pytest.raises(InfraError):
         _chat("http://127.0.0.1:9/v1", max_retries=1)
     with (
-        run_stub_server("tests.support.scripts:slow_text") as url,
+        run_stub_server("distillery.testing.scripts:slow_text") as url,
         pytest.raises(InfraError, match="Timeout"),
     ):
         _chat(url, max_retries=0, timeout_s=0.5)

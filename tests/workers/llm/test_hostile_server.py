@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.llm.client import ChatClient
 from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply
 from tests.support.hostile import MODES
-from tests.support.openai_stub import run_stub_server
 
 TOOLS = [{"type": "function", "function": {"name": "cd", "parameters": {"type": "object"}}}]
 

@@ -17,7 +17,7 @@ import pytest
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.pool import ModelServerPool, placement_bundles, start_pool
 from distillery.workers.llm.servers import vllm_command
-from tests.support.openai_stub import REPO_ROOT
+from tests.support import REPO_ROOT
 
 
 def scripted_model(**overrides) -> ModelConfig:
@@ -28,9 +28,9 @@ def scripted_model(**overrides) -> ModelConfig:
         command=(
             sys.executable,
             "-m",
-            "tests.support.openai_stub",
+            "distillery.testing.scripted_server",
             "--script",
-            "tests.support.scripts:always_text",
+            "distillery.testing.scripts:always_text",
             "--port",
             "{port}",
         ),

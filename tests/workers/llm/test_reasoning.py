@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.agents.policies import LlmPolicy
 from distillery.workers.episodes import AgentJob, EpisodeRunner
 from distillery.workers.llm.config import ModelConfig
@@ -17,7 +18,6 @@ from distillery.workers.llm.servers import vllm_command
 from distillery.workers.memory.config import RetrievalConfig
 from distillery.workers.memory.method import AmdHooks
 from distillery.workers.trajectories import read_episodes
-from tests.support.openai_stub import run_stub_server
 from tests.support.thinking_scripts import THOUGHT_ONLY
 from tests.workers.llm.test_compat import shipped
 

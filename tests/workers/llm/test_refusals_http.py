@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
+from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.llm.client import ChatClient
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ContextOverflow, RequestConfigError, RequestRejected
-from tests.support.openai_stub import run_stub_server, stub_stats
 from tests.workers.llm.test_compat import shipped
 
 USER = [{"role": "user", "content": "hi"}]

@@ -54,9 +54,9 @@ def test_server_process_health_checks_and_stops(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "tests.support.openai_stub",
+        "distillery.testing.scripted_server",
         "--script",
-        "tests.support.scripts:always_text",
+        "distillery.testing.scripts:always_text",
         "--port",
         str(port),
     ]

@@ -191,12 +191,12 @@ def test_real_minilm_embedder_from_the_package():
 
 
 def test_openai_compatible_embeddings_endpoint(monkeypatch):
+    from distillery.testing.scripted_server import run_stub_server, stub_stats
     from distillery.workers.memory.config import EmbedderConfig
     from distillery.workers.memory.embedding import make_embedder
-    from tests.support.openai_stub import run_stub_server, stub_stats
 
     monkeypatch.setenv("DISTILLERY_EMBED_KEY", "sk-test")
-    with run_stub_server("tests.support.scripts:always_text") as url:
+    with run_stub_server("distillery.testing.scripts:always_text") as url:
         cfg = EmbedderConfig(
             kind="openai",
             model="text-embedding-3-small",

@@ -8,9 +8,9 @@ import path ("module:function"), which returns ``{"content": str}`` or
 send, e.g. OpenAI's own). The client's preflight request (one user message,
 `PREFLIGHT_PROMPT`) is counted apart (``preflight``, not ``requests``); a script that
 cannot read it (it is no benchmark task) answers it "OK" as any server would.
-Hostile replies (see hostile.py) use the raw keys: ``message`` (the assistant message,
-sent as is), ``usage`` and ``finish_reason`` (as is), ``body`` (with status 200: the
-whole body, verbatim, with optional ``headers``) or ``stream``
+Hostile replies (see tests/support/hostile.py) use the raw keys: ``message`` (the
+assistant message, sent as is), ``usage`` and ``finish_reason`` (as is), ``body`` (with
+status 200: the whole body, verbatim, with optional ``headers``) or ``stream``
 (``{"chunk": str, "interval_s": float, "total_bytes": int | None}``: a body that
 trickles or never ends). JSON is written ASCII-only, so any string (lone surrogates
 included) goes over the wire as the JSON escape a real server would send.
@@ -18,10 +18,10 @@ The server runs in its own process
 (so it never competes with the code under test for the GIL), adds a fixed delay per
 call, counts usage (4 characters = 1 token) and exposes request counts at /stats.
 
-    with run_stub_server(script="tests.support.scripts:always_text", delay_s=0.2) as url:
+    with run_stub_server(script="distillery.testing.scripts:always_text", delay_s=0.2) as url:
         ...  # url ends in /v1
 
-or from a shell:  python -m tests.support.openai_stub --script MOD:FN --port 8001
+or from a shell:  python -m distillery.testing.scripted_server --script MOD:FN --port 8001
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,8 +44,6 @@ from typing import Any
 import httpx
 
 from distillery.workers.llm.servers import free_port
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_script(path: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -224,13 +223,24 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 30.0) -
     raise TimeoutError(f"stub server at {url} not healthy after {timeout_s} s")
 
 
+def _server_env() -> dict[str, str]:
+    """The server imports its script by name, so it gets the caller's import path: a
+    script the caller can import (a test's own module included) is found there too."""
+    paths = [str(Path(p).resolve()) for p in sys.path if p and Path(p).is_dir()]
+    existing = os.environ.get("PYTHONPATH")
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([*paths, *([existing] if existing else [])]),
+    }
+
+
 @contextmanager
 def run_stub_server(script: str, delay_s: float = 0.0) -> Iterator[str]:
     port = free_port()
     command = [
         sys.executable,
         "-m",
-        "tests.support.openai_stub",
+        "distillery.testing.scripted_server",
         "--script",
         script,
         "--delay",
@@ -238,7 +248,7 @@ def run_stub_server(script: str, delay_s: float = 0.0) -> Iterator[str]:
         "--port",
         str(port),
     ]
-    process = subprocess.Popen(command, cwd=REPO_ROOT)
+    process = subprocess.Popen(command, env=_server_env())
     url = f"http://127.0.0.1:{port}/v1"
     try:
         wait_healthy(url, process)

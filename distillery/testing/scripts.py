@@ -1,4 +1,4 @@
-"""Generic scripts for the stub server (see openai_stub.py); BFCL players live in
+"""Generic scripts for the stub server (see scripted_server.py); BFCL players live in
 bfcl_scripts.py. A script maps the request JSON to a reply dict."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def agent_or_builder(request: dict[str, Any]) -> dict[str, Any]:
     carries tools, otherwise (memory builder prompts) a plain answer the builders
     reject and replace by their deterministic fallback."""
     if request.get("tools"):
-        from tests.support.bfcl_scripts import replay_native
+        from distillery.testing.bfcl_scripts import replay_native
 
         return replay_native(request)
     return always_text(request)

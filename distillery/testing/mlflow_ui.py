@@ -22,7 +22,8 @@ import httpx
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.config import to_config
 from distillery.orchestrator.run import SweepResult, run_sweep
-from tests.support.openai_stub import free_port, run_stub_server
+from distillery.testing.scripted_server import run_stub_server
+from distillery.workers.llm.servers import free_port
 
 COMPARISON_TASKS = [f"multi_turn_base_{n}" for n in (120, 124, 127, 146)]
 
@@ -30,7 +31,7 @@ COMPARISON_TASKS = [f"multi_turn_base_{n}" for n in (120, 124, 127, 146)]
 def comparison_sweep(root: Path, progress: bool = False) -> SweepResult:
     """Zero-shot and AMD (WF+ST+FN) of one scripted student on four BFCL tasks, into
     `root/runs` with MLflow in `root/mlflow.db` (see the module docstring)."""
-    with run_stub_server(script="tests.support.bfcl_scripts:memory_procedure_text") as url:
+    with run_stub_server(script="distillery.testing.bfcl_scripts:memory_procedure_text") as url:
         argv = rewrite_role_overrides(
             [
                 f"output_dir={root / 'runs'}",
