@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from distillery.workers.memory.records import (  # noqa: E402
+from distillery.workers.memory.amd.records import (  # noqa: E402
     FunctionRecord,
     MemorySource,
     SegmentStep,
@@ -228,7 +228,7 @@ def bench_build(trajectories: int, delay: float, concurrency: int) -> None:
     from distillery.testing.scripted_server import run_stub_server
     from distillery.workers.episodes import AgentJob, EpisodeRunner
     from distillery.workers.llm.config import ModelConfig
-    from distillery.workers.memory.bank import build_bank
+    from distillery.workers.memory.amd.bank import build_bank
     from distillery.workers.memory.config import BuilderConfig
     from distillery.workers.memory_service import _builder_llm
     from distillery.workers.trajectories import read_episodes

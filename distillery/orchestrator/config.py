@@ -25,8 +25,8 @@ from distillery.orchestrator.protocols import ProtocolConfig
 from distillery.workers.envs.base import AGENT_OPTION_NAMES, AgentOptions
 from distillery.workers.envs.registry import BENCHMARKS
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType
 from distillery.workers.memory.config import MemoryConfig, RetrievalConfig
-from distillery.workers.memory.records import MEMORY_TYPES, MemoryType
 
 
 class _Frozen(BaseModel):

@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from distillery.workers.memory.records import MEMORY_TYPES
+from distillery.workers.memory.amd.records import MEMORY_TYPES
 from distillery.workers.memory.store import MemoryStore
 
 

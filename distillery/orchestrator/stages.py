@@ -113,22 +113,22 @@ def effective_seed(model: ModelConfig, sweep_seed: int) -> int | None:
 def agent_prompt_fingerprint() -> str:
     """The texts an agent is shown besides the task: a change re-runs agent stages."""
     from distillery.workers.envs import bfcl
-    from distillery.workers.memory import method
+    from distillery.workers.memory.amd import hooks
 
     texts = [
         bfcl.NATIVE_SYSTEM_PROMPT,
         bfcl.PROMPT_VARIANT,
         bfcl.PYTHON_HINT,
         bfcl.EXECUTION_ERROR_PREFIX,
-        method.DECOMPOSE_PROMPT,
-        method.MEMORY_HEADER,
+        hooks.DECOMPOSE_PROMPT,
+        hooks.MEMORY_HEADER,
     ]
     return digest_of(texts)[:16]
 
 
 def code_fingerprint(kind: StageKind) -> dict[str, str]:
     if kind in ("build", "render"):
-        from distillery.workers.memory.bank import builder_code_version
+        from distillery.workers.memory.amd.bank import builder_code_version
 
         return {"version": CODE_VERSIONS[kind], "builders": builder_code_version()}
     return {"version": CODE_VERSIONS[kind], "prompts": agent_prompt_fingerprint()}

@@ -30,7 +30,7 @@ from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import clean_text
 from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
-from distillery.workers.memory.method import AmdHooks
+from distillery.workers.memory.amd.hooks import AmdHooks
 from distillery.workers.memory_service import ServiceLookup
 from distillery.workers.trajectories import (
     EpisodeFile,

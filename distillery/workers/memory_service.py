@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from distillery.workers.memory.bank import BuiltBank
+from distillery.workers.memory.amd.bank import BuiltBank
+from distillery.workers.memory.amd.records import MEMORY_TYPES
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.embedding import make_embedder
-from distillery.workers.memory.records import MEMORY_TYPES
 from distillery.workers.memory.retrieval import BankRetriever, Hit, Isolation
 from distillery.workers.memory.store import MemoryStore, collection_name
 
@@ -213,7 +213,8 @@ async def render_text_task(
     bank: BuiltBank, builder: Any, model: Any, endpoints: list[str]
 ) -> BuiltBank:
     """Body of the text-rendering Ray task: adds `.text` to a built bank's ST and FN."""
-    from distillery.workers.memory.builders import BuildStats, TextRenderer
+    from distillery.workers.memory.amd.llm import BuildStats
+    from distillery.workers.memory.amd.render import TextRenderer
 
     stats = BuildStats()
     renderer = TextRenderer(_builder_llm(model, endpoints), stats=stats)
@@ -233,7 +234,7 @@ async def build_bank_task(
     endpoints: list[str],
 ) -> BuiltBank:
     """Body of the build stage's Ray task: the builders' LLM calls run concurrently."""
-    from distillery.workers.memory.bank import build_bank
+    from distillery.workers.memory.amd.bank import build_bank
 
     llm = _builder_llm(model, endpoints)
     return await build_bank(episodes, tasks, builder, llm, split, with_text)

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from distillery.workers.memory.records import MEMORY_TYPES, MemoryType, Representation
+from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType, Representation
 
 SubtaskQuery = Literal["decompose", "per_turn"]
 
@@ -51,7 +51,7 @@ class RetrievalConfig(BaseModel):
 
     def read_settings(self) -> dict[str, Any]:
         """The settings a method with these `types` actually reads (see
-        `memory/method.py`): k, threshold and representation of its own types; the
+        `memory/amd/hooks.py`): k, threshold and representation of its own types; the
         Subtask query only with Subtask memory (`max_subtasks` only when it
         decomposes); the block cap only when a WF or ST block is injected. A stage's
         identity holds these and nothing else, so a sweep over `k_st` does not re-run

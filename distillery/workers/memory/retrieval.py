@@ -34,14 +34,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from distillery.workers.memory.embedding import Embedder
-from distillery.workers.memory.records import (
+from distillery.workers.memory.amd.records import (
     MEMORY_TYPES,
     FunctionRecord,
     MemoryEntry,
     MemorySource,
     MemoryType,
 )
+from distillery.workers.memory.embedding import Embedder
 from distillery.workers.memory.store import MemoryStore, collection_name, entry_from_payload
 
 PROTOCOLS = ("main", "self_excluded", "cross_split")

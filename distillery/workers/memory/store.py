@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from distillery.workers.memory.records import (
+from distillery.workers.memory.amd.records import (
     MEMORY_TYPES,
     FunctionRecord,
     MemoryEntry,

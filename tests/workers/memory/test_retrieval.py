@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distillery.workers.memory.embedding import CachingEmbedder, normalise_rows
-from distillery.workers.memory.records import (
+from distillery.workers.memory.amd.records import (
     FunctionRecord,
     MemorySource,
     SegmentStep,
     SubtaskSegment,
     WorkflowMemory,
 )
+from distillery.workers.memory.embedding import CachingEmbedder, normalise_rows
 from distillery.workers.memory.retrieval import (
     BankRetriever,
     Hit,

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from distillery.workers.memory.records import (
+from distillery.workers.memory.amd.records import (
     FunctionRecord,
     MemorySource,
     SegmentStep,

@@ -7,14 +7,14 @@ import hashlib
 import numpy as np
 import pytest
 
-from distillery.workers.memory.embedding import CachingEmbedder
-from distillery.workers.memory.records import (
+from distillery.workers.memory.amd.records import (
     FunctionRecord,
     MemorySource,
     SegmentStep,
     SubtaskSegment,
     WorkflowMemory,
 )
+from distillery.workers.memory.embedding import CachingEmbedder
 from distillery.workers.memory.retrieval import BankRetriever, Isolation, TypeIndex
 from distillery.workers.memory.store import collection_name
 from tests.support.qdrant import STORE_MODES, memory_store

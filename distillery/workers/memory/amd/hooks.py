@@ -16,13 +16,13 @@ from typing import Any, Protocol
 
 from distillery.workers.envs.base import ToolResult
 from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected, Usage
-from distillery.workers.memory.config import RetrievalConfig
-from distillery.workers.memory.records import (
+from distillery.workers.memory.amd.records import (
     FunctionRecord,
     MemorySource,
     SubtaskSegment,
     WorkflowMemory,
 )
+from distillery.workers.memory.config import RetrievalConfig
 
 DECOMPOSE_PROMPT = """Break the given task into sequential subtasks.
 Rules:

@@ -13,16 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distillery.workers.envs.base import Task
-from distillery.workers.memory import builders, prompts
-from distillery.workers.memory.builders import (
-    BuildStats,
-    FunctionBuilder,
-    SubtaskBuilder,
-    TextRenderer,
-    WorkflowBuilder,
-)
+from distillery.workers.memory.amd import prompts
+from distillery.workers.memory.amd.function import FunctionBuilder
+from distillery.workers.memory.amd.llm import BuilderLLM, BuildStats
+from distillery.workers.memory.amd.records import FunctionRecord, SubtaskSegment, WorkflowMemory
+from distillery.workers.memory.amd.render import TextRenderer
+from distillery.workers.memory.amd.subtask import SubtaskBuilder
+from distillery.workers.memory.amd.workflow import WorkflowBuilder
 from distillery.workers.memory.config import BuilderConfig
-from distillery.workers.memory.records import FunctionRecord, SubtaskSegment, WorkflowMemory
 from distillery.workers.trajectories import EpisodeRecord
 
 
@@ -115,7 +113,7 @@ async def build_bank(
     episodes: Sequence[EpisodeRecord],
     tasks: Sequence[Task],
     config: BuilderConfig,
-    llm: builders.BuilderLLM | None,
+    llm: BuilderLLM | None,
     split: str,
     with_text: bool,
     chat_kwargs: dict[str, Any] | None = None,

@@ -10,22 +10,22 @@ from typing import Any
 import pytest
 
 from distillery.workers.llm.types import ChatResult, InfraError, RequestRejected, Usage
-from distillery.workers.memory.builders import (
-    BuildStats,
-    FunctionBuilder,
+from distillery.workers.memory.amd.function import FunctionBuilder
+from distillery.workers.memory.amd.llm import BuildStats
+from distillery.workers.memory.amd.masking import ELLIPSIS
+from distillery.workers.memory.amd.render import TextRenderer
+from distillery.workers.memory.amd.subtask import (
     SubtaskBuilder,
-    TextRenderer,
-    Trajectory,
-    WorkflowBuilder,
     breakpoint_hints,
-    count_sentences,
-    fallback_insight,
     fallback_segmentation,
     parse_segments,
-    user_turns,
+)
+from distillery.workers.memory.amd.trajectory import Trajectory, count_sentences, user_turns
+from distillery.workers.memory.amd.workflow import (
+    WorkflowBuilder,
+    fallback_insight,
     validate_insight,
 )
-from distillery.workers.memory.masking import ELLIPSIS
 from distillery.workers.trajectories import CallRecord, EpisodeRecord, StepRecord
 
 # --- a realistic teacher episode: BFCL multi_turn_base_0 -----------------------------
@@ -709,7 +709,7 @@ def test_without_a_builder_llm_entries_are_built_deterministically():
 def test_bank_id_depends_on_trajectory_content_not_episode_ids():
     from dataclasses import replace
 
-    from distillery.workers.memory.bank import bank_id_for
+    from distillery.workers.memory.amd.bank import bank_id_for
     from distillery.workers.memory.config import BuilderConfig
 
     episode = make_episode()
@@ -727,7 +727,7 @@ def test_bank_id_depends_on_trajectory_content_not_episode_ids():
 
 
 def test_the_build_identity_follows_the_prompts_and_the_version_not_the_source(monkeypatch):
-    from distillery.workers.memory import bank, prompts
+    from distillery.workers.memory.amd import bank, prompts
 
     base = bank.builder_code_version()
     monkeypatch.setattr(prompts, "RETRY_PROMPT", prompts.RETRY_PROMPT + " ")

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 from distillery.workers.envs.base import ToolResult
 from distillery.workers.llm.types import ChatResult, Usage
-from distillery.workers.memory.config import RetrievalConfig
-from distillery.workers.memory.method import AmdHooks, parse_subtask_labels
-from distillery.workers.memory.records import (
+from distillery.workers.memory.amd.hooks import AmdHooks, parse_subtask_labels
+from distillery.workers.memory.amd.records import (
     FunctionRecord,
     MemorySource,
     SegmentStep,
     SubtaskSegment,
     WorkflowMemory,
 )
+from distillery.workers.memory.config import RetrievalConfig
 
 
 def _src(task_id: str) -> MemorySource:

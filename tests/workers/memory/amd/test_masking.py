@@ -1,4 +1,4 @@
-from distillery.workers.memory.masking import (
+from distillery.workers.memory.amd.masking import (
     ELLIPSIS,
     find_values,
     mask_call,

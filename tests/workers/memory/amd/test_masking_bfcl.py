@@ -1,7 +1,7 @@
 """Masking over the real benchmark: the oracle's deterministic banks of ALL 200 BFCL V3
 multi-turn base tasks contain no concrete value that masking hid in their calls.
 
-Checked is every field a student can be shown (`memory/method.py`): the Workflow
+Checked is every field a student can be shown (`memory/amd/hooks.py`): the Workflow
 insight and masked calls, the Subtask label, description, calls, observations and
 text rendering, the Function call, result, instruction and text rendering. The
 Workflow query (the task's first user message) is the retrieval key of its entry and
@@ -26,11 +26,11 @@ import pytest
 from distillery.workers.envs.registry import make_benchmark
 from distillery.workers.episodes import AgentJob, EpisodeRunner
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.memory import builders
-from distillery.workers.memory.bank import build_bank, docs_and_classes
-from distillery.workers.memory.builders import Trajectory
+from distillery.workers.memory.amd import render, subtask, workflow
+from distillery.workers.memory.amd.bank import build_bank, docs_and_classes
+from distillery.workers.memory.amd.masking import placeholders_in
+from distillery.workers.memory.amd.trajectory import Trajectory
 from distillery.workers.memory.config import BuilderConfig
-from distillery.workers.memory.masking import placeholders_in
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +64,13 @@ def oracle_bank(tmp_path_factory):
 def _template_words() -> set[str]:
     """Words of the string literals in the deterministic builders' fixed wording."""
     words: set[str] = set()
-    tree = ast.parse(inspect.getsource(builders))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and "fallback" in node.name:
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
-                    words.update(w.lower() for w in re.findall(r"[A-Za-z]+", inner.value))
+    for module in (workflow, subtask, render):
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and "fallback" in node.name:
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+                        words.update(w.lower() for w in re.findall(r"[A-Za-z]+", inner.value))
     return words
 
 

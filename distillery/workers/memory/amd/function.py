@@ -1,0 +1,82 @@
+"""Function memory (AMD section 3.2): every successful call, no LLM."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from distillery.workers.memory.amd.llm import BuildStats
+from distillery.workers.memory.amd.masking import sanitise_observation
+from distillery.workers.memory.amd.records import FunctionRecord
+from distillery.workers.memory.amd.trajectory import Trajectory, successful
+from distillery.workers.trajectories import EpisodeRecord
+
+FUNCTION_RESULT_CHARS = 300
+
+
+class FunctionBuilder:
+    """Every successful call of every successful trajectory (no LLM), keyed by name.
+
+    Identical records within one trajectory (same masked call, result and turn) are
+    kept once.
+    """
+
+    kind = "fn"
+
+    def __init__(
+        self,
+        *,
+        docs_by_function: Mapping[str, Mapping[str, Any]] | None = None,
+        class_of_function: Mapping[str, str] | None = None,
+        split: str = "all",
+        teacher: str | None = None,
+        stats: BuildStats | None = None,
+        result_chars: int = FUNCTION_RESULT_CHARS,
+    ) -> None:
+        self.docs_by_function = docs_by_function or {}
+        self.class_of_function = class_of_function or {}
+        self.split, self.teacher = split, teacher
+        self.result_chars = result_chars
+        self.stats = stats if stats is not None else BuildStats()
+
+    def build(
+        self, episode: EpisodeRecord, turns: Sequence[str] | None = None
+    ) -> list[FunctionRecord]:
+        trajectory = Trajectory.from_episode(
+            episode, turns, self.docs_by_function, self.class_of_function
+        )
+        source = trajectory.source(self.split, self.teacher)
+        records, seen = [], set()
+        for step in trajectory.steps:
+            if step.failed:
+                self.stats.skipped[f"{self.kind}:failed_call"] += 1
+                continue
+            result = sanitise_observation(trajectory.mask(step.observation), self.result_chars)
+            key = (step.masked, result, step.turn)
+            if key in seen:
+                self.stats.skipped[f"{self.kind}:duplicate"] += 1
+                continue
+            seen.add(key)
+            records.append(
+                FunctionRecord(
+                    memory_id=f"fn:{episode.episode_id}:{step.index}",
+                    source=source,
+                    function=step.function,
+                    call=step.masked,
+                    result=result,
+                    # Shown to the student beside the masked call: masked the same way.
+                    instruction=trajectory.mask(trajectory.instruction(step.turn)),
+                    schema=dict(self.docs_by_function.get(step.function) or {}),
+                )
+            )
+        self.stats.accepted[self.kind] += len(records)
+        return records
+
+    def build_all(
+        self,
+        episodes: Iterable[EpisodeRecord],
+        turns_by_task: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[FunctionRecord]:
+        turns_by_task = turns_by_task or {}
+        kept = successful(episodes, self.kind, self.stats)
+        return [r for ep in kept for r in self.build(ep, turns_by_task.get(ep.task_id))]

@@ -1,0 +1,241 @@
+"""Workflow memory (AMD section 3.2): one insight per successful trajectory.
+
+The insight is model output, validated by `validate_insight`: one paragraph of 2-4
+sentences, under 120 words; names at least one function the trajectory used in
+``Class.method`` form (a bare method name counts only for a function whose class is
+unknown); names no ``Class.method`` of a known class that the trajectory did not call;
+contains no concrete argument value of the trajectory (`masking.find_values`); has a
+validation cue and a failure pattern (keyword check). An invalid answer is retried
+once, then replaced by `fallback_insight` (see `llm.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from distillery.workers.memory.amd import prompts
+from distillery.workers.memory.amd.llm import (
+    BuilderLLM,
+    BuildStats,
+    LLMClient,
+    Violation,
+    strip_fences,
+)
+from distillery.workers.memory.amd.records import WorkflowMemory
+from distillery.workers.memory.amd.trajectory import (
+    Trajectory,
+    count_sentences,
+    count_words,
+    gather_ordered,
+    join,
+    plain_excerpt,
+    successful,
+)
+from distillery.workers.trajectories import EpisodeRecord
+
+MAX_INSIGHT_WORDS = 120  # exclusive
+
+_MARKDOWN_LINE = re.compile(r"^\s*(?:[-*•+]\s|\d+[.)]\s|#{1,6}\s|```|>\s)", re.MULTILINE)
+_QUALIFIED = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\b")
+_VALIDATION_CUE = re.compile(
+    r"\b(verif\w*|check\w*|confirm\w*|ensur\w*|validat\w*|assert\w*|make sure|inspect\w*)\b",
+    re.IGNORECASE,
+)
+_FAILURE_CUE = re.compile(
+    r"\b(fail\w*|error\w*|avoid\w*|mistake\w*|pitfall\w*|wrong\w*|never|don't|do not|"
+    r"instead of|forget\w*|miss\w*)\b",
+    re.IGNORECASE,
+)
+
+
+def _clean_paragraph(text: str) -> str:
+    text = strip_fences(text.strip())
+    text = re.sub(r"^\s*(?:\*\*)?insight(?:\*\*)?\s*:\s*", "", text, flags=re.IGNORECASE)
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return text
+
+
+def validate_insight(text: str, trajectory: Trajectory) -> list[Violation]:
+    """Every rule the insight breaks (empty list: valid). See the module docstring."""
+    problems: list[Violation] = []
+    if not text.strip():
+        return [Violation("empty", "the answer is empty; write the paragraph")]
+    if _MARKDOWN_LINE.search(text) or re.search(r"\n\s*\n", text.strip()):
+        problems.append(
+            Violation("format", "write one plain paragraph: no bullets, headings or fences")
+        )
+    sentences = count_sentences(text)
+    if not 2 <= sentences <= 4:
+        problems.append(
+            Violation("sentences", f"it has {sentences} sentence(s); write 2 to 4 sentences")
+        )
+    words = count_words(text)
+    if words >= MAX_INSIGHT_WORDS:
+        problems.append(
+            Violation("too_long", f"it has {words} words; stay under {MAX_INSIGHT_WORDS} words")
+        )
+    valid = {s.qualified for s in trajectory.steps if s.cls}
+    bare = {s.function for s in trajectory.steps if not s.cls}
+    mentioned = {f"{m.group(1)}.{m.group(2)}" for m in _QUALIFIED.finditer(text)}
+    unsupported = sorted(
+        q for q in mentioned if q.split(".")[0] in trajectory.known_classes and q not in valid
+    )
+    named = bool(mentioned & valid) or any(
+        re.search(rf"(?<![\w.]){re.escape(name)}\b", text) for name in bare
+    )
+    if not named:
+        listed = ", ".join(trajectory.qualified_functions[:8])
+        problems.append(
+            Violation(
+                "no_function",
+                f"it names none of the functions used in Class.method form (e.g. {listed})",
+            )
+        )
+    if unsupported:
+        problems.append(
+            Violation(
+                "unsupported_function",
+                "it names functions the trajectory never called: " + ", ".join(unsupported),
+            )
+        )
+    leaks = trajectory.leaks(text)
+    if leaks:
+        shown = ", ".join(f"{v!r} -> {trajectory.values[v]}" for v in leaks[:10])
+        problems.append(
+            Violation("leak", f"it contains concrete values; write placeholders instead: {shown}")
+        )
+    if not _VALIDATION_CUE.search(text):
+        problems.append(
+            Violation("no_validation_cue", "add one validation cue (what to check or verify)")
+        )
+    if not _FAILURE_CUE.search(text):
+        problems.append(
+            Violation("no_failure_pattern", "add one common failure or mistake to avoid")
+        )
+    return problems
+
+
+def fallback_insight(trajectory: Trajectory, max_functions: int = 6) -> str:
+    """A deterministic insight: functions in order, placeholders, a cue, a pitfall."""
+    qualified = list(trajectory.qualified_functions)
+    shown = qualified[:max_functions]
+    listed = join(shown) + (" and related calls" if len(qualified) > len(shown) else "")
+    placeholders = trajectory.placeholders[:4]
+    first = f"Solve this kind of request by calling {listed}, in that order"
+    if placeholders:
+        first += f", passing typed placeholders such as {join(placeholders)}"
+    sentences = [first + "."]
+    if len(trajectory.turns) > 1:
+        sentences.append(
+            "Handle each user turn in order and build on the state left by earlier calls."
+        )
+    sentences.append(
+        "Validation cue: check that each result reports no error before issuing the next call."
+    )
+    failed = next((s for s in trajectory.steps if s.failed), None)
+    if failed is not None:
+        excerpt = plain_excerpt(trajectory.mask(failed.error or failed.observation), 10)
+        detail = f" ({excerpt})" if excerpt else ""
+        sentences.append(
+            f"Common failure to avoid: {failed.qualified} once returned an error{detail}, "
+            "so fix its arguments or preconditions before retrying."
+        )
+    elif len(shown) > 1:
+        sentences.append(
+            f"Common failure to avoid: calling {shown[-1]} before {shown[0]} has set up the "
+            "state it needs, or passing arguments of the wrong type."
+        )
+    else:
+        sentences.append(
+            f"Common failure to avoid: calling {shown[0]} with arguments of the wrong type "
+            "or with values not taken from the request."
+        )
+    return " ".join(sentences)
+
+
+class WorkflowBuilder:
+    """One insight per successful trajectory, keyed by the task's first user message."""
+
+    kind = "wf"
+
+    def __init__(
+        self,
+        llm: BuilderLLM | None,
+        *,
+        docs_by_function: Mapping[str, Mapping[str, Any]] | None = None,
+        class_of_function: Mapping[str, str] | None = None,
+        split: str = "all",
+        teacher: str | None = None,
+        stats: BuildStats | None = None,
+        chat_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.docs_by_function = docs_by_function or {}
+        self.class_of_function = class_of_function or {}
+        self.split, self.teacher = split, teacher
+        self.stats = stats if stats is not None else BuildStats()
+        self._client = LLMClient(llm, self.kind, self.stats, chat_kwargs)
+
+    def prepare(self, episode: EpisodeRecord, turns: Sequence[str] | None = None) -> Trajectory:
+        return Trajectory.from_episode(
+            episode, turns, self.docs_by_function, self.class_of_function
+        )
+
+    async def build(
+        self, episode: EpisodeRecord, turns: Sequence[str] | None = None
+    ) -> WorkflowMemory | None:
+        """The entry for one successful episode; None when it executed no call."""
+        trajectory = self.prepare(episode, turns)
+        if not trajectory.steps:
+            self.stats.skipped[f"{self.kind}:no_calls"] += 1
+            return None
+        insight = await self._client.ask(self.prompt(trajectory), self._validator(trajectory))
+        fallback = insight is None
+        if fallback:
+            self._client.count_fallback()
+            insight = fallback_insight(trajectory)
+        return WorkflowMemory(
+            memory_id=f"wf:{episode.episode_id}",
+            source=trajectory.source(self.split, self.teacher),
+            query=trajectory.query,
+            text=insight,
+            code="\n".join(s.masked for s in trajectory.steps),
+            functions=trajectory.functions,
+            fallback=fallback,
+        )
+
+    async def build_all(
+        self,
+        episodes: Iterable[EpisodeRecord],
+        concurrency: int = 8,
+        turns_by_task: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[WorkflowMemory]:
+        """Entries of every successful episode, in input order (others are skipped)."""
+        turns_by_task = turns_by_task or {}
+        kept = successful(episodes, self.kind, self.stats)
+        built = await gather_ordered(
+            kept, lambda ep: self.build(ep, turns_by_task.get(ep.task_id)), concurrency
+        )
+        return [entry for entry in built if entry is not None]
+
+    def prompt(self, trajectory: Trajectory) -> str:
+        forbidden = trajectory.checked_values
+        return prompts.WORKFLOW_INSIGHT_PROMPT.format(
+            instruction=trajectory.query,
+            n_turns=len(trajectory.turns),
+            trajectory=trajectory.render(with_masked=True),
+            functions=", ".join(trajectory.qualified_functions),
+            placeholders=", ".join(trajectory.placeholders) or "(none)",
+            forbidden_values=", ".join(repr(v) for v in forbidden[:40]) or "(none)",
+        )
+
+    @staticmethod
+    def _validator(trajectory: Trajectory) -> Callable[[str], tuple[str | None, list[Violation]]]:
+        def validate(text: str) -> tuple[str | None, list[Violation]]:
+            paragraph = _clean_paragraph(text)
+            problems = validate_insight(paragraph, trajectory)
+            return (None if problems else " ".join(paragraph.split())), problems
+
+        return validate
