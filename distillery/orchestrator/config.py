@@ -23,7 +23,12 @@ from pydantic import (
 
 from distillery.orchestrator.protocols import ProtocolConfig
 from distillery.workers.envs.base import AGENT_OPTION_NAMES, AgentOptions
-from distillery.workers.envs.registry import BENCHMARKS
+from distillery.workers.envs.registry import (
+    BenchmarkLoadError,
+    benchmark_options,
+    identity_options,
+    known_benchmarks,
+)
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType
 from distillery.workers.memory.config import MemoryConfig, RetrievalConfig
@@ -37,15 +42,22 @@ class BenchmarkConfig(_Frozen):
     name: str
     limit: int | None = Field(None, gt=0, description="First N tasks in benchmark order.")
     task_ids: tuple[str, ...] | None = None
-    # As in BFCL, a turn is force-quit once it has made more than this many steps.
+    # A turn is force-quit once it has made more than this many steps.
     max_steps_per_turn: int | None = Field(None, gt=0, description="None: official limit.")
+    # The benchmark's own options, validated by its `options_model` (DistilleryConfig).
+    options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
-        if name not in BENCHMARKS:
-            raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
+        known = known_benchmarks()
+        if name not in known:
+            raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(known)}")
         return name
+
+    def identity_options(self) -> dict[str, Any]:
+        """The options that differ from the benchmark's defaults (episode identity)."""
+        return identity_options(self.name, self.options)
 
 
 class AgentConfig(_Frozen):
@@ -165,6 +177,7 @@ class DistilleryConfig(_Frozen):
             raise ValueError("methods: a method is listed twice")
         for name in self.methods:
             self.retrieval_for(name)  # overrides must validate too
+        self._benchmark_options_valid()
         self._no_ground_truth_memory()
         for key in ("model", "student_memory_model"):
             builder = getattr(self.memory.builder, key)
@@ -174,6 +187,17 @@ class DistilleryConfig(_Frozen):
                     "nor a key of builder_models"
                 )
         return self
+
+    def _benchmark_options_valid(self) -> None:
+        if not self.benchmark.options:  # the defaults: nothing to import or check
+            return
+        try:
+            benchmark_options(self.benchmark.name, self.benchmark.options)
+        except ValidationError as exc:
+            inner = _describe(exc, "benchmark.options.").removeprefix("invalid config at ")
+            raise ValueError(inner) from None
+        except (ImportError, BenchmarkLoadError) as exc:  # BenchmarkUnavailable: what to install
+            raise ValueError(f"benchmark.options: cannot check them: {exc}") from None
 
     def _no_ground_truth_memory(self) -> None:
         """The oracle's memory is the benchmark's ground truth (masked): under
@@ -253,13 +277,15 @@ def to_config(cfg: DictConfig | dict[str, Any]) -> DistilleryConfig:
         raise ConfigError(_describe(exc)) from None
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, prefix: str = "") -> str:
     lines = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "<root>"
+        key = ".".join(str(p) for p in err["loc"])
+        key = prefix + key if key else prefix.rstrip(".") or "<root>"
         msg = err["msg"].removeprefix("Value error, ")
         if not err["loc"] and re.match(r"^[\w.]+: ", msg):
-            key, msg = msg.split(": ", 1)  # whole-config checks name their key first
+            named, msg = msg.split(": ", 1)  # whole-config checks name their key first
+            key = prefix + named
         if err["type"] == "extra_forbidden":
             msg = "unknown key (typo?)"
         elif err["type"] == "missing":

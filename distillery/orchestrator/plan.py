@@ -9,6 +9,7 @@ distinct builder config, and one zero-shot stage per student and seed.
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_tasks
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, model_identity, stage_key
 from distillery.workers.envs.base import Task
-from distillery.workers.envs.registry import make_benchmark
+from distillery.workers.envs.registry import benchmark_class, make_benchmark
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.config import RetrievalConfig
 from distillery.workers.memory.retrieval import Isolation
@@ -98,23 +99,25 @@ def server_key(model: ModelConfig) -> str:
 def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
     """Load the split on the driver, so a bad task id fails before Ray starts."""
     b = cfg.benchmark
-    return list(_load_tasks(b.name, b.limit, tuple(b.task_ids) if b.task_ids else None))
+    options = json.dumps(b.identity_options(), sort_keys=True)
+    return list(_load_tasks(b.name, options, b.limit, tuple(b.task_ids) if b.task_ids else None))
 
 
 @functools.lru_cache(maxsize=16)
-def _load_tasks(name: str, limit: int | None, task_ids: tuple[str, ...] | None) -> tuple:
+def _load_tasks(
+    name: str, options: str, limit: int | None, task_ids: tuple[str, ...] | None
+) -> tuple:
     """Once per process and selection: the points of a sweep mostly share their tasks."""
-    bench = make_benchmark(name)
+    bench = make_benchmark(name, json.loads(options))
     return tuple(bench.load_tasks(limit=limit, task_ids=list(task_ids) if task_ids else None))
 
 
 def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
-    bench = make_benchmark(cfg.benchmark.name)
     return split_tasks(
         [t.task_id for t in tasks],
         cfg.protocol,
         {t.task_id: t.group_id for t in tasks},
-        group_by_default=getattr(bench, "groups_are_scenarios", False),
+        group_by_default=benchmark_class(cfg.benchmark.name).groups_are_scenarios,
     )
 
 
@@ -125,8 +128,11 @@ def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int
         "max_steps_per_turn": cfg.benchmark.max_steps_per_turn,
     }
     deviations = cfg.agent.options().deviations()
-    if deviations:  # episodes played off BFCL's own pipeline are other episodes
+    if deviations:  # episodes played off the benchmark's own pipeline are other episodes
         identity["deviations"] = list(deviations)
+    options = cfg.benchmark.identity_options()
+    if options:  # only values off the defaults: a new option keeps every existing key
+        identity["benchmark_options"] = options
     return identity
 
 

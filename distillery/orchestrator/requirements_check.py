@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 from distillery.orchestrator.config import DistilleryConfig
 from distillery.redaction import redact
+from distillery.workers.envs.base import BenchmarkUnavailable
+from distillery.workers.envs.registry import BENCHMARKS, benchmark_class
 from distillery.workers.llm.config import ModelConfig
 
 SETUP_HINT = "bash scripts/setup.sh"
@@ -132,13 +134,14 @@ def _model_file(role: str, model: ModelConfig) -> list[Missing]:
 
 
 def _benchmark(cfg: DistilleryConfig) -> list[Missing]:
-    if cfg.benchmark.name.startswith("bfcl") and not _installed("bfcl_eval"):
-        return [
-            Missing(
-                f"benchmark={cfg.benchmark.name}: bfcl-eval is not installed",
-                f"pip install --no-deps bfcl-eval==2026.3.23 (or {SETUP_HINT})",
-            )
-        ]
+    """The benchmark's adapter must load; one that cannot says what to install."""
+    name = cfg.benchmark.name
+    try:
+        benchmark_class(name)
+    except BenchmarkUnavailable as exc:
+        # The setup script installs the packages of the project's own benchmarks.
+        fix = f"{exc.fix} (or {SETUP_HINT})" if name in BENCHMARKS else exc.fix
+        return [Missing(f"benchmark={name}: {exc.what}", fix)]
     return []
 
 

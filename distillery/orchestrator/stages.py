@@ -110,28 +110,33 @@ def effective_seed(model: ModelConfig, sweep_seed: int) -> int | None:
     return None if model.seed is None else model.seed + sweep_seed
 
 
-def agent_prompt_fingerprint() -> str:
-    """The texts an agent is shown besides the task: a change re-runs agent stages."""
-    from distillery.workers.envs import bfcl
+def agent_prompt_fingerprint(benchmark: str) -> str:
+    """The texts an agent is shown besides the task: a change re-runs agent stages.
+
+    The benchmark's own fingerprint (its prompts and scoring facts, in its order), then
+    the memory hooks' texts, hashed as one flat list: the keys stay those computed when
+    this function listed the first benchmark's constants itself.
+    """
+    from distillery.workers.envs.registry import benchmark_class
     from distillery.workers.memory.amd import hooks
 
     texts = [
-        bfcl.NATIVE_SYSTEM_PROMPT,
-        bfcl.PROMPT_VARIANT,
-        bfcl.PYTHON_HINT,
-        bfcl.EXECUTION_ERROR_PREFIX,
+        *benchmark_class(benchmark).fingerprint(),
         hooks.DECOMPOSE_PROMPT,
         hooks.MEMORY_HEADER,
     ]
     return digest_of(texts)[:16]
 
 
-def code_fingerprint(kind: StageKind) -> dict[str, str]:
+def code_fingerprint(kind: StageKind, benchmark: str | None = None) -> dict[str, str]:
+    """What a stage's code contributes to its key; episode stages name their benchmark."""
     if kind in ("build", "render"):
         from distillery.workers.memory.amd.bank import builder_code_version
 
         return {"version": CODE_VERSIONS[kind], "builders": builder_code_version()}
-    return {"version": CODE_VERSIONS[kind], "prompts": agent_prompt_fingerprint()}
+    if benchmark is None:
+        raise ValueError(f"a {kind} stage's identity names its benchmark")
+    return {"version": CODE_VERSIONS[kind], "prompts": agent_prompt_fingerprint(benchmark)}
 
 
 def stage_key(
@@ -141,7 +146,7 @@ def stage_key(
         "kind": kind,
         "identity": identity,
         "upstream": [str(u.kind) + ":" + u.digest for u in upstream],
-        "code": code_fingerprint(kind),
+        "code": code_fingerprint(kind, identity.get("benchmark")),
     }
     return StageKey(kind, digest_of(payload))
 

@@ -55,7 +55,7 @@ class AgentJob:
     model: ModelConfig
     benchmark: str
     episodes_dir: str
-    benchmark_options: dict[str, Any] = field(default_factory=dict)
+    benchmark_options: dict[str, Any] = field(default_factory=dict)  # config benchmark.options
     max_steps_per_turn: int | None = None  # None -> the benchmark's official limit
     episode_timeout_s: float = 1800.0
     episode_retries: int = 2
@@ -130,7 +130,7 @@ class EpisodeRunner:
     ) -> None:
         self.job = job
         self.benchmark: Benchmark = make_benchmark(
-            job.benchmark, options=job.options, **job.benchmark_options
+            job.benchmark, job.benchmark_options, options=job.options
         )
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn

@@ -9,7 +9,9 @@ checker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
 
 
 @dataclass(frozen=True)
@@ -150,11 +152,56 @@ class Environment(Protocol):
         """Release every resource of this episode (instances, caches)."""
 
 
+class BenchmarkOptions(BaseModel):
+    """A benchmark's typed options (config `benchmark.options`), one subclass per
+    benchmark (its `options_model`): frozen, unknown keys refused, every field with a
+    default. Only the fields that differ from their defaults enter episode identity, so
+    a new option with a default keeps every existing stage key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BenchmarkUnavailable(ImportError):
+    """The adapter cannot load because something it needs is not installed.
+
+    `what` says what is missing, `fix` the one line that installs it; the requirements
+    check prints them before a run starts.
+    """
+
+    def __init__(self, what: str, fix: str) -> None:
+        self.what = what
+        self.fix = fix
+        super().__init__(f"{what}: {fix}")
+
+
 class Benchmark(Protocol):
-    """A benchmark adapter: its tasks and a fresh environment per episode."""
+    """A benchmark adapter: its tasks, a fresh environment per episode and its facts.
+
+    The class is registered by name (`registry.py`, or the `distillery.benchmarks`
+    entry-point group for a benchmark in another package) and built as
+    ``cls(settings=<options_model instance>, **runtime)``; runtime keywords are the
+    agent's deviations (`options`) and whatever else the adapter takes with defaults.
+    The facts the orchestrator needs are read from the class, without an instance.
+    """
 
     name: str
     max_steps_per_turn: int
+    # Tasks sharing a group (`Task.group_id`) are variations of one scenario: splits
+    # keep a group on one side by default (AppWorld scenarios), not BFCL's classes.
+    groups_are_scenarios: ClassVar[bool]
+    options_model: ClassVar[type[BenchmarkOptions]]
+
+    @classmethod
+    def fingerprint(cls) -> tuple[str, ...]:
+        """The texts and code facts that change what a model sees or how an episode is
+        scored (prompt templates, hints, error wording, a scoring version), in a fixed
+        order. The orchestrator hashes them into every episode stage's identity, so a
+        change re-runs the benchmark's episodes. Read them at call time (not at import),
+        and list a hash of anything long rather than leaving it out."""
+
+    @classmethod
+    def versions(cls) -> dict[str, str]:
+        """The benchmark's own packages and their installed versions (provenance)."""
 
     def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
         """Tasks in the benchmark's canonical order, optionally restricted."""

@@ -26,12 +26,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bfcl_eval.constants import default_prompts
-from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
-from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
-
 from distillery.workers.envs.base import (
     AgentOptions,
+    BenchmarkOptions,
+    BenchmarkUnavailable,
     ParsedAction,
     RejectedCall,
     Score,
@@ -39,8 +37,6 @@ from distillery.workers.envs.base import (
     ToolCall,
     ToolResult,
 )
-from distillery.workers.envs.bfcl_costs import execution_cost_error
-from distillery.workers.envs.bfcl_tools import bfcl_tool, json_schema_tool, keyword_call
 from distillery.workers.envs.calls import (
     DEFAULT_LIMITS,
     CallLimits,
@@ -48,6 +44,23 @@ from distillery.workers.envs.calls import (
     parse_native_calls,
     parse_text_calls,
 )
+
+# The version the adapter is checked against (tests/workers/envs/test_bfcl_agreement.py).
+BFCL_EVAL_REQUIREMENT = "bfcl-eval==2026.3.23"
+
+try:  # bfcl-eval, and the adapter's modules that import it
+    from bfcl_eval.constants import default_prompts
+    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
+
+    from distillery.workers.envs.bfcl_costs import execution_cost_error
+    from distillery.workers.envs.bfcl_tools import bfcl_tool, json_schema_tool, keyword_call
+except ModuleNotFoundError as exc:  # said before a run starts (requirements check)
+    if (exc.name or "").partition(".")[0] != "bfcl_eval":
+        raise
+    raise BenchmarkUnavailable(
+        "bfcl-eval is not installed", f"pip install --no-deps {BFCL_EVAL_REQUIREMENT}"
+    ) from exc
 
 BENCHMARK_NAME = "bfcl_multi_turn_base"
 CATEGORY = "multi_turn_base"
@@ -495,17 +508,45 @@ def _rejection(rejected: RejectedCall) -> ToolResult:
 # ---------------------------------------------------------------------- benchmark
 
 
+class BfclOptions(BenchmarkOptions):
+    """`benchmark.options` of bfcl_multi_turn_base: none yet. The category and its data
+    file are fixed, and the deviations from BFCL's pipeline are the agent's options
+    (`agent.*`, see AgentOptions)."""
+
+
 class BfclMultiTurnBase:
     """The `bfcl_multi_turn_base` benchmark adapter."""
 
     name = BENCHMARK_NAME
     max_steps_per_turn = default_prompts.MAXIMUM_STEP_LIMIT
+    # A task's group is its set of API classes: tasks sharing it are not one scenario.
+    groups_are_scenarios = False
+    options_model = BfclOptions
 
     def __init__(
-        self, limits: CallLimits = DEFAULT_LIMITS, options: AgentOptions = DEFAULT_OPTIONS
+        self,
+        limits: CallLimits = DEFAULT_LIMITS,
+        options: AgentOptions = DEFAULT_OPTIONS,
+        settings: BfclOptions | None = None,
     ) -> None:
         self.limits = limits
         self.options = options
+        self.settings = settings or BfclOptions()
+
+    @classmethod
+    def fingerprint(cls) -> tuple[str, ...]:
+        """What the model is shown besides the task and its data, read at call time.
+        (The order is part of every stage key: append, do not reorder.)"""
+        return (NATIVE_SYSTEM_PROMPT, PROMPT_VARIANT, PYTHON_HINT, EXECUTION_ERROR_PREFIX)
+
+    @classmethod
+    def versions(cls) -> dict[str, str]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return {"bfcl-eval": version("bfcl-eval")}
+        except PackageNotFoundError:  # importable without its metadata (a source tree)
+            return {}
 
     def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
         """Tasks in id order; treat them as read-only (they are shared per process)."""
