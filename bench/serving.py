@@ -286,7 +286,7 @@ class CallCounter:
 
 def bench_driver(args: argparse.Namespace) -> None:
     """Episodes through run_agent (the sweep's dispatcher), then the point logged to
-    MLflow (SQLite) by the sweep's own Tracker.log_agent, as run.py's _log_points does,
+    MLflow (SQLite) by the sweep's own Tracker.log_agent, as results.py's _log_points does,
     once per mark (the first 1,000 episodes, 2,000, ...): its time and MLflow calls."""
     from distillery.orchestrator.config import ClusterConfig
     from distillery.orchestrator.dispatch import run_agent
@@ -364,7 +364,7 @@ def log_to_mlflow(
     from distillery.orchestrator.cli import compose
     from distillery.orchestrator.config import to_config
     from distillery.orchestrator.metrics import agent_metrics
-    from distillery.orchestrator.run import results_frame
+    from distillery.orchestrator.results import results_frame
     from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
     from distillery.workers.storage import Location
     from distillery.workers.trajectories import read_episode_file_bytes

@@ -104,7 +104,7 @@ def test_the_stage_cost_row_counts_only_the_tasks_the_sweep_needs(tmp_path, capl
     is reported with its path and not counted: it used to inflate the stage's tokens."""
     from types import SimpleNamespace
 
-    from distillery.orchestrator.run import stage_row
+    from distillery.orchestrator.results import stage_row
     from distillery.orchestrator.stages import Stage
     from distillery.workers.llm.config import ModelConfig
 
@@ -206,7 +206,7 @@ def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monke
     without our metadata): entry counts against the build record."""
     from types import SimpleNamespace
 
-    from distillery.orchestrator import run
+    from distillery.orchestrator import memory_stage
 
     class _Call:
         def __init__(self, value):
@@ -216,9 +216,9 @@ def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monke
             return self.value
 
     stored = {"wf": 2, "st": 0, "fn": 7}
-    stage = run.MemoryStage(sweep=None)  # type: ignore[arg-type]
+    stage = memory_stage.MemoryStage(sweep=None)  # type: ignore[arg-type]
     stage._service = SimpleNamespace(has_bank=_Call(True), bank_counts=_Call(stored))
-    monkeypatch.setattr(run, "ray_get", lambda value: value)
+    monkeypatch.setattr(memory_stage, "ray_get", lambda value: value)
     recorded = {"bank_id": "b" * 64, "counts": {"wf": 2, "st": 15, "fn": 7, "embedded_chars": 9}}
     assert stage.damage(recorded) == "st: 0 entries, the build recorded 15"
     assert stage.damage({**recorded, "counts": stored}) is None

@@ -7,7 +7,7 @@ import pytest
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.config import ConfigError, to_config
 from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.run import point_descriptors
+from distillery.orchestrator.results import point_descriptors
 from distillery.workers.llm.servers import vllm_command
 
 STUDENTS = {  # config -> (served model, tool parser, reasoning parser, thinking)

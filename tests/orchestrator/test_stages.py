@@ -73,7 +73,7 @@ def test_prompt_change_renews_agent_stages(monkeypatch):
     ],
 )
 def test_a_deviation_from_bfcl_renews_agent_stages_and_is_tagged(option):
-    from distillery.orchestrator.run import point_descriptors
+    from distillery.orchestrator.results import point_descriptors
 
     before, after = keys(config()), keys(config(option))
     assert after["collect"] != before["collect"]
@@ -219,7 +219,7 @@ def test_cli_rejects_a_grid_without_multirun(capsys):
 
 def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(monkeypatch):
     from distillery.orchestrator.plan import server_key
-    from distillery.orchestrator.run import ServerPool
+    from distillery.orchestrator.server_pool import ServerPool
     from distillery.workers.llm import pool as pools
     from distillery.workers.storage import Location
 

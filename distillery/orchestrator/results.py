@@ -1,0 +1,370 @@
+"""A sweep's results and their provenance: the result records the driver returns, each
+point logged as an MLflow child run, the points / episodes / stages tables of
+`distillery report`, and what the parent run records (git SHA, package versions,
+infrastructure retries).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from distillery.orchestrator.config import MethodConfig
+from distillery.orchestrator.dispatch import INFRA_COUNTS
+from distillery.orchestrator.plan import EvalPoint
+from distillery.orchestrator.protocols import TaskSplit
+from distillery.orchestrator.stages import StageKey, effective_seed
+from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
+from distillery.redaction import redact_obj
+from distillery.workers.episodes import EpisodeSummary
+from distillery.workers.llm.config import ModelConfig
+from distillery.workers.storage import Location
+
+if TYPE_CHECKING:
+    from distillery.orchestrator.sweep import Sweep
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    name: str
+    method: MethodConfig
+    role: str  # whose episodes: teacher | student
+    model: ModelConfig
+    episodes_dir: Path | str  # a local Path, or the URI of a remote output root
+    summaries: list[EpisodeSummary]  # the evaluated split only
+    metrics: dict[str, float]
+    mlflow_run_id: str | None
+    point_id: str = ""
+    stage: str = ""  # the episode stage scored, e.g. evaluate:1f2e...
+    descriptor: str = ""  # what tells this point from the sweep's others: "k_st=3 seed=1"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One sweep point (one composed config): its methods' results."""
+
+    run_id: str  # the sweep id
+    run_dir: Path | str  # the sweep's folder under the output root
+    split: TaskSplit
+    methods: list[MethodResult]
+    parent_run_id: str | None
+    tracking_uri: str
+
+    @property
+    def task_ids(self) -> list[str]:
+        return list(self.split.eval_ids)
+
+    def method(self, name: str) -> MethodResult:
+        return next(m for m in self.methods if m.name == name)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    sweep_id: str
+    sweep_dir: Path | str
+    points: list[RunResult]  # one per sweep point, in order
+    stages_run: int
+    stages_cached: int
+    parent_run_id: str | None
+    tracking_uri: str
+
+
+def _local(location: Location) -> Path | str:
+    return location.local_path if location.is_local else location.uri
+
+
+def _log_points(
+    sweep: Sweep, tracker: Tracker, parent_id: str, tags: dict[str, str]
+) -> dict[str, MethodResult]:
+    out: dict[str, MethodResult] = {}
+    for point in sweep.graph.points.values():
+        cfg = point.cfg
+        summaries = sweep.point_summaries(point)
+        needs_records = point.bank_stage is not None or cfg.tracking.trace_sample != 0
+        records = sweep.point_records(summaries) if needs_records else []
+        metrics = sweep.point_metrics(point, summaries, records)
+        method = point.method
+        retrieval = point.retrieval
+        episodes_dir = sweep.ledger.episodes_dir(point.stage)
+        point_tags = {
+            **tags,
+            **point_descriptors(point),
+            # Said in words too: a point without a scored episode has a NaN success rate.
+            "distillery.unscored_episodes": str(int(metrics["n_unscored"])),
+            "distillery.point_id": point.point_id,
+            "stage": str(point.stage),
+            "stages": ",".join(str(k) for k in point.upstream),
+            # Where the point's episode Parquet files are (a remote root's are not
+            # copied into MLflow's artifacts).
+            "distillery.episodes_uri": episodes_dir.uri,
+        }
+        params = {
+            **safe_params(cfg.model_dump(mode="json")),
+            "method": point.method_name,
+            "method.kind": method.kind,
+            "method.types": ",".join(retrieval.types) if retrieval else "",
+            "eval_task_ids_sha": point.split.eval_ids_sha,
+            "eval_n_tasks": str(len(point.split.eval_ids)),
+        }
+        if point.bank_stage is not None:
+            params["memory.bank_id"] = sweep.memory.bank_of(point.bank_stage)
+        descriptor = sweep.names.point(point.point_id)
+        point_tags["distillery.descriptor"] = descriptor
+        child_id = tracker.log_agent(
+            run_name=" ".join([f"{point.method_name}:{point.model.name}", descriptor]).strip(),
+            params=params,
+            tags=point_tags,
+            metrics=metrics,
+            results=results_frame(summaries),
+            episodes_dir=episodes_dir.local_path
+            if cfg.tracking.log_trajectories and episodes_dir.is_local
+            else None,
+            documents={
+                "split.json": {
+                    "protocol": cfg.protocol.name,
+                    "eval_task_ids": list(point.split.eval_ids),
+                    "eval_task_ids_sha": point.split.eval_ids_sha,
+                    "memory_task_ids": list(point.split.memory_ids),
+                }
+            },
+            point_id=point.point_id,
+            dataset=EvalDataset(
+                cfg.benchmark.name, list(point.split.eval_ids), point.split.eval_ids_sha
+            ),
+            traces=records,
+            trace_sample=cfg.tracking.trace_sample,
+        )
+        out[point.point_id] = MethodResult(
+            point.method_name,
+            method,
+            point.role,
+            point.model,
+            _local(episodes_dir),
+            summaries,
+            metrics,
+            child_id,
+            point.point_id,
+            str(point.stage),
+            descriptor,
+        )
+    return out
+
+
+def point_descriptors(point: EvalPoint) -> dict[str, str]:
+    """What a researcher filters runs by in MLflow (and the report groups by)."""
+    cfg = point.cfg
+    r = point.retrieval
+    out = {
+        "benchmark": cfg.benchmark.name,
+        "protocol": cfg.protocol.name,
+        "teacher": cfg.teacher.name,
+        "student": cfg.student.name,
+        "method": point.method_name,
+        "method_kind": point.method.kind,
+        "role": point.role,
+        "seed": str(cfg.seed),
+        "memory_types": "+".join(r.types) if r else "",
+        # Deviations from the benchmark's own pipeline ("none": BFCL-faithful).
+        "deviations": ",".join(cfg.agent.options().deviations()) or "none",
+    }
+    if point.bank_stage is not None:  # who wrote the bank it reads
+        out["memory_writer"] = cfg.bank_writer(point.method.kind == "student_memory")
+        if r and r.thresholds_set_for != cfg.memory.embedder.model:
+            out["thresholds_embedder"] = (
+                f"set for {r.thresholds_set_for}, run with {cfg.memory.embedder.model}"
+            )
+    if r:
+        for t in r.types:
+            out[f"k_{t}"] = str(r.k(t))
+            out[f"delta_{t}"] = str(r.threshold(t))
+            out[f"repr_{t}"] = r.representation(t)
+    return out
+
+
+def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
+    """points / episodes / stages tables for `distillery report` (schema: report/load.py)."""
+    graph = sweep.graph
+    points, episodes = [], []
+    for point in graph.points.values():
+        r = point.retrieval
+        result = logged[point.point_id]
+        row: dict[str, Any] = {
+            "point_id": point.point_id,
+            "method": point.method_name,
+            "method_kind": point.method.kind,
+            "role": point.role,
+            "agent": point.model.name,
+            "student": point.cfg.student.name,
+            "teacher": point.cfg.teacher.name,
+            "student_params_b": point.cfg.student.params_b,
+            "benchmark": point.cfg.benchmark.name,
+            "protocol": point.cfg.protocol.name,
+            "memory_types": "+".join(r.types) if r else "",
+            "seed": point.cfg.seed,
+            # the scored agent's sampling: the report tells repeated runs at temperature
+            # 0 (the same greedy requests) from sampled ones
+            "temperature": point.model.temperature,
+            "sampling_seed": effective_seed(point.model, point.cfg.seed)
+            if point.role == "student"
+            else effective_seed(point.model, 0),
+            "eval_task_ids_sha": point.split.eval_ids_sha,
+            "upstream": [k.digest for k in point.upstream],
+            "stage": point.stage.digest,
+            "mlflow_run_id": result.mlflow_run_id,
+            # None (not 0) when no episode was scored: there is no rate to report.
+            "success_rate": result.metrics["success_rate"] if result.metrics["n_scored"] else None,
+            "n_scored": int(result.metrics["n_scored"]),
+            "n_unscored": int(result.metrics["n_unscored"]),
+        }
+        for t in ("wf", "st", "fn"):
+            used = r is not None and t in r.types
+            row[f"k_{t}"] = r.k(t) if used else None  # type: ignore[union-attr]
+            row[f"delta_{t}"] = r.threshold(t) if used else None  # type: ignore[union-attr]
+            row[f"repr_{t}"] = r.representation(t) if used else None  # type: ignore[union-attr]
+        points.append(row)
+        for s in result.summaries:
+            episodes.append(
+                {
+                    "point_id": point.point_id,
+                    "task_id": s.task_id,
+                    "success": s.success,
+                    "termination": s.termination,
+                    "error_type": s.error_type,
+                    "total_steps": s.total_steps,
+                    "n_llm_calls": s.n_llm_calls,
+                    "tokens_in": s.tokens_in,
+                    "tokens_out": s.tokens_out,
+                    "wall_s": s.wall_s,
+                }
+            )
+    stages = [stage_row(sweep, key) for key in graph.stages]
+    _write_table(sweep.sweep_dir / "points.parquet", points)
+    _write_table(sweep.sweep_dir / "episodes.parquet", episodes)
+    _write_table(sweep.sweep_dir / "stages.parquet", stages)
+
+
+def stage_row(sweep: Sweep, key: StageKey) -> dict[str, Any]:
+    stage = sweep.graph.stages[key]
+    runs = sweep.ledger.runs(key)
+    row: dict[str, Any] = {
+        "stage_hash": key.digest,
+        "kind": key.kind,
+        "label": stage.label,
+        "model": stage.model.name if stage.model else "oracle" if stage.plays_episodes else "none",
+        "tokens_in": 0,
+        "tokens_out": 0,
+        "n_llm_calls": 0,
+        "embed_tokens": 0,
+        "wall_s": float(sum(r.get("wall_s", 0.0) for r in runs)),
+        "gpu_s": float(sum(r.get("gpu_s", 0.0) for r in runs)),
+        "ran": bool(runs),
+    }
+    if stage.plays_episodes and stage.model is not None:  # the oracle calls no LLM
+        # The episodes this sweep needs: a record of another task (an earlier sweep's
+        # larger split, or a file planted in the folder) is not this sweep's cost.
+        needed = sweep.graph.needs.get(key, set())
+        for task_id, s in sweep.ledger.all_records(key).items():
+            if task_id not in needed:
+                log.warning(
+                    "ledger record %s is for task %r, which this sweep does not need: "
+                    "not counted in the cost of %s",
+                    sweep.ledger.record_path(key, task_id),
+                    task_id,
+                    key,
+                )
+                continue
+            row["tokens_in"] += s.tokens_in
+            row["tokens_out"] += s.tokens_out
+            row["n_llm_calls"] += s.n_llm_calls
+    elif not stage.plays_episodes:
+        output = sweep.ledger.output(key) or {}
+        stats = output.get("stats", {})
+        row["tokens_in"] = int(sum(v for k, v in stats.items() if k.endswith(".tokens_in")))
+        row["tokens_out"] = int(sum(v for k, v in stats.items() if k.endswith(".tokens_out")))
+        row["n_llm_calls"] = int(sum(v for k, v in stats.items() if k.endswith(".requests")))
+        row["embed_tokens"] = int(output.get("counts", {}).get("embedded_chars", 0) // 4)
+    return row
+
+
+def _write_table(target: Location, rows: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = redact_obj(rows)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), sink)
+    target.write_bytes(sink.getvalue().to_pybytes())
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("distillery", "ray", "mlflow", "bfcl-eval", "qdrant-client", "vllm", "openai"):
+        try:
+            out[f"version.{name}"] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def results_frame(summaries: list[EpisodeSummary]) -> pd.DataFrame:
+    columns = list(EpisodeSummary.__dataclass_fields__)
+    return pd.DataFrame([asdict(s) for s in summaries], columns=columns)
+
+
+def git_sha() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def log_infra_counts(sweep: Sweep, tracker: Tracker, parent_id: str) -> None:
+    """What this invocation retried (episodes, workers, replicas), printed and logged
+    on the sweep's parent run as `infra.*` metrics (one value per invocation)."""
+    counts = Counter(sweep.infra)
+    counts.update(sweep.servers.stats())
+    if any(counts.values()):
+        sweep._say(
+            "infrastructure retries: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        )
+    with contextlib.suppress(Exception):  # tracking trouble must not lose the sweep
+        for name, value in sorted({**INFRA_COUNTS, **counts}.items()):
+            tracker.client.log_metric(parent_id, f"infra.{name}", float(value))
+
+
+def sweep_parent(tracker: Tracker, sweep_id: str) -> str | None:
+    """The parent run of an earlier invocation of this sweep, found by its sweep id tag
+    (when sweep.json, which names it, is missing or damaged): resumed, not duplicated."""
+    if "'" in sweep_id:
+        return None
+    runs = tracker.client.search_runs(
+        [tracker.experiment_id],
+        filter_string=f"tags.`distillery.sweep_id` = '{sweep_id}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=50,
+    )
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parents[0].info.run_id if parents else None
+
+
+def _shared_params(all_params: list[dict[str, str]]) -> dict[str, str]:
+    first = all_params[0]
+    return {k: v for k, v in first.items() if all(p.get(k) == v for p in all_params[1:])}

@@ -1,0 +1,89 @@
+"""The model servers of a sweep: each model's replica pool, started for the first stage
+that uses it and stopped after the last.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from distillery.orchestrator.plan import StageGraph, server_key
+from distillery.orchestrator.stages import StageKey
+from distillery.workers.llm.config import ModelConfig
+from distillery.workers.storage import Location
+
+
+class ServerPool:
+    """Each model's replica pool starts once for every stage that uses it, and stops
+    after the last one (so a teacher's GPUs are free before the students' stages)."""
+
+    def __init__(self, graph: StageGraph, log_dir: Location, say: Callable[[str], None]) -> None:
+        self.graph = graph
+        # Joined cluster: servers listen on their node's address for workers elsewhere.
+        self.node_address = graph.configs[0].cluster.ray_address is not None
+        self.log_dir = Path(log_dir.uri) if log_dir.is_local else Path("distillery_logs")
+        self.say = say
+        self._running: dict[str, Any] = {}  # server key -> ModelServerPool
+        self.stopped_stats: Counter[str] = Counter()
+
+    def endpoints(self, model: ModelConfig) -> list[str]:
+        if model.backend == "oracle":
+            return []
+        if model.backend == "external":
+            return [model.base_url or ""]
+        return list(self._pool(model).endpoints)
+
+    def directory(self, model: ModelConfig) -> Any:
+        """The pool's replica directory actor (None for models distillery does not launch)."""
+        return self._pool(model).directory if model.launched else None
+
+    def _pool(self, model: ModelConfig) -> Any:
+        key = server_key(model)
+        if key not in self._running:
+            from distillery.workers.llm.pool import start_pool
+
+            def report(event: Any) -> None:
+                self.say(
+                    f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}"
+                )
+
+            pool = start_pool(model, self.log_dir, report, self.node_address)
+            self.say(
+                f"  model {model.name}: {model.replicas} replicas on {len(set(pool.nodes))} nodes"
+            )
+            self._running[key] = pool
+        return self._running[key]
+
+    def gpus(self, model: ModelConfig | None) -> float:
+        if model is None or model.backend != "vllm":
+            return 0.0
+        return float(model.replicas * max(model.gpus_per_server, 1))
+
+    def stats(self) -> Counter[str]:
+        """Replica failures and restarts so far, for the logs and MLflow."""
+        total = Counter(self.stopped_stats)
+        for pool in self._running.values():
+            total.update(pool.stats())
+        return total
+
+    def release_unused(self, remaining: list[StageKey]) -> None:
+        """Stop the servers of models no remaining stage uses."""
+        still = {
+            server_key(self.graph.stages[k].model)  # type: ignore[arg-type]
+            for k in remaining
+            if self.graph.stages[k].model is not None
+        }
+        for key in list(self._running):
+            if key not in still:
+                self._stop(key)
+
+    def _stop(self, key: str) -> None:
+        pool = self._running.pop(key)
+        self.stopped_stats.update(pool.stats())
+        pool.shutdown()
+
+    def close(self) -> None:
+        for key in list(self._running):
+            self._stop(key)

@@ -1,0 +1,199 @@
+"""A sweep: its stage graph run stage by stage (each stage once, each missing episode
+once), and each sweep point's episodes, records and metrics read back from the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+
+from tqdm import tqdm
+
+from distillery.orchestrator.config import DistilleryConfig
+from distillery.orchestrator.descriptors import name_sweep
+from distillery.orchestrator.dispatch import ray_get, run_agent
+from distillery.orchestrator.ledger import Ledger
+from distillery.orchestrator.memory_stage import MemoryStage
+from distillery.orchestrator.metrics import agent_metrics, memory_metrics
+from distillery.orchestrator.plan import EvalPoint, StageGraph, server_key, stage_line
+from distillery.orchestrator.server_pool import ServerPool
+from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
+from distillery.workers.envs.base import Task
+from distillery.workers.episodes import AgentJob, EpisodeSummary
+from distillery.workers.memory_service import MemoryJob
+from distillery.workers.storage import Location
+from distillery.workers.trajectories import EpisodeRecord, read_episode_file_bytes
+
+log = logging.getLogger(__name__)
+
+
+def sweep_id_for(graph: StageGraph) -> str:
+    """The same sweep (same points) resumes into the same folder and MLflow parent."""
+    first = graph.configs[0]
+    if first.run_name:
+        return first.run_name
+    return f"{first.experiment.name}-{digest_of(sorted(graph.points))[:10]}"
+
+
+class Sweep:
+    """Runs a stage graph: each stage once, each missing episode once, then logs."""
+
+    def __init__(self, graph: StageGraph, progress: bool = True) -> None:
+        self.graph = graph
+        self.progress = progress
+        self.cfg = graph.configs[0]  # runtime knobs are shared by all points
+        self.ledger = Ledger(self.cfg.output_dir)
+        self.sweep_id = sweep_id_for(graph)
+        self.sweep_dir = self.ledger.sweep_dir(self.sweep_id)
+        self.memory = MemoryStage(self)
+        self.servers = ServerPool(graph, self.sweep_dir / "logs", self._say)
+        self.infra: Counter[str] = Counter()  # what was retried, for logs and MLflow
+        self.names = name_sweep(graph)
+        self.stages_run = 0
+        self.stages_cached = 0
+
+    # -- stages --------------------------------------------------------------------
+
+    def run_stages(self) -> None:
+        order = sorted(
+            self.graph.stages,
+            key=lambda k: (self.graph.depth(k), self._model_order(k)),
+        )
+        for index, key in enumerate(order, 1):
+            stage = self.graph.stages[key]
+            self.ledger.describe(stage)
+            started = time.perf_counter()
+            if stage.plays_episodes:
+                ran = self._play(stage, f"[{index}/{len(order)}]")
+            else:
+                ran = self.memory.ensure(stage, f"[{index}/{len(order)}]")
+            if ran:
+                self.stages_run += 1
+                wall = time.perf_counter() - started
+                self.ledger.record_run(key, wall, wall * self.servers.gpus(stage.model))
+            else:
+                self.stages_cached += 1
+            self.servers.release_unused(order[index:])
+
+    def _model_order(self, key: StageKey) -> str:
+        model = self.graph.stages[key].model
+        return server_key(model) if model else ""
+
+    def _play(self, stage: Stage, prefix: str) -> bool:
+        needed = self.graph.needs.get(stage.key, set())
+        done = self.ledger.episodes(stage.key)
+        missing = longest_first(sorted(needed - set(done), key=_task_order), self.graph.tasks)
+        if not missing:
+            self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {self.line(stage)}")
+            return False
+        self._say(
+            f"{prefix} {stage.key} running {len(missing)} episodes "
+            f"({len(needed) - len(missing)} cached)  {self.line(stage)}"
+        )
+        cfg = self._config_of(stage)
+        model = cfg.teacher if stage.role == "teacher" else cfg.student
+        memory = None
+        if stage.key in self.graph.memory_of:
+            bank_stage, isolation, retrieval = self.graph.memory_of[stage.key]
+            bank_id = self.memory.bank_of(bank_stage)
+            ray_get(self.memory.service.open_bank.remote(bank_id, isolation))
+            memory = MemoryJob(self.memory.service, bank_id, isolation, retrieval)
+        seed = effective_seed(model, cfg.seed if stage.role == "student" else 0)
+        job = AgentJob(
+            run_id=self.sweep_id,
+            stage=stage.key.kind,
+            role=stage.role,
+            model=model.model_copy(update={"seed": seed}),
+            benchmark=cfg.benchmark.name,
+            episodes_dir=self.ledger.episodes_dir(stage.key).uri,
+            max_steps_per_turn=cfg.benchmark.max_steps_per_turn,
+            episode_timeout_s=cfg.agent.episode_timeout_s,
+            episode_retries=cfg.agent.episode_retries,
+            retry_backoff_s=cfg.agent.retry_backoff_s,
+            memory=memory,
+            options=cfg.agent.options(),
+        )
+        endpoints = self.servers.endpoints(model)
+        run = run_agent(
+            job,
+            endpoints,
+            missing,
+            self.cfg.cluster,
+            self.progress,
+            on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+            directory=self.servers.directory(model),
+            desc=f"{stage.key.kind} {stage.role}:{model.name} {self.names.stage(stage.key)}".strip(),
+        )
+        self.infra.update(run.infra)
+        return True
+
+    def _config_of(self, stage: Stage) -> DistilleryConfig:
+        """A sweep point's config that uses this stage (all agree on its identity)."""
+        for point in self.graph.points.values():
+            if stage.key in point.upstream:
+                return point.cfg
+        return self.cfg
+
+    def line(self, stage: Stage) -> str:
+        return stage_line(self.graph, stage.key, self.names)
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            tqdm.write(text)
+
+    # -- results -------------------------------------------------------------------
+
+    def point_summaries(self, point: EvalPoint) -> list[EpisodeSummary]:
+        records = self.ledger.all_records(point.stage)
+        missing = [t for t in point.split.eval_ids if t not in records]
+        if missing:
+            raise RuntimeError(f"{point.stage} has no episode for {missing[:3]}...")
+        return [records[t] for t in point.split.eval_ids]
+
+    def point_records(self, summaries: list[EpisodeSummary]) -> list[EpisodeRecord]:
+        """The full episode records of a point's evaluated tasks: the files the ledger
+        names (a stray or damaged file in the folder is no episode of the point)."""
+        out = []
+        for summary in summaries:
+            if not summary.file:
+                continue
+            try:
+                rows = read_episode_file_bytes(Location.of(summary.file).read_bytes())
+            except Exception as exc:  # pyarrow raises several kinds on a damaged file
+                log.warning("episode file %s is unreadable (%s); skipped", summary.file, exc)
+                continue
+            out.extend(r for r in rows if r.task_id == summary.task_id)
+        return out
+
+    def point_metrics(
+        self, point: EvalPoint, summaries: list[EpisodeSummary], records: list[EpisodeRecord]
+    ) -> dict:
+        metrics = agent_metrics(summaries)
+        if point.bank_stage is not None:
+            metrics.update(memory_metrics(records))
+            output = self.ledger.output(point.bank_stage) or {}
+            metrics.update({f"bank_{t}": float(n) for t, n in output.get("counts", {}).items()})
+            metrics.update(
+                {
+                    f"build.{k.replace(':', '.')}": float(v)
+                    for k, v in output.get("stats", {}).items()
+                }
+            )
+        return metrics
+
+
+def longest_first(task_ids: list[str], tasks: dict[str, Task]) -> list[str]:
+    """Dispatch order: tasks with more user turns first (stable otherwise).
+
+    With C slots the run ends when its last episode does; starting the long ones early
+    keeps one long episode from running alone at the end (on BFCL at C=64 this raises
+    the best possible speed-up from 0.79 to 0.89 of C for 200 episodes). Turn counts
+    are what the agent sees anyway: no ground truth is used."""
+    return sorted(task_ids, key=lambda t: -len(tasks[t].turns) if t in tasks else 0)
+
+
+def _task_order(task_id: str) -> tuple:
+    """Benchmark order (multi_turn_base_10 after _9), not string order."""
+    head, _, tail = task_id.rpartition("_")
+    return (head, int(tail)) if tail.isdigit() else (task_id, 0)
