@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from distillery.orchestrator.dispatch import ray_get
 from distillery.orchestrator.plan import BankSource
 from distillery.orchestrator.stages import Stage, StageKey, digest_of
-from distillery.workers.memory.bank import BuiltBank, bank_id_for
-from distillery.workers.memory.records import MEMORY_TYPES
+from distillery.workers.memory.amd.bank import BuiltBank, bank_id_for
+from distillery.workers.memory.amd.records import MEMORY_TYPES
 from distillery.workers.memory_service import (
     MemoryServiceImpl,
     build_bank_task,

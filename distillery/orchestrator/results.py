@@ -10,6 +10,7 @@ import contextlib
 import logging
 import subprocess
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from distillery.orchestrator.protocols import TaskSplit
 from distillery.orchestrator.stages import StageKey, effective_seed
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
 from distillery.redaction import redact_obj
+from distillery.workers.envs.registry import benchmark_class
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.storage import Location
@@ -305,15 +307,20 @@ def _write_table(target: Location, rows: list[dict[str, Any]]) -> None:
     target.write_bytes(sink.getvalue().to_pybytes())
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(benchmarks: Iterable[str]) -> dict[str, str]:
+    """Installed versions of distillery's own stack plus the benchmark's packages."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for name in ("distillery", "ray", "mlflow", "bfcl-eval", "qdrant-client", "vllm", "openai"):
+    for name in ("distillery", "ray", "mlflow", "qdrant-client", "vllm", "openai"):
         try:
             out[f"version.{name}"] = version(name)
         except PackageNotFoundError:
             continue
+    # The benchmark declares its own packages (BFCL: bfcl-eval; a venv-hosted one: its venv's).
+    for benchmark in sorted(set(benchmarks)):
+        for name, ver in benchmark_class(benchmark).versions().items():
+            out[f"version.{name}"] = ver
     return out
 
 

@@ -78,7 +78,7 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
     tags = {
         "distillery.sweep_id": sweep.sweep_id,
         "git_sha": git_sha(),
-        **package_versions(),
+        **package_versions(c.benchmark.name for c in graph.configs),
         "n_points": str(len(graph.points)),
     }
     with (
