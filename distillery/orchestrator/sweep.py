@@ -83,7 +83,9 @@ class Sweep:
     def _play(self, stage: Stage, prefix: str) -> bool:
         needed = self.graph.needs.get(stage.key, set())
         done = self.ledger.episodes(stage.key)
-        missing = longest_first(sorted(needed - set(done), key=_task_order), self.graph.tasks)
+        missing = longest_first(
+            in_benchmark_order(needed - set(done), self.graph.tasks), self.graph.tasks
+        )
         if not missing:
             self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {self.line(stage)}")
             return False
@@ -194,7 +196,9 @@ def longest_first(task_ids: list[str], tasks: dict[str, Task]) -> list[str]:
     return sorted(task_ids, key=lambda t: -len(tasks[t].turns) if t in tasks else 0)
 
 
-def _task_order(task_id: str) -> tuple:
-    """Benchmark order (multi_turn_base_10 after _9), not string order."""
-    head, _, tail = task_id.rpartition("_")
-    return (head, int(tail)) if tail.isdigit() else (task_id, 0)
+def in_benchmark_order(task_ids: set[str], tasks: dict[str, Task]) -> list[str]:
+    """The benchmark's own task order (`load_tasks` order, which `tasks` keeps), so
+    dispatch never depends on how a benchmark spells its ids (string order would put
+    multi_turn_base_10 before _9)."""
+    position = {task_id: i for i, task_id in enumerate(tasks)}
+    return sorted(task_ids, key=lambda t: (position.get(t, len(position)), t))
