@@ -18,6 +18,8 @@ episodes are reused from the ledger under output_dir.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import itertools
 import os
 import re
@@ -48,10 +50,68 @@ def rewrite_role_overrides(argv: list[str]) -> list[str]:
     return [_ROLE_GROUP.sub(lambda m: f"{m.group(1) or ''}model@{m.group(2)}=", a) for a in argv]
 
 
+# Another package ships config groups (e.g. its `conf/benchmark/NAME.yaml`) by naming
+# its config package in this entry-point group of its distribution:
+#     [project.entry-points."distillery.conf"]
+#     my_package = "my_package.conf"
+# Each is added to Hydra's search path (after distillery's own `distillery.conf`).
+CONF_ENTRY_POINT_GROUP = "distillery.conf"
+
+
+class PluginConfigError(ValueError):
+    """An entry point of `distillery.conf` does not name an importable config package:
+    a setup problem of that package, named in the message."""
+
+
+def plugin_config_paths() -> list[str]:
+    """The Hydra search-path entries (`pkg://...`) of every `distillery.conf` entry point
+    on sys.path, in a fixed order (by distribution, then entry name). One that does not
+    name an importable package stops with a `PluginConfigError` naming it."""
+    return list(_plugin_config_paths(tuple(sys.path)))
+
+
+@functools.lru_cache(maxsize=8)
+def _plugin_config_paths(path: tuple[str, ...]) -> tuple[str, ...]:
+    """Per sys.path (a sweep composes once per point): reading every distribution's
+    metadata takes milliseconds. Errors are raised, not cached."""
+    from importlib.metadata import entry_points
+
+    found = set()
+    for ep in entry_points(group=CONF_ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "?"
+        found.add((dist, ep.name, ep.value.strip()))
+    paths: list[str] = []
+    for dist, name, value in sorted(found):
+        where = f"config entry point {name} = {value!r} of {dist} ({CONF_ENTRY_POINT_GROUP})"
+        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", value):
+            raise PluginConfigError(f"{where}: not a package name (e.g. my_package.conf)")
+        try:
+            spec = importlib.util.find_spec(value)
+        except Exception as exc:  # a parent package that is missing or fails to import
+            raise PluginConfigError(
+                f"{where}: package {value} cannot be imported: {type(exc).__name__}: {exc}"
+            ) from None
+        if spec is None:
+            raise PluginConfigError(f"{where}: package {value} is not installed")
+        if spec.submodule_search_locations is None:
+            raise PluginConfigError(f"{where}: {value} is a module, not a package of configs")
+        if f"pkg://{value}" not in paths:
+            paths.append(f"pkg://{value}")
+    return tuple(paths)
+
+
 def compose(overrides: list[str]) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
+    extra = plugin_config_paths()
+    if extra and any(o.lstrip("+~").startswith("hydra.searchpath=") for o in overrides):
+        raise ConfigError(
+            "hydra.searchpath is set by the distillery.conf entry points of installed "
+            f"packages ({', '.join(extra)}); register a config package there instead"
+        )
+    if extra:
+        overrides = [f"hydra.searchpath=[{','.join(extra)}]", *overrides]
     with initialize_config_module(config_module="distillery.conf", version_base=None):
         return hydra_compose(config_name="config", overrides=overrides)
 

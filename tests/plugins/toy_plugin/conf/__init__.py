@@ -1,0 +1,1 @@
+"""The plugin's Hydra config groups (entry point `distillery.conf`): benchmark/toy.yaml."""
