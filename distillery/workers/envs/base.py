@@ -210,4 +210,8 @@ class Benchmark(Protocol):
         """A new isolated environment; `episode_tag` is unique per episode attempt."""
 
     def oracle_turns(self, task: Task) -> list[list[str]]:
-        """The ground-truth call strings per turn (for the labelled oracle teacher)."""
+        """The ground-truth call strings per turn (for the labelled oracle teacher).
+
+        The oracle sends each as a prompt-format response, ``[call]``, through
+        `parse_text`, so every string must be one call `parse_text` accepts (with the
+        shared `calls.parse_text_calls`: ``name(key=literal, ...)``)."""

@@ -8,7 +8,14 @@ benchmark in a config imports nothing. The project's own benchmarks are listed i
     [project.entry-points."distillery.benchmarks"]
     my_bench = "my_package.bench:MyBenchmark"
 
-The class implements `distillery.workers.envs.base.Benchmark`.
+    [project.entry-points."distillery.conf"]
+    my_package = "my_package.conf"   # holds benchmark/my_bench.yaml: benchmark=my_bench
+
+The class implements `distillery.workers.envs.base.Benchmark`. The second group is
+optional: it adds the package's config groups to Hydra's search path (see
+`distillery.orchestrator.cli.compose`), so `benchmark=my_bench` selects its yaml;
+without it, `benchmark.name=my_bench` works on top of another benchmark's yaml.
+tests/plugins/toy_plugin is a complete example, run end to end by the tests.
 """
 
 from __future__ import annotations
