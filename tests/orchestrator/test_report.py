@@ -478,3 +478,22 @@ def test_a_tracking_uri_that_held_a_key_is_read_from_the_environment(tmp_path, c
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     assert main([str(sweep)]) == 0
     assert f"logged to MLflow run {parent}" in capsys.readouterr().out
+
+
+def test_point_counts_come_from_episodes_even_when_the_points_table_has_them():
+    """The runner's points.parquet records n_scored too (results.py); the report recounts
+    from the episodes and must not collide with it (it once failed on every real sweep)."""
+    from distillery.orchestrator.report.stats import point_stats
+
+    points = pd.DataFrame({"point_id": ["p"], "method": ["zero_shot"], "n_scored": [99]})
+    episodes = pd.DataFrame(
+        {
+            "point_id": ["p", "p", "p"],
+            "task_id": ["t1", "t2", "t3"],
+            "success": [True, False, None],
+            "total_steps": [3, 5, 0],
+        }
+    )
+    row = point_stats(points, episodes).iloc[0]
+    assert (row["n_tasks"], row["n_scored"], row["n_success"], row["n_infra"]) == (3, 2, 1, 1)
+    assert row["rate"] == 0.5 and row["mean_steps"] == 4.0

@@ -31,7 +31,10 @@ def point_stats(points: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
         n_infra=("infra", "sum"),
         mean_steps=("steps", "mean"),
     )
-    out = points.set_index("point_id").join(agg)
+    # The counts come from the episodes, the one source of truth: a points table that
+    # also records them (results.py writes n_scored) must not collide with them.
+    recounted = [column for column in agg.columns if column in points.columns]
+    out = points.drop(columns=recounted).set_index("point_id").join(agg)
     for column in ("n_tasks", "n_scored", "n_success", "n_infra"):
         out[column] = out[column].fillna(0).astype("int64")
     out["rate"] = out["n_success"] / out["n_scored"].where(out["n_scored"] > 0)
