@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -30,8 +30,8 @@ from distillery.workers.envs.registry import (
     known_benchmarks,
 )
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType
-from distillery.workers.memory.config import MemoryConfig, RetrievalConfig
+from distillery.workers.memory.config import MemoryConfig
+from distillery.workers.memory.registry import is_memory_method, known_methods, memory_method
 
 
 class _Frozen(BaseModel):
@@ -124,24 +124,47 @@ class ExperimentConfig(_Frozen):
     description: str = ""
 
 
-MethodKind = Literal["zero_shot", "teacher", "amd", "student_memory"]
+# Kinds the orchestrator runs itself; every other kind is a registered memory method
+# (`distillery.workers.memory.registry`, e.g. amd and student_memory).
+BUILTIN_KINDS = ("zero_shot", "teacher")
 
 
 class MethodConfig(_Frozen):
     """One evaluated method = one MLflow child run.
 
     zero_shot: the student alone. teacher: the teacher's own score on the evaluated
-    split. amd: the student with teacher memory of `types`. student_memory: the same,
-    with memory built from the student's own successful zero-shot runs (paper table 2).
+    split. Any other kind is a memory method: the student reading a bank the method
+    builds (its `retrieval` overrides and `types` are the method's to validate).
     """
 
-    kind: MethodKind
-    types: tuple[MemoryType, ...] = MEMORY_TYPES
+    kind: str
+    # The memory collections read (None: the method's default, e.g. all of AMD's).
+    types: tuple[str, ...] | None = None
     retrieval: dict[str, Any] = Field(default_factory=dict)  # overrides of memory.retrieval
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in BUILTIN_KINDS and not is_memory_method(kind):
+            known = ", ".join([*BUILTIN_KINDS, *known_methods()])
+            raise ValueError(f"unknown method kind {kind!r}; known: {known}")
+        return kind
 
     @property
     def uses_memory(self) -> bool:
-        return self.kind in ("amd", "student_memory")
+        return self.kind not in BUILTIN_KINDS
+
+    @property
+    def reads_teacher_episodes(self) -> bool:
+        """Its episodes or its bank's come from the teacher's collection."""
+        if self.kind == "teacher":
+            return True
+        return self.uses_memory and memory_method(self.kind).bank_source == "teacher"
+
+    @property
+    def builds_from_student(self) -> bool:
+        """A memory method whose bank is built from the student's own runs."""
+        return self.uses_memory and memory_method(self.kind).bank_source == "student"
 
 
 class DistilleryConfig(_Frozen):
@@ -176,7 +199,8 @@ class DistilleryConfig(_Frozen):
         if len(set(self.methods)) != len(self.methods):
             raise ValueError("methods: a method is listed twice")
         for name in self.methods:
-            self.retrieval_for(name)  # overrides must validate too
+            if self.method_catalog[name].uses_memory:
+                self.retrieval_for(name)  # overrides must validate too
         self._benchmark_options_valid()
         self._no_ground_truth_memory()
         for key in ("model", "student_memory_model"):
@@ -204,7 +228,11 @@ class DistilleryConfig(_Frozen):
         protocol=main a task would retrieve the answers of its own ground truth."""
         if self.teacher.backend != "oracle" or self.protocol.name != "main":
             return
-        reading = [n for n in self.methods if self.method_catalog[n].kind == "amd"]
+        reading = [
+            n
+            for n in self.methods
+            if self.method_catalog[n].uses_memory and self.method_catalog[n].reads_teacher_episodes
+        ]
         if reading:
             raise ValueError(
                 f"protocol.name: protocol=main with teacher={self.teacher.name} (an oracle "
@@ -216,21 +244,25 @@ class DistilleryConfig(_Frozen):
     def method(self, name: str) -> MethodConfig:
         return self.method_catalog[name]
 
-    def retrieval_for(self, name: str) -> RetrievalConfig:
+    def retrieval_for(self, name: str) -> Any:
+        """The read settings of memory method `name`, validated by the method's own
+        settings model (errors name `method_catalog.<name>.retrieval.<key>`)."""
         method = self.method_catalog[name]
-        merged = {**self.memory.retrieval.model_dump(), **method.retrieval, "types": method.types}
         try:
-            return RetrievalConfig.model_validate(merged)
+            return memory_method(method.kind).settings(
+                self.memory.retrieval.model_dump(), method.retrieval, method.types
+            )
         except ValidationError as exc:
             inner = _describe(exc).removeprefix("invalid config at ")
             raise ValueError(f"method_catalog.{name}.retrieval.{inner}") from None
 
-    def builder_model(self, student_memory: bool = False) -> ModelConfig | None:
-        """The model that writes a bank's entries (`student_memory`: a bank of the
-        student's own trajectories); None: deterministic entries only (the oracle is no
-        model, so a bank it would write is built deterministically too)."""
+    def builder_model(self, from_student: bool = False) -> ModelConfig | None:
+        """The model that writes a bank's entries (`from_student`: a bank of the
+        student's own trajectories, `memory.builder.student_memory_model`); None:
+        deterministic entries only (the oracle is no model, so a bank it would write is
+        built deterministically too)."""
         builder = self.memory.builder
-        choice = builder.student_memory_model if student_memory else builder.model
+        choice = builder.student_memory_model if from_student else builder.model
         if choice == "none":
             return None
         if choice in ("teacher", "student"):
@@ -238,9 +270,9 @@ class DistilleryConfig(_Frozen):
             return None if model.backend == "oracle" else model
         return self.builder_models[choice]
 
-    def bank_writer(self, student_memory: bool = False) -> str:
+    def bank_writer(self, from_student: bool = False) -> str:
         """Who writes a bank, for tags: a model config name, or `deterministic`."""
-        model = self.builder_model(student_memory)
+        model = self.builder_model(from_student)
         return model.name if model is not None else "deterministic"
 
     @property

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from distillery.orchestrator.stages import RUNTIME_MODEL_FIELDS, StageKey
+from distillery.workers.memory.registry import memory_method
 
 if TYPE_CHECKING:
     from distillery.orchestrator.plan import EvalPoint, StageGraph
@@ -47,11 +48,10 @@ def _model_facets(role: str, model: ModelConfig) -> dict[str, str]:
 def point_facets(point: EvalPoint) -> dict[str, str]:
     """Everything that decides this point's result, as `key -> value` text."""
     cfg = point.cfg
-    kind = point.method.kind
     out: dict[str, str] = {}
     if point.role == "student":
         out.update(_model_facets("student", cfg.student))
-    if kind in ("teacher", "amd"):
+    if point.method.reads_teacher_episodes:
         out.update(_model_facets("teacher", cfg.teacher))
     out["protocol"] = cfg.protocol.name
     if cfg.protocol.name == "cross_split":
@@ -64,9 +64,7 @@ def point_facets(point: EvalPoint) -> dict[str, str]:
     if cfg.benchmark.max_steps_per_turn is not None:
         out["max_steps_per_turn"] = str(cfg.benchmark.max_steps_per_turn)
     if point.retrieval is not None:
-        for key, value in point.retrieval.read_settings().items():
-            if key != "types":
-                out[key] = _text(value)
+        out.update(memory_method(point.method.kind).descriptors(point.retrieval))
         builder = cfg.builder_model()
         out["builder"] = builder.name if builder else "deterministic"
         out["embedder"] = cfg.memory.embedder.model

@@ -12,6 +12,7 @@ import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from distillery.orchestrator.config import DistilleryConfig, MethodConfig
 from distillery.orchestrator.descriptors import SweepNames, name_sweep
@@ -21,7 +22,8 @@ from distillery.orchestrator.stages import Stage, StageKey, digest_of, model_ide
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.registry import benchmark_class, make_benchmark
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.memory.config import RetrievalConfig
+from distillery.workers.memory.method import BankSourceKind
+from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory.retrieval import Isolation
 
 
@@ -33,11 +35,22 @@ class BankSource:
     task_ids: tuple[str, ...]
     split: str  # the memory split label stored with every entry
     cfg: DistilleryConfig  # builder, builder model and embedder come from here
-    student_memory: bool = False  # the student's own trajectories (who writes them differs)
+    kind: str  # the memory method that builds it
+    origin: BankSourceKind = "teacher"  # whose episodes (who writes the bank differs)
 
     @property
     def builder_model(self) -> ModelConfig | None:
-        return self.cfg.builder_model(self.student_memory)
+        return self.cfg.builder_model(self.origin == "student")
+
+
+@dataclass(frozen=True)
+class MemoryRead:
+    """What a memory method's evaluate stage reads: which method, which bank, how."""
+
+    kind: str  # the memory method (registry kind)
+    bank_stage: StageKey
+    isolation: Isolation
+    settings: Any  # the method's validated read settings
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,7 @@ class EvalPoint:
     upstream: tuple[StageKey, ...]  # every stage it depends on, its own included
     split: TaskSplit
     bank_stage: StageKey | None = None
-    retrieval: RetrievalConfig | None = None
+    retrieval: Any = None  # the memory method's validated read settings
     isolation: Isolation | None = None
 
 
@@ -62,9 +75,7 @@ class StageGraph:
     needs: dict[StageKey, set[str]] = field(default_factory=lambda: defaultdict(set))
     bank_sources: dict[StageKey, BankSource] = field(default_factory=dict)
     render_base: dict[StageKey, StageKey] = field(default_factory=dict)  # render -> build
-    memory_of: dict[StageKey, tuple[StageKey, Isolation, RetrievalConfig]] = field(
-        default_factory=dict
-    )  # memory evaluate stage -> (bank stage, isolation, retrieval)
+    memory_of: dict[StageKey, MemoryRead] = field(default_factory=dict)  # evaluate stages
     points: dict[str, EvalPoint] = field(default_factory=dict)
     tasks: dict[str, Task] = field(default_factory=dict)
     configs: list[DistilleryConfig] = field(default_factory=list)
@@ -197,7 +208,9 @@ def _plan_method(
     elif method.kind == "zero_shot":
         stage, role, model = _zero_shot(graph, cfg), "student", cfg.student
     else:
-        source = _collect(graph, cfg) if method.kind == "amd" else _zero_shot(graph, cfg)
+        memory = memory_method(method.kind)
+        from_teacher = memory.bank_source == "teacher"
+        source = _collect(graph, cfg) if from_teacher else _zero_shot(graph, cfg)
         graph.needs[source].update(split.memory_ids)
         bank_stage = _bank(graph, cfg, name, source, split)
         retrieval = cfg.retrieval_for(name)
@@ -205,7 +218,7 @@ def _plan_method(
         identity = {
             **_episode_identity(cfg, cfg.student, cfg.seed),
             "method": method.kind,
-            "retrieval": retrieval.read_settings(),
+            "retrieval": memory.read_identity(retrieval),
             "protocol": cfg.protocol.read_settings(),
         }
         stage = graph.add(
@@ -213,12 +226,12 @@ def _plan_method(
                 key=stage_key("evaluate", identity, (bank_stage,)),
                 identity=identity,
                 upstream=(bank_stage,),
-                label=f"evaluate student={cfg.student.name} {name} ({'+'.join(retrieval.types)})",
+                label=f"evaluate student={cfg.student.name} {name} ({memory.label(retrieval)})",
                 model=None if cfg.student.backend == "oracle" else cfg.student,
                 role="student",
             )
         )
-        graph.memory_of[stage] = (bank_stage, isolation, retrieval)
+        graph.memory_of[stage] = MemoryRead(method.kind, bank_stage, isolation, retrieval)
         role, model = "student", cfg.student
     graph.needs[stage].update(eval_ids)
     # The protocol is part of the point even where the stage does not read it: zero-shot
@@ -245,22 +258,21 @@ def _plan_method(
 def _bank(
     graph: StageGraph, cfg: DistilleryConfig, name: str, source: StageKey, split: TaskSplit
 ) -> StageKey:
-    student_memory = cfg.method(name).kind == "student_memory"
-    builder_model = cfg.builder_model(student_memory)
+    kind = cfg.method(name).kind
+    memory = memory_method(kind)
+    builder_model = cfg.builder_model(memory.bank_source == "student")
     builder_identity = model_identity(builder_model) if builder_model else None
     identity = {
         "memory_task_ids": ids_sha(sorted(split.memory_ids)),
         "split": split.memory_split,
-        "builder": cfg.memory.builder.model_dump(
-            mode="json", exclude={"concurrency", "model", "student_memory_model"}
-        ),
+        "builder": memory.build_identity(cfg.memory),
         "builder_model": builder_identity,
         "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
     }
     source_label = graph.stages[source].label.split(" ", 1)[1]
     build = graph.add(
         Stage(
-            key=stage_key("build", identity, (source,)),
+            key=stage_key("build", identity, (source,), memory.build_fingerprint()),
             identity=identity,
             upstream=(source,),
             label=f"build from {source_label} ({len(split.memory_ids)} tasks)",
@@ -270,19 +282,20 @@ def _bank(
     graph.bank_sources.setdefault(
         build,
         BankSource(
-            source, tuple(sorted(split.memory_ids)), split.memory_split, cfg, student_memory
+            source,
+            tuple(sorted(split.memory_ids)),
+            split.memory_split,
+            cfg,
+            kind,
+            memory.bank_source,
         ),
     )
-    retrieval = cfg.retrieval_for(name)
-    with_text = any(
-        t in retrieval.types and retrieval.representation(t) == "text" for t in ("st", "fn")
-    )
-    if not with_text:
+    if not memory.derived_stage(cfg.retrieval_for(name)):
         return build
     render_identity = {"builder_model": builder_identity}
     render = graph.add(
         Stage(
-            key=stage_key("render", render_identity, (build,)),
+            key=stage_key("render", render_identity, (build,), memory.build_fingerprint()),
             identity=render_identity,
             upstream=(build,),
             label=f"render text of {build}",

@@ -62,13 +62,13 @@ def models_in_use(cfg: DistilleryConfig) -> list[tuple[str, ModelConfig]]:
     """(role, model) pairs the configured methods run: the teacher for its own score
     and for the episodes memory is built from, the student for every student method,
     the builder model for memory methods."""
-    kinds = {cfg.method(name).kind for name in cfg.methods}
+    methods = [cfg.method(name) for name in cfg.methods]
     used: list[tuple[str, ModelConfig]] = []
-    if kinds & {"teacher", "amd"}:
+    if any(m.reads_teacher_episodes for m in methods):
         used.append(("teacher", cfg.teacher))
-    if kinds & {"zero_shot", "amd", "student_memory"}:
+    if any(m.kind != "teacher" for m in methods):
         used.append(("student", cfg.student))
-    builder = cfg.builder_model() if kinds & {"amd", "student_memory"} else None
+    builder = cfg.builder_model() if any(m.uses_memory for m in methods) else None
     if builder is not None:
         used.append((f"builder_models.{cfg.memory.builder.model}", builder))
     return used
@@ -190,9 +190,8 @@ def _services(cfg: DistilleryConfig, used: Iterable[tuple[str, ModelConfig]]) ->
                         f"start the server, or fix {role}.base_url",
                     )
                 )
-    kinds = {cfg.method(name).kind for name in cfg.methods}
     url = cfg.memory.store.url
-    if url and kinds & {"amd", "student_memory"}:
+    if url and any(cfg.method(name).uses_memory for name in cfg.methods):
         why = _reachable(url)
         if why:
             out.append(

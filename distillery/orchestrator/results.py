@@ -179,7 +179,7 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         "deviations": ",".join(cfg.agent.options().deviations()) or "none",
     }
     if point.bank_stage is not None:  # who wrote the bank it reads
-        out["memory_writer"] = cfg.bank_writer(point.method.kind == "student_memory")
+        out["memory_writer"] = cfg.bank_writer(point.method.builds_from_student)
         if r and r.thresholds_set_for != cfg.memory.embedder.model:
             out["thresholds_embedder"] = (
                 f"set for {r.thresholds_set_for}, run with {cfg.memory.embedder.model}"

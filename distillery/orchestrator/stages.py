@@ -7,7 +7,8 @@ A sweep point expands into stages:
         -> render  (text renderings layered on a bank, for text representations)
           -> evaluate (the student with a memory method plays the evaluated tasks)
 
-`zero_shot` is an evaluate stage with no upstream; `student_memory` builds from it.
+`zero_shot` is an evaluate stage with no upstream; a memory method whose bank comes
+from the student's own runs (its `bank_source`) builds from it.
 
 A stage's key is the sha256 of its own config subset, its upstream stages' keys and
 its code version. Runtime knobs (concurrency, replicas, timeouts, endpoints, cluster,
@@ -114,39 +115,41 @@ def agent_prompt_fingerprint(benchmark: str) -> str:
     """The texts an agent is shown besides the task: a change re-runs agent stages.
 
     The benchmark's own fingerprint (its prompts and scoring facts, in its order), then
-    the memory hooks' texts, hashed as one flat list: the keys stay those computed when
-    this function listed the first benchmark's constants itself.
+    the project's memory methods' hook texts, hashed as one flat list: the keys stay
+    those computed when this function listed the first benchmark's constants itself.
     """
     from distillery.workers.envs.registry import benchmark_class
-    from distillery.workers.memory.amd import hooks
+    from distillery.workers.memory.registry import builtin_hook_texts
 
-    texts = [
-        *benchmark_class(benchmark).fingerprint(),
-        hooks.DECOMPOSE_PROMPT,
-        hooks.MEMORY_HEADER,
-    ]
+    texts = [*benchmark_class(benchmark).fingerprint(), *builtin_hook_texts()]
     return digest_of(texts)[:16]
 
 
-def code_fingerprint(kind: StageKind, benchmark: str | None = None) -> dict[str, str]:
-    """What a stage's code contributes to its key; episode stages name their benchmark."""
+def code_fingerprint(
+    kind: StageKind, benchmark: str | None = None, builders: str | None = None
+) -> dict[str, str]:
+    """What a stage's code contributes to its key: episode stages name their benchmark,
+    bank stages carry their memory method's `build_fingerprint` (`builders`)."""
     if kind in ("build", "render"):
-        from distillery.workers.memory.amd.bank import builder_code_version
-
-        return {"version": CODE_VERSIONS[kind], "builders": builder_code_version()}
+        if builders is None:
+            raise ValueError(f"a {kind} stage's key needs its memory method's builders")
+        return {"version": CODE_VERSIONS[kind], "builders": builders}
     if benchmark is None:
         raise ValueError(f"a {kind} stage's identity names its benchmark")
     return {"version": CODE_VERSIONS[kind], "prompts": agent_prompt_fingerprint(benchmark)}
 
 
 def stage_key(
-    kind: StageKind, identity: dict[str, Any], upstream: tuple[StageKey, ...] = ()
+    kind: StageKind,
+    identity: dict[str, Any],
+    upstream: tuple[StageKey, ...] = (),
+    builders: str | None = None,
 ) -> StageKey:
     payload = {
         "kind": kind,
         "identity": identity,
         "upstream": [str(u.kind) + ":" + u.digest for u in upstream],
-        "code": code_fingerprint(kind, identity.get("benchmark")),
+        "code": code_fingerprint(kind, identity.get("benchmark"), builders),
     }
     return StageKey(kind, digest_of(payload))
 

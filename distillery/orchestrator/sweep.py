@@ -97,10 +97,12 @@ class Sweep:
         model = cfg.teacher if stage.role == "teacher" else cfg.student
         memory = None
         if stage.key in self.graph.memory_of:
-            bank_stage, isolation, retrieval = self.graph.memory_of[stage.key]
-            bank_id = self.memory.bank_of(bank_stage)
-            ray_get(self.memory.service.open_bank.remote(bank_id, isolation))
-            memory = MemoryJob(self.memory.service, bank_id, isolation, retrieval)
+            read = self.graph.memory_of[stage.key]
+            bank_id = self.memory.bank_of(read.bank_stage)
+            ray_get(self.memory.service.open_bank.remote(bank_id, read.isolation))
+            memory = MemoryJob(
+                self.memory.service, bank_id, read.isolation, read.settings, read.kind
+            )
         seed = effective_seed(model, cfg.seed if stage.role == "student" else 0)
         job = AgentJob(
             run_id=self.sweep_id,

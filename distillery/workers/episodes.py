@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from distillery.workers.agents.loop import EpisodeOutcome, run_agent_loop
+from distillery.workers.agents.loop import EpisodeOutcome, MemoryHooks, run_agent_loop
 from distillery.workers.agents.policies import ChatBackend, EpisodePolicy, LlmPolicy, OraclePolicy
 from distillery.workers.envs.base import AgentOptions, Benchmark, Score, Task
 from distillery.workers.envs.execution import close_in_env_thread, run_in_env_thread
@@ -30,7 +30,7 @@ from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import clean_text
 from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
-from distillery.workers.memory.amd.hooks import AmdHooks
+from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import ServiceLookup
 from distillery.workers.trajectories import (
     EpisodeFile,
@@ -224,13 +224,14 @@ class EpisodeRunner:
         finally:
             await policy.close()
             await close_in_env_thread(env.close)
-        if hooks is not None:  # the student's own decomposition calls count as its usage
-            outcome.n_llm_calls += hooks.log.llm_calls
-            outcome.tokens_in += hooks.log.usage.prompt_tokens
-            outcome.tokens_out += hooks.log.usage.completion_tokens
-            outcome.tokens_reasoning += hooks.log.usage.reasoning_tokens
+        if hooks is not None:  # the hooks' calls (e.g. a decomposition) are the student's usage
+            calls, usage = hooks.model_usage()
+            outcome.n_llm_calls += calls
+            outcome.tokens_in += usage.prompt_tokens
+            outcome.tokens_out += usage.completion_tokens
+            outcome.tokens_reasoning += usage.reasoning_tokens
         record = self._record(task, episode_id, started, attempts, outcome, score)
-        extra: dict[str, Any] = hooks.log.as_dict() if hooks is not None else {}
+        extra: dict[str, Any] = hooks.record() if hooks is not None else {}
         if outcome.reply_notes:
             extra["reply_notes"] = outcome.reply_notes
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped
@@ -238,7 +239,7 @@ class EpisodeRunner:
             record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record
 
-    def _hooks(self, task: Task, policy: EpisodePolicy) -> AmdHooks | None:
+    def _hooks(self, task: Task, policy: EpisodePolicy) -> MemoryHooks | None:
         memory = self.job.memory
         if memory is None:
             return None
@@ -247,13 +248,13 @@ class EpisodeRunner:
             return await policy.respond(messages, None)
 
         isolation = memory.isolation
-        return AmdHooks(
-            task.task_id,
+        # The method acts inside the episode only through the hooks it returns.
+        return memory_method(memory.kind).hooks(
+            task,
             ServiceLookup(memory),
             memory.retrieval,
             allows=lambda source: isolation.allows(source, task.task_id),
             ask_model=ask,
-            user_turns=list(task.turns),
         )
 
     def _base_fields(self, task: Task, episode_id: str, started: float, attempts: int) -> dict:

@@ -143,7 +143,8 @@ class MemoryJob:
     service: Any  # Ray actor handle of MemoryServiceImpl
     bank_id: str
     isolation: Isolation
-    retrieval: Any  # RetrievalConfig
+    retrieval: Any  # the memory method's read settings
+    kind: str  # the memory method, whose hooks the episode runs
 
 
 class ServiceLookup:

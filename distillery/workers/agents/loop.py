@@ -36,6 +36,7 @@ from distillery.workers.llm.types import (
     ContextOverflow,
     InvalidReply,
     RequestRejected,
+    Usage,
 )
 from distillery.workers.trajectories import CallRecord, StepRecord
 
@@ -58,6 +59,18 @@ class EpisodeHooks(Protocol):
         self, turn_index: int, user_text: str, observations: list[ToolResult]
     ) -> list[ToolResult]:
         """The observations as the model will see them (reactive injection)."""
+
+
+class MemoryHooks(EpisodeHooks, Protocol):
+    """A memory method's hooks: the only way a method acts inside an episode. Besides
+    injecting, they report what the episode record keeps of them."""
+
+    def model_usage(self) -> tuple[int, Usage]:
+        """Calls the hooks made to the agent's own model and their tokens (they count
+        as the agent's usage)."""
+
+    def record(self) -> dict[str, Any]:
+        """What the episode record keeps (its `extra_json`): retrievals, audits."""
 
 
 @dataclass

@@ -109,6 +109,12 @@ class AmdHooks:
         self._workflow_block = ""
         self._subtask_block = ""
 
+    def model_usage(self) -> tuple[int, Usage]:
+        return self.log.llm_calls, self.log.usage
+
+    def record(self) -> dict[str, Any]:
+        return self.log.as_dict()
+
     # -- proactive injection -------------------------------------------------------
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:

@@ -1,0 +1,82 @@
+"""The seam between the orchestrator and a memory method.
+
+A memory method (AMD is one, in `memory/amd/`) owns everything method-specific: which
+episode stage its bank is built from, its settings model, what of them enters a stage's
+identity, its code version and prompt texts, building its bank, the episode hooks that
+inject memory, and how its points are described. The orchestrator only ever talks to
+this protocol, looked up by a method config's `kind` in `memory.registry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from distillery.workers.agents.loop import EpisodeHooks
+    from distillery.workers.envs.base import Task
+    from distillery.workers.memory.config import MemoryConfig
+
+# Which episode stage feeds a bank: the teacher's collection, or the student's own
+# zero-shot runs (a bank of its successes).
+BankSourceKind = Literal["teacher", "student"]
+
+
+@runtime_checkable
+class MemoryMethod(Protocol):
+    """One memory method. Instances are stateless; the registry hands out one each."""
+
+    kind: str  # the config's `kind`, e.g. "amd"
+    bank_source: BankSourceKind
+    settings_model: type[BaseModel]  # validated read settings (method_catalog.*.retrieval)
+    code_version: str  # explicit: bump when what the method builds or reads changes
+
+    def settings(
+        self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
+    ) -> BaseModel:
+        """The read settings of one method config: the shared `memory.retrieval`
+        defaults, the method's own overrides and its `types` (None: the method's
+        default). Raises pydantic's ValidationError (locations are the setting names)."""
+        ...
+
+    def read_identity(self, settings: Any) -> dict[str, Any]:
+        """What of `settings` decides an evaluate stage's episodes (its identity)."""
+        ...
+
+    def build_identity(self, memory: MemoryConfig) -> dict[str, Any]:
+        """The builder knobs that decide a bank's content (build stage identity)."""
+        ...
+
+    def build_fingerprint(self) -> str:
+        """Version and prompt texts of the builders: a changed text is a new bank."""
+        ...
+
+    def hook_texts(self) -> tuple[str, ...]:
+        """Texts the episode hooks show the agent (part of episode stage keys)."""
+        ...
+
+    def derived_stage(self, settings: Any) -> bool:
+        """Whether the read bank is derived from the built one by a second stage
+        (AMD: text renderings of Subtask and Function entries)."""
+        ...
+
+    def hooks(
+        self,
+        task: Task,
+        search: Any,
+        settings: Any,
+        allows: Callable[[Any], bool],
+        ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
+    ) -> EpisodeHooks:
+        """The hooks through which the method acts inside one episode (the only way)."""
+        ...
+
+    def label(self, settings: Any) -> str:
+        """A short reminder of the settings for stage labels, e.g. `wf+st+fn`."""
+        ...
+
+    def descriptors(self, settings: Any) -> dict[str, str]:
+        """Settings as `key -> text` for MLflow params, point names and report columns."""
+        ...
