@@ -27,7 +27,7 @@ def _config(*overrides: str):
 
 
 def test_a_plugin_config_package_is_on_the_search_path(toy_plugin):
-    assert plugin_config_paths() == ["pkg://toy_plugin.conf"]
+    assert "pkg://toy_plugin.conf" in plugin_config_paths()
     cfg = _config("benchmark=toy", "benchmark.limit=null", "methods=[teacher,zero_shot,amd_wf]")
     assert cfg.benchmark.name == "toy" and cfg.benchmark.max_steps_per_turn is None
     graph = plan_sweep([cfg])
@@ -36,8 +36,21 @@ def test_a_plugin_config_package_is_on_the_search_path(toy_plugin):
     # The plugin's options reach its options model through its own yaml's `options: {}`.
     fewer = _config("benchmark=toy", "benchmark.limit=null", "+benchmark.options.n_tasks=2")
     assert sorted(plan_sweep([fewer]).tasks) == TOY_TASKS[:2]
-    # distillery's own groups are still found, and still win for their own names.
     assert _config("benchmark=bfcl_multi_turn_base").benchmark.name == "bfcl_multi_turn_base"
+
+
+def test_distillerys_own_configs_win_over_a_plugins_of_the_same_name(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    shadow = site / "shadow_conf" / "benchmark"
+    shadow.mkdir(parents=True)
+    (site / "shadow_conf" / "__init__.py").write_text("")
+    (shadow / "bfcl_multi_turn_base.yaml").write_text("name: shadowed\n")
+    (shadow / "shadow_only.yaml").write_text("name: toy\nmax_steps_per_turn: 3\n")
+    groups = {**ENTRY_POINTS, "distillery.conf": {"shadow": "shadow_conf"}}
+    for path in reversed(install_toy_plugin(site, groups)):
+        monkeypatch.syspath_prepend(path)
+    assert _config().benchmark.name == "bfcl_multi_turn_base"
+    assert _config("benchmark=shadow_only").benchmark.max_steps_per_turn == 3
 
 
 def test_cfg_job_prints_the_plugin_benchmark(toy_plugin, capsys):
@@ -47,7 +60,7 @@ def test_cfg_job_prints_the_plugin_benchmark(toy_plugin, capsys):
 
 
 def test_without_the_plugin_its_group_option_is_unknown():
-    assert plugin_config_paths() == []
+    assert "pkg://toy_plugin.conf" not in plugin_config_paths()
     with pytest.raises(MissingConfigException, match="benchmark/toy"):
         compose(["benchmark=toy"])
 

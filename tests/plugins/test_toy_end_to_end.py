@@ -4,7 +4,7 @@ names it) is registered by its distribution's entry points only (`distillery.ben
 for the adapter, `distillery.conf` for `conf/benchmark/toy.yaml`), and one run of
 `distillery benchmark=toy ...` collects with the oracle teacher, evaluates the student
 zero-shot and with AMD memory (collect -> build -> evaluate), logs to MLflow, then
-`distillery report` reads the sweep.
+`distillery compare` pairs two of its points and `distillery report` reads the sweep.
 
 The student is the plugin's own scripted player behind the OpenAI-compatible stub
 server (real HTTP), on a private local Ray started by the command itself.
@@ -179,6 +179,23 @@ def test_a_plugin_benchmark_runs_collect_build_evaluate_mlflow_and_report(tmp_pa
         for record in records if method.memory else ():
             system = json.loads(record.messages_json)[0]
             assert system["role"] == "system" and method.memory in system["content"]
+
+    # `distillery compare`: zero-shot and a memory method paired on the toy's tasks.
+    memory_method = next(m for m in METHODS if m.memory)
+    compare = _run(
+        [
+            "compare",
+            children["zero_shot"].info.run_id,
+            children[memory_method.name].info.run_id,
+            f"--root={tmp_path / 'runs'}",
+            f"--tracking-uri={tracking}",
+        ],
+        env,
+        tmp_path,
+    )
+    assert compare.returncode == 0, compare.stdout[-3000:] + compare.stderr[-3000:]
+    assert "Paired on 6 task(s) scored by both" in compare.stdout
+    assert "A solved 6/6 (100.0%), B solved 6/6 (100.0%)" in compare.stdout
 
     # `distillery report` on the sweep: a table per method, logged to the parent run.
     report = _run(["report", sweep_dir], env, tmp_path)
