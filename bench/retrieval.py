@@ -230,7 +230,7 @@ def bench_build(trajectories: int, delay: float, concurrency: int) -> None:
     from distillery.workers.llm.config import ModelConfig
     from distillery.workers.memory.amd.bank import build_bank
     from distillery.workers.memory.config import BuilderConfig
-    from distillery.workers.memory_service import _builder_llm
+    from distillery.workers.memory_service import builder_llm
     from distillery.workers.trajectories import read_episodes
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -254,9 +254,7 @@ def bench_build(trajectories: int, delay: float, concurrency: int) -> None:
         )
         with run_stub_server("distillery.testing.scripts:always_text", delay_s=delay) as url:
             for c in (1, concurrency):
-                llm = _builder_llm(
-                    model.model_copy(update={"max_concurrency_per_server": c}), [url]
-                )
+                llm = builder_llm(model.model_copy(update={"max_concurrency_per_server": c}), [url])
                 started = time.perf_counter()
                 bank = asyncio.run(
                     build_bank(episodes, tasks, BuilderConfig(concurrency=c), llm, "all", False)

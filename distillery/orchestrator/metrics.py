@@ -1,15 +1,14 @@
-"""Per-agent metrics from episode summaries (the numbers every child run logs), and the
-memory metrics of a point that reads a bank (from its episodes' retrieval logs)."""
+"""Per-agent metrics from episode summaries (the numbers every child run logs). A memory
+method's own metrics (from its hooks' records) are the method's (`MemoryMethod.metrics`)."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from distillery.orchestrator.stats import percentile, wilson_interval
-from distillery.workers.trajectories import INFRA_TERMINATIONS, EpisodeRecord
+from distillery.workers.trajectories import INFRA_TERMINATIONS
 
 
 class EpisodeLike(Protocol):
@@ -49,26 +48,4 @@ def agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
         # The model's own failure (scored), counted apart from other failures.
         "context_overflows": float(sum(1 for e in episodes if e.termination == "context_overflow")),
         "tokens_reasoning": float(sum(getattr(e, "tokens_reasoning", 0) for e in episodes)),
-    }
-
-
-def memory_metrics(records: list[EpisodeRecord]) -> dict[str, float]:
-    """Isolation audit and injection counts from the episodes' retrieval logs."""
-    totals = {"isolation_violations": 0.0, "isolation_checked": 0.0}
-    injected = {"wf": 0.0, "st": 0.0, "fn": 0.0}
-    fallbacks = 0.0
-    for record in records:
-        if not record.extra_json:
-            continue
-        log = json.loads(record.extra_json)
-        totals["isolation_violations"] += log.get("isolation_violations", 0)
-        totals["isolation_checked"] += log.get("isolation_checked", 0)
-        fallbacks += bool(log.get("decomposition_fallback"))
-        for event in log.get("retrievals", []):
-            if event.get("allowed"):
-                injected[event["type"]] += 1
-    return {
-        **totals,
-        **{f"injected_{t}": n for t, n in injected.items()},
-        "decomposition_fallbacks": fallbacks,
     }

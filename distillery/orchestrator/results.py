@@ -27,6 +27,7 @@ from distillery.redaction import redact_obj
 from distillery.workers.envs.registry import benchmark_class
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.memory.registry import memory_method
 from distillery.workers.storage import Location
 
 if TYPE_CHECKING:
@@ -113,7 +114,8 @@ def _log_points(
             **safe_params(cfg.model_dump(mode="json")),
             "method": point.method_name,
             "method.kind": method.kind,
-            "method.types": ",".join(retrieval.types) if retrieval else "",
+            # The collections a memory method reads, where its settings name them.
+            "method.types": ",".join(getattr(retrieval, "types", None) or ()),
             "eval_task_ids_sha": point.split.eval_ids_sha,
             "eval_n_tasks": str(len(point.split.eval_ids)),
         }
@@ -174,21 +176,14 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         "method_kind": point.method.kind,
         "role": point.role,
         "seed": str(cfg.seed),
-        "memory_types": "+".join(r.types) if r else "",
+        "memory_types": "",  # a memory method's tags say which
         # Deviations from the benchmark's own pipeline ("none": BFCL-faithful).
         "deviations": ",".join(cfg.agent.options().deviations()) or "none",
     }
     if point.bank_stage is not None:  # who wrote the bank it reads
         out["memory_writer"] = cfg.bank_writer(point.method.builds_from_student)
-        if r and r.thresholds_set_for != cfg.memory.embedder.model:
-            out["thresholds_embedder"] = (
-                f"set for {r.thresholds_set_for}, run with {cfg.memory.embedder.model}"
-            )
-    if r:
-        for t in r.types:
-            out[f"k_{t}"] = str(r.k(t))
-            out[f"delta_{t}"] = str(r.threshold(t))
-            out[f"repr_{t}"] = r.representation(t)
+    if r is not None:
+        out.update(memory_method(point.method.kind).tags(r, cfg.memory.embedder.model))
     return out
 
 
@@ -210,7 +205,7 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "student_params_b": point.cfg.student.params_b,
             "benchmark": point.cfg.benchmark.name,
             "protocol": point.cfg.protocol.name,
-            "memory_types": "+".join(r.types) if r else "",
+            "memory_types": "",  # a memory method's report columns say which
             "seed": point.cfg.seed,
             # the scored agent's sampling: the report tells repeated runs at temperature
             # 0 (the same greedy requests) from sampled ones
@@ -227,11 +222,8 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "n_scored": int(result.metrics["n_scored"]),
             "n_unscored": int(result.metrics["n_unscored"]),
         }
-        for t in ("wf", "st", "fn"):
-            used = r is not None and t in r.types
-            row[f"k_{t}"] = r.k(t) if used else None  # type: ignore[union-attr]
-            row[f"delta_{t}"] = r.threshold(t) if used else None  # type: ignore[union-attr]
-            row[f"repr_{t}"] = r.representation(t) if used else None  # type: ignore[union-attr]
+        if r is not None:
+            row.update(memory_method(point.method.kind).report_columns(r))
         points.append(row)
         for s in result.summaries:
             episodes.append(
@@ -302,6 +294,10 @@ def _write_table(target: Location, rows: list[dict[str, Any]]) -> None:
     import pyarrow.parquet as pq
 
     rows = redact_obj(rows)
+    # Rows may differ in columns (a memory method's own): every row gets every column,
+    # None where it has none (pyarrow would take the first row's columns only).
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    rows = [{key: row.get(key) for key in columns} for row in rows]
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), sink)
     target.write_bytes(sink.getvalue().to_pybytes())

@@ -15,12 +15,13 @@ from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.dispatch import ray_get, run_agent
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.memory_stage import MemoryStage
-from distillery.orchestrator.metrics import agent_metrics, memory_metrics
+from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.plan import EvalPoint, StageGraph, server_key, stage_line
 from distillery.orchestrator.server_pool import ServerPool
 from distillery.orchestrator.stages import Stage, StageKey, digest_of, effective_seed
 from distillery.workers.envs.base import Task
 from distillery.workers.episodes import AgentJob, EpisodeSummary
+from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import MemoryJob
 from distillery.workers.storage import Location
 from distillery.workers.trajectories import EpisodeRecord, read_episode_file_bytes
@@ -176,7 +177,7 @@ class Sweep:
     ) -> dict:
         metrics = agent_metrics(summaries)
         if point.bank_stage is not None:
-            metrics.update(memory_metrics(records))
+            metrics.update(memory_method(point.method.kind).metrics(records))
             output = self.ledger.output(point.bank_stage) or {}
             metrics.update({f"bank_{t}": float(n) for t, n in output.get("counts", {}).items()})
             metrics.update(

@@ -200,7 +200,9 @@ class RoutedBuilderLLM:
             self._routed.end_episode(request_id)
 
 
-def _builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
+def builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
+    """The LLM a bank's builders call: `model` over its replicas (None: no model, the
+    builders write deterministic entries only)."""
     if model is None:
         return None
     from distillery.workers.llm.router import RoutedChat
@@ -210,32 +212,25 @@ def _builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
     return RoutedBuilderLLM(routed, model.temperature, cap, model.top_p)
 
 
-async def render_text_task(
-    bank: BuiltBank, builder: Any, model: Any, endpoints: list[str]
-) -> BuiltBank:
-    """Body of the text-rendering Ray task: adds `.text` to a built bank's ST and FN."""
-    from distillery.workers.memory.amd.llm import BuildStats
-    from distillery.workers.memory.amd.render import TextRenderer
+async def render_task(kind: str, bank: Any, builder: Any, model: Any, endpoints: list[str]) -> Any:
+    """Body of a derived (render) stage's Ray task: the memory method's `render`."""
+    from distillery.workers.memory.registry import memory_method
 
-    stats = BuildStats()
-    renderer = TextRenderer(_builder_llm(model, endpoints), stats=stats)
-    bank.segments = await renderer.render_segments(bank.segments, builder.concurrency)
-    bank.functions = await renderer.render_functions(bank.functions, builder.concurrency)
-    bank.stats = stats
-    return bank
+    return await memory_method(kind).render(bank, builder, builder_llm(model, endpoints))
 
 
-async def build_bank_task(
+async def build_task(
+    kind: str,
     episodes: list[Any],
     tasks: list[Any],
     split: str,
-    with_text: bool,
     builder: Any,
     model: Any,
     endpoints: list[str],
-) -> BuiltBank:
-    """Body of the build stage's Ray task: the builders' LLM calls run concurrently."""
-    from distillery.workers.memory.amd.bank import build_bank
+) -> Any:
+    """Body of the build stage's Ray task: the memory method's `build` (its LLM calls
+    run concurrently)."""
+    from distillery.workers.memory.registry import memory_method
 
-    llm = _builder_llm(model, endpoints)
-    return await build_bank(episodes, tasks, builder, llm, split, with_text)
+    llm = builder_llm(model, endpoints)
+    return await memory_method(kind).build(episodes, tasks, builder, llm, split)

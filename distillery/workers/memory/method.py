@@ -17,7 +17,8 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from distillery.workers.agents.loop import EpisodeHooks
     from distillery.workers.envs.base import Task
-    from distillery.workers.memory.config import MemoryConfig
+    from distillery.workers.memory.config import BuilderConfig, MemoryConfig
+    from distillery.workers.trajectories import EpisodeRecord
 
 # Which episode stage feeds a bank: the teacher's collection, or the student's own
 # zero-shot runs (a bank of its successes).
@@ -53,6 +54,29 @@ class MemoryMethod(Protocol):
         """Version and prompt texts of the builders: a changed text is a new bank."""
         ...
 
+    def bank_id(
+        self, episodes: Sequence[EpisodeRecord], memory: MemoryConfig, writer: str, split: str
+    ) -> str:
+        """Content hash of everything that decides a built bank's entries (`writer`:
+        the builder model's name or "none"): equal banks are reused from the store."""
+        ...
+
+    async def build(
+        self,
+        episodes: Sequence[EpisodeRecord],
+        tasks: Sequence[Task],
+        builder: BuilderConfig,
+        llm: Any,
+        split: str,
+    ) -> Any:
+        """One bank from the source stage's episodes (`llm`: the builder model, None
+        for deterministic entries); the memory service stores what it returns."""
+        ...
+
+    async def render(self, bank: Any, builder: BuilderConfig, llm: Any) -> Any:
+        """The derived bank of a derived stage (see `derived_stage`)."""
+        ...
+
     def hook_texts(self) -> tuple[str, ...]:
         """Texts the episode hooks show the agent (part of episode stage keys)."""
         ...
@@ -71,6 +95,20 @@ class MemoryMethod(Protocol):
         ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
     ) -> EpisodeHooks:
         """The hooks through which the method acts inside one episode (the only way)."""
+        ...
+
+    def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
+        """A point's memory metrics from its episode records (`extra_json`: what the
+        method's hooks recorded), e.g. an isolation audit."""
+        ...
+
+    def tags(self, settings: Any, embedder: str) -> dict[str, str]:
+        """MLflow tags of an evaluation point (what researchers filter runs by);
+        `embedder`: the embedding model the sweep runs with."""
+        ...
+
+    def report_columns(self, settings: Any) -> dict[str, Any]:
+        """Columns of the sweep's points table (report cells), e.g. `memory_types`."""
         ...
 
     def label(self, settings: Any) -> str:

@@ -39,10 +39,16 @@ _FACTS = (
     "read_identity",
     "build_identity",
     "build_fingerprint",
+    "bank_id",
+    "build",
+    "render",
     "hook_texts",
     "derived_stage",
     "hooks",
     "label",
+    "metrics",
+    "tags",
+    "report_columns",
     "descriptors",
 )
 

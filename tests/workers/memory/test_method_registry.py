@@ -60,6 +60,15 @@ class ToyMemory:
     def build_fingerprint(self):
         return "toy-builders-" + self.code_version
 
+    def bank_id(self, episodes, memory, writer, split):
+        return "toy-bank"
+
+    async def build(self, episodes, tasks, builder, llm, split):
+        raise NotImplementedError
+
+    async def render(self, bank, builder, llm):
+        raise NotImplementedError
+
     def hook_texts(self):
         return (HINT,)
 
@@ -68,6 +77,15 @@ class ToyMemory:
 
     def hooks(self, task, search, settings, allows, ask_model):
         raise NotImplementedError
+
+    def metrics(self, records):
+        return {}
+
+    def tags(self, settings, embedder):
+        return {"memory_types": "notes", "k_notes": str(settings.k_notes)}
+
+    def report_columns(self, settings):
+        return {"memory_types": "notes", "k_notes": settings.k_notes}
 
     def label(self, settings):
         return f"notes k={settings.k_notes}"

@@ -7,16 +7,19 @@ kinds ("amd", "student_memory") are the config names, so configs and keys stay.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from distillery.workers.memory.amd.records import MEMORY_TYPES
-from distillery.workers.memory.config import MemoryConfig, RetrievalConfig
+from distillery.workers.memory.config import BuilderConfig, MemoryConfig, RetrievalConfig
 from distillery.workers.memory.method import BankSourceKind
 
 if TYPE_CHECKING:
     from distillery.workers.agents.loop import EpisodeHooks
     from distillery.workers.envs.base import Task
+    from distillery.workers.memory.amd.bank import BuiltBank
+    from distillery.workers.trajectories import EpisodeRecord
 
 
 def _text(value: Any) -> str:
@@ -55,6 +58,38 @@ class AmdMethod:
 
         return builder_code_version()
 
+    def bank_id(
+        self, episodes: Sequence[EpisodeRecord], memory: MemoryConfig, writer: str, split: str
+    ) -> str:
+        from distillery.workers.memory.amd.bank import bank_id_for
+
+        # Text renderings are a derived bank of their own (render stage), never built in.
+        return bank_id_for(episodes, memory.builder, writer, split, False)
+
+    async def build(
+        self,
+        episodes: Sequence[EpisodeRecord],
+        tasks: Sequence[Task],
+        builder: BuilderConfig,
+        llm: Any,
+        split: str,
+    ) -> BuiltBank:
+        from distillery.workers.memory.amd.bank import build_bank
+
+        return await build_bank(episodes, tasks, builder, llm, split, False)
+
+    async def render(self, bank: BuiltBank, builder: BuilderConfig, llm: Any) -> BuiltBank:
+        """Adds `.text` to a built bank's Subtask and Function entries."""
+        from distillery.workers.memory.amd.llm import BuildStats
+        from distillery.workers.memory.amd.render import TextRenderer
+
+        stats = BuildStats()
+        renderer = TextRenderer(llm, stats=stats)
+        bank.segments = await renderer.render_segments(bank.segments, builder.concurrency)
+        bank.functions = await renderer.render_functions(bank.functions, builder.concurrency)
+        bank.stats = stats
+        return bank
+
     def hook_texts(self) -> tuple[str, ...]:
         from distillery.workers.memory.amd import hooks
 
@@ -84,6 +119,49 @@ class AmdMethod:
             ask_model=ask_model,
             user_turns=list(task.turns),
         )
+
+    def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
+        """Isolation audit and injection counts from the episodes' retrieval logs."""
+        totals = {"isolation_violations": 0.0, "isolation_checked": 0.0}
+        injected = dict.fromkeys(MEMORY_TYPES, 0.0)
+        fallbacks = 0.0
+        for record in records:
+            if not record.extra_json:
+                continue
+            log = json.loads(record.extra_json)
+            totals["isolation_violations"] += log.get("isolation_violations", 0)
+            totals["isolation_checked"] += log.get("isolation_checked", 0)
+            fallbacks += bool(log.get("decomposition_fallback"))
+            for event in log.get("retrievals", []):
+                if event.get("allowed"):
+                    injected[event["type"]] += 1
+        return {
+            **totals,
+            **{f"injected_{t}": n for t, n in injected.items()},
+            "decomposition_fallbacks": fallbacks,
+        }
+
+    def tags(self, settings: RetrievalConfig, embedder: str) -> dict[str, str]:
+        out = {"memory_types": "+".join(settings.types)}
+        if settings.thresholds_set_for != embedder:  # cosine scales differ between embedders
+            out["thresholds_embedder"] = (
+                f"set for {settings.thresholds_set_for}, run with {embedder}"
+            )
+        for t in settings.types:
+            out[f"k_{t}"] = str(settings.k(t))
+            out[f"delta_{t}"] = str(settings.threshold(t))
+            out[f"repr_{t}"] = settings.representation(t)
+        return out
+
+    def report_columns(self, settings: RetrievalConfig) -> dict[str, Any]:
+        # Every type's columns, None where unread: the report's cells tell WF from WF+ST.
+        out: dict[str, Any] = {"memory_types": "+".join(settings.types)}
+        for t in MEMORY_TYPES:
+            used = t in settings.types
+            out[f"k_{t}"] = settings.k(t) if used else None
+            out[f"delta_{t}"] = settings.threshold(t) if used else None
+            out[f"repr_{t}"] = settings.representation(t) if used else None
+        return out
 
     def label(self, settings: RetrievalConfig) -> str:
         return "+".join(settings.types)
