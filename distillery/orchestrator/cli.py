@@ -14,6 +14,10 @@
 
 Re-running the same command resumes an interrupted sweep: finished stages and
 episodes are reused from the ledger under output_dir.
+
+A benchmark of another installed package is found through its entry points:
+`distillery.benchmarks` (the adapter) and `distillery.conf` (its config package, e.g.
+with benchmark/NAME.yaml, so that `benchmark=NAME` selects it).
 """
 
 from __future__ import annotations
@@ -210,7 +214,11 @@ def run_cli(argv: list[str]) -> int:
         return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
         if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            return _refuse(exc)
+            code = _refuse(exc)
+            hint = _registered_without_config(str(exc))
+            if hint:
+                print(f"distillery: {hint}", file=sys.stderr)
+            return code
         raise
     if "--cfg" in flags:
         for _, composed in points:
@@ -261,6 +269,25 @@ def validate_sweep(
     check_requirements(configs, models=models, services=False)
     check_config(plan_sweep(configs))
     return configs
+
+
+def _registered_without_config(message: str) -> str | None:
+    """For Hydra's "Could not find 'benchmark/NAME'" where NAME is a registered
+    benchmark (an entry point of another package) whose package ships no config: how to
+    select it anyway, and how its package can ship one."""
+    found = re.search(r"Could not find 'benchmark/([^']+)'", message)
+    if not found:
+        return None
+    from distillery.workers.envs.registry import known_benchmarks
+
+    name = found.group(1)
+    if name not in known_benchmarks():
+        return None
+    return (
+        f"benchmark {name!r} is registered, but no config package on Hydra's search path "
+        f"has benchmark/{name}.yaml: select it with benchmark.name={name}, or have its "
+        f"package name its config package in the {CONF_ENTRY_POINT_GROUP} entry-point group"
+    )
 
 
 def _refuse(exc: BaseException) -> int:

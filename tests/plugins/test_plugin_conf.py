@@ -90,3 +90,21 @@ def test_a_broken_config_entry_point_is_named(tmp_path, monkeypatch, capsys, val
 def test_a_search_path_of_the_users_own_would_drop_the_plugins(toy_plugin):
     with pytest.raises(ConfigError, match="hydra.searchpath is set by the distillery.conf"):
         compose(["hydra.searchpath=[pkg://somewhere]", "benchmark=toy"])
+
+
+def test_a_registered_benchmark_without_configs_is_explained(tmp_path, monkeypatch, capsys):
+    groups = {"distillery.benchmarks": ENTRY_POINTS["distillery.benchmarks"]}
+    for path in reversed(install_toy_plugin(tmp_path / "site", groups)):
+        monkeypatch.syspath_prepend(path)
+    assert run_cli(["benchmark=toy", "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert "Could not find 'benchmark/toy'" in err
+    assert err.splitlines()[-1] == (
+        "distillery: benchmark 'toy' is registered, but no config package on Hydra's "
+        "search path has benchmark/toy.yaml: select it with benchmark.name=toy, or have "
+        "its package name its config package in the distillery.conf entry-point group"
+    )
+    assert run_cli(["benchmark=nope", "--plan"]) == 2  # not registered: Hydra's own words
+    assert "is registered" not in capsys.readouterr().err
+    # The hint's way works: the adapter by name on top of the default benchmark's yaml.
+    assert _config("benchmark.name=toy").benchmark.name == "toy"
