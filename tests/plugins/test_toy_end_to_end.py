@@ -199,12 +199,6 @@ def test_a_plugin_benchmark_runs_collect_build_evaluate_mlflow_and_report(tmp_pa
 
     # `distillery report` on the sweep: a table per method, logged to the parent run.
     report = _run(["report", sweep_dir], env, tmp_path)
-    if "columns overlap but no suffix specified" in report.stderr:
-        pytest.xfail(
-            "distillery report fails on any sweep written by the current code: "
-            "report/stats.py point_stats joins points.parquet (which has n_scored) "
-            "with its own n_scored aggregate"
-        )
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     table = report.stdout.splitlines()
     assert "| student | method | toy |" in table  # a column per benchmark
