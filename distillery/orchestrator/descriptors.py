@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 
 # Shown first, in this order; the rest follow in the order facets were added.
 _LEADING = ("student", "teacher", "protocol", "seed")
-RETRIEVAL_KEYS = frozenset(
-    f"{what}_{t}" for what in ("k", "threshold", "representation") for t in ("wf", "st", "fn")
-) | {"subtask_query", "max_subtasks", "block_max_chars"}
 # Model fields never worth showing (the name is shown as the model itself).
 _MODEL_SKIP = RUNTIME_MODEL_FIELDS | {"seed", "name"}
 
@@ -141,6 +138,13 @@ _SHARED_SHOWN = ("student", "teacher", "protocol", "seed", "benchmark", "tasks")
 
 def name_sweep(graph: StageGraph) -> SweepNames:
     facets = {pid: point_facets(p) for pid, p in graph.points.items()}
+    # A memory method's read settings: a bank (build, render) reads none of them.
+    read_keys = {
+        key
+        for p in graph.points.values()
+        if p.retrieval is not None
+        for key in memory_method(p.method.kind).descriptors(p.retrieval)
+    }
     # A key absent from some points (k_st of a Workflow-only method) does not vary by
     # that; it varies when the points that have it disagree.
     keys = [k for k in varying_keys(facets.values()) if _varies_within_model(k, facets)]
@@ -156,7 +160,7 @@ def name_sweep(graph: StageGraph) -> SweepNames:
         # the evaluated ones).
         shown = keys
         if not graph.stages[key].plays_episodes:
-            shown = [k for k in keys if k != "tasks" and k not in RETRIEVAL_KEYS]
+            shown = [k for k in keys if k != "tasks" and k not in read_keys]
         stages[key] = render(shared_facets(used_by), shown)
     agreed = agreed_facets(facets.values())
     shared = render(agreed, [k for k in _SHARED_SHOWN if k not in keys])

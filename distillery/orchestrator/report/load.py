@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from distillery.orchestrator.costs import PriceTable
+from distillery.workers.memory.registry import is_memory_method, memory_method
 from distillery.workers.storage import Location
 
 MEMORY_TYPES = ("wf", "st", "fn")
@@ -184,9 +185,22 @@ def normalize_points(points: pd.DataFrame) -> pd.DataFrame:
     out.loc[teacher_rows, "teacher"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student_params_b"] = np.nan
-    no_teacher = out["method_kind"].isin(["zero_shot", "student_memory"])
+    no_teacher = out["method_kind"].map(lambda k: kind_rank(k) in (1, 2)).astype(bool)
     out.loc[no_teacher, "teacher"] = ""
     return out.drop_duplicates("point_id", keep="last").reset_index(drop=True)
+
+
+def kind_rank(kind: str) -> int:
+    """Reading order of a method kind: the teacher, zero-shot, memory built from the
+    student's own runs, memory from the teacher's (a kind no longer registered last)."""
+    if kind in ("teacher", "zero_shot"):
+        return {"teacher": 0, "zero_shot": 1}[kind]
+    if not is_memory_method(kind):
+        return 3
+    try:
+        return 2 if memory_method(kind).bank_source == "student" else 3
+    except Exception:  # a broken plugin must not break the report of its old sweeps
+        return 3
 
 
 def normalize_episodes(episodes: pd.DataFrame) -> pd.DataFrame:

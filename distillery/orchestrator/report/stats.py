@@ -7,10 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from distillery.orchestrator.report.load import CELL_KEYS
+from distillery.orchestrator.report.load import CELL_KEYS, kind_rank
 from distillery.orchestrator.stats import mcnemar, wilson_interval
 
-_KIND_ORDER = {"teacher": 0, "zero_shot": 1, "student_memory": 2, "amd": 3}
 _NA = "–"
 
 
@@ -106,7 +105,7 @@ def cell_table(stats: pd.DataFrame) -> pd.DataFrame:
     cells = cells.join(zero_rate, on=ref_keys)
     cells.loc[cells["role"] != "student", "zero_shot_rate"] = np.nan
     cells["gain_pp"] = 100 * (cells["rate"] - cells["zero_shot_rate"])
-    order = cells["method_kind"].map(lambda k: _KIND_ORDER.get(k, 3))
+    order = cells["method_kind"].map(kind_rank)
     return (
         cells.assign(_order=order)
         .sort_values(["benchmark", "protocol", "student", "_order", "method", "memory_types"])

@@ -9,8 +9,8 @@ from typing import Any
 import pandas as pd
 
 from distillery.orchestrator.links import markdown_link, run_url
-from distillery.orchestrator.report.load import MEMORY_TYPES, _text
-from distillery.orchestrator.report.stats import _KIND_ORDER, _NA
+from distillery.orchestrator.report.load import MEMORY_TYPES, _text, kind_rank
+from distillery.orchestrator.report.stats import _NA
 
 # Keys a table may add to its rows to tell apart cells that its focus keys would merge.
 DISAMBIGUATORS: tuple[str, ...] = (
@@ -43,7 +43,7 @@ def pivot(
     sort_by = [("_kind" if k == "method" else k) for k in index]
     if "method" in index:
         sort_by.insert(sort_by.index("_kind") + 1, "method")
-    kinds = cells["method_kind"].map(lambda k: _KIND_ORDER.get(k, 3))
+    kinds = cells["method_kind"].map(kind_rank)
     ordered = (
         cells.assign(_kind=kinds).sort_values(sort_by, kind="stable").drop_duplicates(index)[index]
     )
