@@ -33,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from distillery.workers.memory.amd.lookup import MemoryRetriever  # noqa: E402
 from distillery.workers.memory.amd.records import (  # noqa: E402
     FunctionRecord,
     MemorySource,
@@ -40,7 +41,7 @@ from distillery.workers.memory.amd.records import (  # noqa: E402
     SubtaskSegment,
     WorkflowMemory,
 )
-from distillery.workers.memory.retrieval import Isolation, MemoryRetriever  # noqa: E402
+from distillery.workers.memory.retrieval import Isolation  # noqa: E402
 from distillery.workers.memory.store import MemoryStore  # noqa: E402
 
 DIM = 384

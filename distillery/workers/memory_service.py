@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 
 from distillery.workers.memory.amd.bank import BuiltBank
+from distillery.workers.memory.amd.lookup import BankRetriever
 from distillery.workers.memory.amd.records import MEMORY_TYPES
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.embedding import make_embedder
-from distillery.workers.memory.retrieval import BankRetriever, Hit, Isolation
+from distillery.workers.memory.retrieval import Hit, Isolation
 from distillery.workers.memory.store import MemoryStore, collection_name
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from distillery.workers.memory.amd.lookup import BankRetriever, MemoryRetriever
 from distillery.workers.memory.amd.records import (
     FunctionRecord,
     MemorySource,
@@ -13,13 +14,7 @@ from distillery.workers.memory.amd.records import (
     WorkflowMemory,
 )
 from distillery.workers.memory.embedding import CachingEmbedder, normalise_rows
-from distillery.workers.memory.retrieval import (
-    BankRetriever,
-    Hit,
-    Isolation,
-    MemoryRetriever,
-    QdrantIndex,
-)
+from distillery.workers.memory.retrieval import Hit, Isolation, QdrantIndex
 from distillery.workers.memory.store import MemoryStore
 from tests.support.qdrant import STORE_MODES, memory_store
 from tests.workers.memory.test_embedding import WordHashEmbedder

@@ -7,6 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
+from distillery.workers.memory.amd.lookup import BankRetriever
 from distillery.workers.memory.amd.records import (
     FunctionRecord,
     MemorySource,
@@ -15,7 +16,7 @@ from distillery.workers.memory.amd.records import (
     WorkflowMemory,
 )
 from distillery.workers.memory.embedding import CachingEmbedder
-from distillery.workers.memory.retrieval import BankRetriever, Isolation, TypeIndex
+from distillery.workers.memory.retrieval import Isolation, TypeIndex
 from distillery.workers.memory.store import collection_name
 from tests.support.qdrant import STORE_MODES, memory_store
 

@@ -11,6 +11,8 @@ teacher's successful trajectories (the paper, section 3.2 and appendix C:
 - `workflow`, `subtask`, `function`: one builder per memory type.
 - `render`: the `text` representation of Subtask and Function entries.
 - `bank`: one bank from trajectories (`build_bank`) and its identity (`bank_id_for`).
+- `lookup`: Workflow, Subtask and Function retrieval over one bank (`MemoryRetriever`).
+- `method`: AMD and student memory as `MemoryMethod`s (what the orchestrator sees).
 - `hooks`: the AMD student (Algorithm 1) as episode hooks (`AmdHooks`).
 
 Nothing is imported here, so a generic module may import `amd.records` alone.
