@@ -20,6 +20,7 @@ from distillery.workers.memory import registry
 from distillery.workers.memory.method import MemoryMethod
 from distillery.workers.memory.registry import (
     MemoryMethodLoadError,
+    builtin_hook_texts,
     known_methods,
     memory_method,
 )
@@ -104,6 +105,13 @@ NOT_A_METHOD = 42
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
+    module = _install_toy(tmp_path, monkeypatch)
+    yield module
+    for name in (module, f"{module}_broken"):
+        sys.modules.pop(name, None)
+
+
+def _install_toy(tmp_path, monkeypatch) -> str:
     """A distribution `toy-memory` on sys.path whose entry points register `toy_memory`
     (the class above), `toy_missing` (a module that does not exist), `toy_broken` (a
     module that raises on import), `toy_number` (not a class) and `toy_wrong` (a class
@@ -129,9 +137,7 @@ def toy(tmp_path, monkeypatch):
         )
     )
     monkeypatch.syspath_prepend(str(site))
-    yield module
-    for name in (module, f"{module}_broken"):
-        sys.modules.pop(name, None)
+    return module
 
 
 def _config(*overrides: str):
@@ -263,9 +269,15 @@ def test_a_kind_registered_twice_is_refused(toy, monkeypatch):
     assert f"entry point toy_memory = '{toy}:ToyMemory' of toy-memory" in str(err.value)
 
 
-def test_a_plugin_does_not_change_the_keys_of_shipped_methods(toy):
-    """Only the project's own methods' hook texts are in every episode key."""
+def test_a_plugin_does_not_change_the_keys_of_shipped_methods(tmp_path, monkeypatch):
+    """Only the project's own methods' hook texts are in every episode key: installing
+    and loading a plugin method keeps the keys of configs that do not use it."""
     shipped = ["methods=[teacher,zero_shot,amd_wf_st_fn,student_memory]"]
     before = set(plan_sweep([_config(*shipped)]).stages)
-    memory_method("toy_memory")
-    assert set(plan_sweep([_config(*shipped)]).stages) == before
+    module = _install_toy(tmp_path, monkeypatch)
+    try:
+        memory_method("toy_memory")
+        assert "Toy memory says hi." not in builtin_hook_texts()
+        assert set(plan_sweep([_config(*shipped)]).stages) == before
+    finally:
+        sys.modules.pop(module, None)
