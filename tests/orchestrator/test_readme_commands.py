@@ -40,7 +40,7 @@ from tests.support import REPO_ROOT
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-EXPERIMENTS = ROOT / "distillery" / "conf" / "experiment"
+EXPERIMENTS = ROOT / "conf" / "experiment"
 
 
 # A fence is three backticks at the start of a line; its block ends at the next one.

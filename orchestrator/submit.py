@@ -153,7 +153,7 @@ def prepare(
 
 def checkout_root() -> Path | None:
     """The distillery checkout this module runs from, if it runs from one."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     pyproject = root / "pyproject.toml"
     if pyproject.is_file() and 'name = "distillery"' in pyproject.read_text():
         return root
