@@ -17,36 +17,20 @@ from distillery.orchestrator.stages import StageKey
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.trajectories import EpisodeRecord, write_episode
+from tests.support.records import episode_record
 
 
 def _record(task_id: str, success: bool | None) -> EpisodeRecord:
-    return EpisodeRecord(
-        run_id="r",
-        stage="evaluate",
-        role="student",
-        agent="a",
-        model="m",
-        backend="external",
+    return episode_record(
+        task_id,
+        success,
         action_format="native",
-        benchmark="bfcl_multi_turn_base",
-        task_id=task_id,
-        group_id=None,
-        n_turns=1,
-        success=success,
-        error_type=None if success is not None else "infra_error",
-        error_message=None,
-        termination="done" if success is not None else "infra_error",
         steps_per_turn=[1],
         total_steps=1,
         n_llm_calls=1,
         tokens_in=5,
         tokens_out=2,
         llm_latency_s=0.1,
-        wall_s=0.2,
-        started_at=1.0,
-        finished_at=1.2,
-        attempts=1,
-        episode_id=f"e-{task_id}",
     )
 
 

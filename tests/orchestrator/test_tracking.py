@@ -23,6 +23,7 @@ from distillery.orchestrator.tracking import (
     sample_episodes,
 )
 from distillery.workers.trajectories import CallRecord, EpisodeRecord, StepRecord
+from tests.support.records import episode_record
 
 T0 = 1_700_000_000.0  # episode start, epoch seconds
 
@@ -52,34 +53,19 @@ def _episode(task_id: str, success: bool | None, steps: list[StepRecord]) -> Epi
         {"role": "system", "content": "You are an agent."},
         {"role": "user", "content": f"Please solve {task_id}."},
     ]
-    return EpisodeRecord(
-        run_id="r",
-        stage="evaluate",
-        role="student",
+    return episode_record(
+        task_id,
+        success,
+        steps,
         agent="qwen3_4b",
         model="Qwen/Qwen3-4B",
         backend="openai",
-        action_format="prompt",
-        benchmark="bfcl_multi_turn_base",
-        task_id=task_id,
         group_id="GorillaFileSystem",
-        n_turns=1,
-        success=success,
         error_type=None if success is not None else "infra",
-        error_message=None,
-        termination="done" if success is not None else "infra_error",
-        steps_per_turn=[len(steps)],
-        total_steps=len(steps),
-        n_llm_calls=len(steps),
-        tokens_in=sum(s.tokens_in for s in steps),
-        tokens_out=sum(s.tokens_out for s in steps),
-        llm_latency_s=sum(s.latency_s for s in steps),
         wall_s=10.0,
         started_at=T0,
         finished_at=T0 + 10.0,
-        attempts=1,
         episode_id=f"ep-{task_id}",
-        steps=steps,
         messages_json=json.dumps(messages),
     )
 

@@ -1,11 +1,11 @@
 from distillery.workers.trajectories import (
     CallRecord,
-    EpisodeRecord,
     StepRecord,
     read_episode_table,
     read_episodes,
     write_episode,
 )
+from tests.support.records import episode_record
 
 
 def _record(task_id="multi_turn_base_1", success=True):
@@ -19,35 +19,18 @@ def _record(task_id="multi_turn_base_1", success=True):
         latency_s=0.1,
         endpoint="http://x/v1",
     )
-    return EpisodeRecord(
-        run_id="r",
+    return episode_record(
+        task_id,
+        success,
+        [step],
         stage="collect",
         role="teacher",
         agent="oracle",
         model="oracle",
         backend="oracle",
-        action_format="prompt",
-        benchmark="bfcl_multi_turn_base",
-        task_id=task_id,
         group_id="GorillaFileSystem",
-        n_turns=1,
-        success=success,
-        error_type=None,
-        error_message=None,
-        termination="done",
-        steps_per_turn=[1],
-        total_steps=1,
         n_llm_calls=2,
-        tokens_in=5,
-        tokens_out=2,
-        llm_latency_s=0.1,
-        wall_s=0.2,
-        started_at=1.0,
-        finished_at=1.2,
-        attempts=1,
         episode_id="e",
-        steps=[step],
-        messages_json="[]",
     )
 
 

@@ -27,6 +27,7 @@ from distillery.workers.memory.amd.workflow import (
     validate_insight,
 )
 from distillery.workers.trajectories import CallRecord, EpisodeRecord, StepRecord
+from tests.support.records import episode_record
 
 # --- a realistic teacher episode: BFCL multi_turn_base_0 -----------------------------
 
@@ -178,17 +179,29 @@ def make_episode(
                 )
             )
         messages.append({"role": "assistant", "content": "Done."})
-    return EpisodeRecord(
-        run_id="r", stage="collect", role="teacher", agent="gpt5_mini", model="gpt-5-mini",
-        backend="external", action_format="prompt", benchmark="bfcl_multi_turn_base",
-        task_id=task_id, group_id="GorillaFileSystem+TwitterAPI", n_turns=len(turns),
-        success=success, error_type=None, error_message=None, termination="done",
+    return episode_record(
+        task_id,
+        success,
+        steps,
+        stage="collect",
+        role="teacher",
+        agent="gpt5_mini",
+        model="gpt-5-mini",
+        group_id="GorillaFileSystem+TwitterAPI",
+        n_turns=len(turns),
+        error_type=None,
+        termination="done",
         steps_per_turn=[per_turn.get(t, 0) for t in range(len(turns))],
-        total_steps=len(steps), n_llm_calls=len(steps) + len(turns), tokens_in=0,
-        tokens_out=0, llm_latency_s=0.0, wall_s=1.0, started_at=0.0, finished_at=1.0,
-        attempts=1, episode_id=episode_id or f"ep-{task_id}", steps=steps,
+        n_llm_calls=len(steps) + len(turns),
+        tokens_in=0,
+        tokens_out=0,
+        llm_latency_s=0.0,
+        wall_s=1.0,
+        started_at=0.0,
+        finished_at=1.0,
+        episode_id=episode_id or f"ep-{task_id}",
         messages_json=json.dumps(messages),
-    )  # fmt: skip
+    )
 
 
 class ScriptedLLM:
