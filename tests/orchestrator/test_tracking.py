@@ -13,14 +13,13 @@ import pytest
 from mlflow.entities import SpanType
 from mlflow.tracking import MlflowClient
 
+from distillery.orchestrator.traces import episode_trace, sample_episodes
 from distillery.orchestrator.tracking import (
     CHANGED_PARAM_TAG,
     POINT_ID_TAG,
     EvalDataset,
     Tracker,
-    episode_trace,
     safe_params,
-    sample_episodes,
 )
 from distillery.workers.trajectories import CallRecord, EpisodeRecord, StepRecord
 from tests.support.records import episode_record
