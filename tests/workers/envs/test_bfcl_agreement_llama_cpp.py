@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import pytest
 
+from distillery.workers.envs.bfcl import BfclMultiTurnBase
 from tests.support import bfcl_students
-from tests.support.bfcl_reference import play_bfcl, play_distillery
-from tests.workers.envs.test_bfcl_agreement import TASKS, bench, entries  # noqa: F401
+from tests.support.bfcl_reference import bfcl_entries, play_bfcl, play_distillery
+from tests.workers.envs.test_bfcl_agreement import TASKS
 
 pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] not installed")
 
@@ -40,8 +41,18 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def bench() -> BfclMultiTurnBase:
+    return BfclMultiTurnBase()
+
+
+@pytest.fixture(scope="module")
+def entries() -> dict:
+    return bfcl_entries()
+
+
 @pytest.mark.parametrize("syntax,plan", CASES)
-def test_native_probes_agree_through_the_llama_cpp_backend(bench, entries, syntax, plan):  # noqa: F811
+def test_native_probes_agree_through_the_llama_cpp_backend(bench, entries, syntax, plan):
     disagreements = []
     for task_id in TASKS:
         scripted = bfcl_students.student(bfcl_students.PLANS[plan], True)
