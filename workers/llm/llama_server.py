@@ -19,6 +19,8 @@ What it adds to ``python -m llama_cpp.server`` (every argument of which it takes
 - ``GET /v1/models`` answers at once, also while the model generates (llama-cpp-python
   answers it only between requests, so a health check of a busy replica on a slow or
   loaded CPU timed out, and the pool restarted a healthy server mid-request).
+- It runs at normal CPU priority where allowed (`normal_priority`: Ray's workers, whose
+  child it is, run at niceness 15).
 - A format that cannot carry the action format (see `chat_templates`) stops the server
   at start-up with the reason (exit code 2): the driver checks the same before any
   stage, this catches it where the driver cannot see the model file (a cluster).
@@ -41,7 +43,7 @@ from distillery.workers.llm.chat_templates import (
     refusal,
     template_formatter,
 )
-from distillery.workers.llm.gguf import read_chat_templates
+from distillery.workers.llm.gguf import GgufError, read_chat_templates
 from distillery.workers.llm.tool_syntax import ToolCallSyntax, parse_tool_calls
 
 HANDLER_NAME = "distillery-template"
@@ -259,7 +261,12 @@ def format_check(own: argparse.Namespace, model: Any) -> FormatCheck:
         chat_format=model.chat_format,
         chat_template_file=own.chat_template_file,
     )
-    check = check_llama_cpp_format(cfg, read_chat_templates(model.model), model_file=model.model)
+    try:
+        templates = read_chat_templates(model.model)
+    except (GgufError, OSError) as exc:
+        print(f"distillery llama.cpp server cannot read {model.model}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    check = check_llama_cpp_format(cfg, templates, model_file=model.model)
     if not check.ok:
         what, fix = refusal(None, cfg, check)
         print(
@@ -269,12 +276,28 @@ def format_check(own: argparse.Namespace, model: Any) -> FormatCheck:
     return check
 
 
+def normal_priority() -> bool:
+    """Run at niceness 0 where allowed. Ray starts its workers at niceness 15
+    (`worker_niceness`) and the server, a child of its Ray actor, inherits it: on a CPU
+    shared with anything else (another job, a loaded CI runner) it then gets a few
+    percent of the CPU, and an 8 k-token prompt takes many times longer. Whether it was
+    reset (lowering niceness needs root or CAP_SYS_NICE: elsewhere it stays)."""
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        return True
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
     from llama_cpp.llama_chat_format import LlamaChatCompletionHandlerRegistry
     from llama_cpp.server.app import create_app
 
     own, server, model = _arguments(sys.argv[1:] if argv is None else argv)
+    if not normal_priority():
+        print("distillery: the server keeps its inherited niceness", file=sys.stderr)
     check = format_check(own, model)
     if check.template is not None and (own.action_format == "native" or own.chat_template_file):
         handler = TemplateChatHandler(check.template, check.syntax)

@@ -185,3 +185,19 @@ def test_an_unusable_format_stops_the_server_before_it_loads_the_model():
         "never shows the tools" in message and "the model config's action_format=prompt" in message
     )
     assert "llama_model_load" not in done.stderr  # no weights were loaded
+
+
+def test_the_server_leaves_rays_low_priority_where_it_may():
+    """Ray runs its workers, and so the servers they start, at niceness 15."""
+    probe = (
+        "import os; from distillery.workers.llm.llama_server import normal_priority; "
+        "print(normal_priority(), os.getpriority(os.PRIO_PROCESS, 0))"
+    )
+    done = subprocess.run(
+        ["nice", "-n", "15", sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    reset, niceness = done.stdout.split()
+    assert (reset, niceness) in (("True", "0"), ("False", "15")), done.stdout
