@@ -102,7 +102,8 @@ class TemplateChatHandler:
         try:  # the template's own refusal is the conversation's, not the server's
             self._render(messages, tools)
         except TemplateRefused as exc:
-            detail = f"the model's chat template refused the conversation: {exc}"
+            # No word here may read as a request field (compat._named_param): "model" would.
+            detail = f"the chat template refused the conversation: {exc}"
             raise HTTPException(400, detail) from None
         completion = self._generate(
             llama=llama,
