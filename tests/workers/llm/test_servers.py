@@ -156,6 +156,7 @@ TOOLS = [
 
 
 @pytest.mark.llama
+@pytest.mark.slow
 @pytest.mark.skipif(not _llama_available(), reason="llama-cpp-python[server] not installed")
 def test_real_smollm2_serves_native_tool_calling_conversations(tmp_path):
     """The bundled model behind a Hermes template (its own has no tool-call syntax):
