@@ -101,6 +101,10 @@ class Score:
     success: bool
     error_type: str | None = None
     error_message: str | None = None
+    # What the benchmark counted in this episode (e.g. `grader_timeouts`): kept in the
+    # episode record's `extra_json` and summed per evaluation point for the names the
+    # benchmark class lists in `counters`.
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 class Environment(Protocol):

@@ -21,7 +21,8 @@ registry machinery (lazy loading, entry points, errors) is `distillery.workers.p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from distillery.workers.envs.base import Benchmark, BenchmarkOptions, BenchmarkUnavailable
@@ -33,6 +34,10 @@ ENTRY_POINT_GROUP = "distillery.benchmarks"
 # The project's own benchmarks: name -> "module:Class".
 BENCHMARKS: dict[str, str] = {
     "bfcl_multi_turn_base": "distillery.workers.envs.bfcl:BfclMultiTurnBase",
+    "gsm8k": "distillery.workers.envs.gsm8k.benchmark:Gsm8k",
+    "math": "distillery.workers.envs.math.benchmark:Math",
+    "mbpp": "distillery.workers.envs.mbpp.benchmark:Mbpp",
+    "humaneval": "distillery.workers.envs.humaneval.benchmark:HumanEval",
     "appworld": "distillery.workers.envs.appworld.adapter:AppWorld",
     "toolsandbox": "distillery.workers.envs.toolsandbox.benchmark:ToolSandbox",
 }
@@ -131,6 +136,30 @@ def known_deviations(name: str) -> tuple[str, ...]:
     with every run of it, next to those its options turn on. Not part of episode
     identity: the adapter's fingerprint already covers the code they are in."""
     return tuple(getattr(benchmark_class(name), "known_deviations", ()))
+
+
+def benchmark_counters(name: str) -> tuple[str, ...]:
+    """The counters a benchmark's episodes record (`Score.counters`; its class
+    attribute `counters`, none by default), summed per evaluation point."""
+    return tuple(getattr(benchmark_class(name), "counters", ()))
+
+
+def summed_benchmark_counters(name: str, records: Iterable[Any]) -> dict[str, float]:
+    """Each of the benchmark's `counters`, summed over episode records (their
+    `extra_json`; an episode that did not count one counts 0)."""
+    names = benchmark_counters(name)
+    totals = dict.fromkeys(names, 0.0)
+    for record in records:
+        if not names:
+            break
+        try:
+            extra = json.loads(getattr(record, "extra_json", None) or "{}")
+        except ValueError:
+            continue
+        for counter in names:
+            value = extra.get(counter, 0) if isinstance(extra, dict) else 0
+            totals[counter] += float(value) if isinstance(value, (int, float)) else 0.0
+    return totals
 
 
 def make_benchmark(
