@@ -145,6 +145,11 @@ class AnswerBenchmark:
         return (*cls.prompt_texts(), f"grading:{code}")
 
     @classmethod
+    def trajectory_contents(cls, options: AnswerOptions) -> frozenset[str]:
+        """A single reply: no tool calls for memory methods to build from."""
+        return frozenset()
+
+    @classmethod
     def grading_modules(cls) -> tuple[Any, ...]:
         """The modules whose code decides a verdict (hashed into the fingerprint)."""
         return (inspect.getmodule(cls),)

@@ -25,7 +25,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from distillery.workers.envs.base import Benchmark, BenchmarkOptions, BenchmarkUnavailable
+from distillery.workers.envs.base import (
+    TOOL_CALLS,
+    Benchmark,
+    BenchmarkOptions,
+    BenchmarkUnavailable,
+)
 from distillery.workers.envs.conventions import AgentConventions
 from distillery.workers.plugins import PluginLoadError, PluginRegistry, Registration, lacking
 
@@ -136,6 +141,15 @@ def known_deviations(name: str) -> tuple[str, ...]:
     with every run of it, next to those its options turn on. Not part of episode
     identity: the adapter's fingerprint already covers the code they are in."""
     return tuple(getattr(benchmark_class(name), "known_deviations", ()))
+
+
+def trajectory_contents(name: str, options: Mapping[str, Any] | None) -> frozenset[str]:
+    """What the benchmark's episodes hold for memory methods with these options (its
+    class method `trajectory_contents`; tool calls when it declares none)."""
+    declared = getattr(benchmark_class(name), "trajectory_contents", None)
+    if declared is None:
+        return frozenset({TOOL_CALLS})
+    return frozenset(declared(benchmark_options(name, options)))
 
 
 def benchmark_counters(name: str) -> tuple[str, ...]:

@@ -19,7 +19,12 @@ from pydantic import Field
 
 from distillery.workers.envs import answering
 from distillery.workers.envs.answering import AnswerBenchmark, AnswerOptions, Attempt
-from distillery.workers.envs.base import BenchmarkUnavailable, ParsedAction, ToolResult
+from distillery.workers.envs.base import (
+    TOOL_CALLS,
+    BenchmarkUnavailable,
+    ParsedAction,
+    ToolResult,
+)
 from distillery.workers.envs.calls import CallLimits, parse_native_calls, parse_text_calls
 from distillery.workers.envs.codegrade import checks, evalplus, extract
 from distillery.workers.envs.codegrade.checks import Verdict
@@ -80,6 +85,11 @@ class CodeBenchmark(AnswerBenchmark):
     @classmethod
     def prompt_texts(cls) -> tuple[str, ...]:
         return (*TOOLS_PROMPT.values(), FEEDBACK, str(RUN_TESTS_TOOL))
+
+    @classmethod
+    def trajectory_contents(cls, options: AnswerOptions) -> frozenset[str]:
+        # With the run_tests tool, an episode has steps of executed calls.
+        return frozenset({TOOL_CALLS}) if getattr(options, "tools", False) else frozenset()
 
     @classmethod
     def grading_modules(cls) -> tuple[Any, ...]:

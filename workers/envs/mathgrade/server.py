@@ -2,18 +2,21 @@
 
 Run by `grader.py` as ``python -I server.py`` (the driver's interpreter, for its
 math-verify), from the allow-listed environment and in a network namespace of its
-own. It imports math-verify once, then for each request (a 4-byte length and a JSON
-``{"id", "gold", "answer", "timeout_s"}`` on stdin) forks a child that parses both
-strings and compares them, and answers ``{"id", "correct", "timeout", "error"}`` on
-stdout. The child is killed when the request's time is up (``"timeout": true``):
-math-verify's own timeouts are signals that only work on a main thread and answer
-"wrong" silently, so they are off and this outer limit replaces them, counted by the
-caller. A fresh child per grading: a parse that exhausts memory or never ends takes
-nothing of the next grading with it.
+own. It imports math-verify once and forks a grading child from that clean state; for
+each request (a 4-byte length and a JSON ``{"id", "gold", "answer", "timeout_s"}`` on
+stdin) the child parses both strings and compares them, and the server answers
+``{"id", "correct", "timeout", "error"}`` on stdout. When the request's time is up the
+child is killed (``"timeout": true``) and a fresh one forked: math-verify's own
+timeouts are signals that only work on a main thread and answer "wrong" silently, so
+they are off and this outer limit replaces them, counted by the caller. A child that
+hits its memory limit dies the same way (a wrong answer), and every child is replaced
+after `CHILD_GRADINGS` gradings: what one parse leaves behind (sympy's caches) never
+grows without bound. This process itself never parses a model's text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,6 +29,7 @@ import time
 
 HEADER = struct.Struct(">I")
 CHILD_MEMORY_BYTES = 2 * 1024**3  # ours: sympy on a contrived expression stops here
+CHILD_GRADINGS = 200  # ours: a grading child is replaced after this many
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
@@ -58,56 +62,93 @@ def _verdict(gold: str, answer: str) -> bool:
     return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
 
 
-def _grade(request: dict) -> dict:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: one grading, then gone
-        os.close(read_end)
-        code = 0
+class _Child:
+    """The grading child: forked from this (clean) process, it grades requests one at
+    a time over its pipes; killed when a grading overruns, replaced after
+    `CHILD_GRADINGS` gradings."""
+
+    def __init__(self) -> None:
+        to_child_read, self.to_child = os.pipe()
+        self.from_child, from_child_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.to_child)
+            os.close(self.from_child)
+            _serve(to_child_read, from_child_write)
+        os.close(to_child_read)
+        os.close(from_child_write)
+        self.served = 0
+
+    def grade(self, request: dict) -> dict | None:
+        """The verdict, or None when the time ran out (the child is then killed)."""
+        self.served += 1
+        _write(self.to_child, request)
+        deadline = time.monotonic() + float(request.get("timeout_s", 10))
+        header = self._read(HEADER.size, deadline)
+        if header is None:
+            return None
+        body = self._read(HEADER.unpack(header)[0], deadline)
+        return None if body is None else json.loads(body)
+
+    def _read(self, n: int, deadline: float) -> bytes | None:
+        chunks, got = [], 0
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_child], [], [], left)[0]:
+                return None
+            chunk = os.read(self.from_child, n - got)
+            if not chunk:
+                raise EOFError("the grading child ended")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.to_child)
+        os.close(self.from_child)
+
+
+def _serve(requests: int, replies: int) -> None:
+    """The child's loop; never returns."""
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+    while True:
+        header = _read_exact(requests, HEADER.size)
+        if header is None:
+            os._exit(0)
+        request = json.loads(_read_exact(requests, HEADER.unpack(header)[0]) or b"{}")
         try:
-            limit = int(request.get("timeout_s", 10)) + 2
-            resource.setrlimit(resource.RLIMIT_CPU, (limit, limit))
-            resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
-            correct = _verdict(str(request["gold"]), str(request["answer"]))
-            payload = {"correct": correct, "error": None}
+            payload = {"correct": _verdict(str(request["gold"]), str(request["answer"])),
+                       "error": None}  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - a failed parse is a wrong answer
             payload = {"correct": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            code = 1
-        try:
-            os.write(write_end, json.dumps(payload).encode())
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    deadline = time.monotonic() + float(request.get("timeout_s", 10))
-    chunks: list[bytes] = []
-    timed_out = False
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select([read_end], [], [], left)
-        if ready:
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    os.close(read_end)
-    if timed_out:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    if timed_out:
-        return {"correct": False, "timeout": True, "error": None}
+        _write(replies, payload)
+
+
+_CHILD: _Child | None = None
+
+
+def _grade(request: dict) -> dict:
+    global _CHILD
+    if _CHILD is None or _CHILD.served >= CHILD_GRADINGS:
+        if _CHILD is not None:
+            _CHILD.kill()
+        _CHILD = _Child()
     try:
-        payload = json.loads(b"".join(chunks))
-    except ValueError:
-        # Killed by a limit (memory, CPU) before answering: the expression's doing.
-        return {"correct": False, "timeout": False, "error": f"grader child ended ({status})"}
-    return {
-        "correct": bool(payload.get("correct")),
-        "timeout": False,
-        "error": payload.get("error"),
-    }
+        payload = _CHILD.grade(request)
+    except (EOFError, OSError, ValueError) as exc:
+        # Killed by its memory limit, or garbled: the expression's doing.
+        _CHILD.kill()
+        _CHILD = None
+        return {"correct": False, "timeout": False, "error": f"grading child: {exc}"}
+    if payload is None:
+        _CHILD.kill()
+        _CHILD = None
+        return {"correct": False, "timeout": True, "error": None}
+    error = payload.get("error")
+    return {"correct": bool(payload.get("correct")), "timeout": False, "error": error}
 
 
 def main() -> int:
