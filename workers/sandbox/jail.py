@@ -180,11 +180,19 @@ class Sandbox:
         why = namespaces_unavailable(self.python)
         if why is None:
             return "namespaces"
-        if self.allow_process:
-            return "process"
-        raise SandboxUnavailable(
-            f"no sandbox for model-written code here ({why}): {NO_NAMESPACES_HELP}"
-        )
+        if not self.allow_process:
+            raise SandboxUnavailable(
+                f"no sandbox for model-written code here ({why}): {NO_NAMESPACES_HELP}"
+            )
+        hidden = _unreadable_to_others(self.python) if os.geteuid() == 0 else None
+        if hidden is not None:
+            # As root, a check runs under a uid of its own, which must read the
+            # interpreter's files (pyenv under /root: it cannot).
+            raise SandboxUnavailable(
+                f"without namespaces a check runs under an unprivileged uid, which cannot "
+                f"read the interpreter's {hidden}: install Python where every user can read it"
+            )
+        return "process"
 
     # -- one check -----------------------------------------------------------------
 
@@ -194,6 +202,20 @@ class Sandbox:
         mode = self.isolation()
         with self._slot:
             return _run(self.python, mode, job, limits)
+
+
+def _unreadable_to_others(python: str) -> str | None:
+    """The first folder on the way to the interpreter's prefix that other users cannot
+    enter (None: all can)."""
+    for path in {os.path.realpath(sys.base_prefix), os.path.dirname(python)}:
+        current = Path(path)
+        for folder in [*reversed(current.parents), current]:
+            try:
+                if not folder.stat().st_mode & 0o001:
+                    return str(folder)
+            except OSError:
+                return str(folder)
+    return None
 
 
 def namespaces_unavailable(python: str | None = None) -> str | None:
@@ -368,6 +390,10 @@ class _Session:
         if self.init_pid is not None and self.init_pid != self.proc.pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(self.init_pid, signal.SIGKILL)
+            # The launcher reaps the jail's PID 1, whose end waits for every process of
+            # its namespace: once the launcher is gone, so is all of the jail.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(30)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
