@@ -63,11 +63,11 @@ def test_every_gsm8k_test_gold_grades_correct_and_a_perturbed_one_wrong(gsm8k_di
     replies = [f"Reasoning.\nThe answer is $\\boxed{{{g}}}$." for g in golds]
     with ThreadPoolExecutor(8) as pool:
         right = list(pool.map(lambda p: grader.grade(p[0], extract_answer(p[1]), 30),
-                              zip(golds, replies)))  # fmt: skip
+                              zip(golds, replies, strict=True)))  # fmt: skip
         wrong = list(pool.map(lambda g: grader.grade(g, _perturbed(g), 30), golds))
     assert len(golds) == 1319
-    assert [g for g, r in zip(golds, right) if not r.correct] == []
-    assert [g for g, r in zip(golds, wrong) if r.correct] == []
+    assert [g for g, r in zip(golds, right, strict=True) if not r.correct] == []
+    assert [g for g, r in zip(golds, wrong, strict=True) if r.correct] == []
     assert not any(r.timed_out for r in right + wrong)
 
 
