@@ -30,7 +30,6 @@ from distillery.workers.envs.registry import (
     known_benchmarks,
 )
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.memory.applicability import refusal
 from distillery.workers.memory.config import MemoryConfig
 from distillery.workers.memory.registry import is_memory_method, known_methods, memory_method
 
@@ -231,7 +230,6 @@ class DistilleryConfig(_Frozen):
         for name in self.methods:
             if self.method_catalog[name].uses_memory:
                 self.retrieval_for(name)  # overrides must validate too
-        self._methods_apply()
         self._shared_retrieval_valid()
         self._benchmark_options_valid()
         self._no_ground_truth_memory()
@@ -243,21 +241,6 @@ class DistilleryConfig(_Frozen):
                     "nor a key of builder_models"
                 )
         return self
-
-    def _methods_apply(self) -> None:
-        """Every memory method must have something to build from in this benchmark's
-        episodes (memory/applicability.py): one that would read an empty bank is
-        refused here, before anything starts."""
-        for name in self.methods:
-            method = self.method_catalog[name]
-            if not method.uses_memory:
-                continue
-            try:
-                why = refusal(method.kind, self.benchmark.name, self.benchmark.options)
-            except (ValidationError, ImportError, BenchmarkLoadError):
-                continue  # bad options or a missing package: said by their own checks
-            if why:
-                raise ValueError(f"methods: {name}: {why}")
 
     def _benchmark_options_valid(self) -> None:
         if not self.benchmark.options:  # the defaults: nothing to import or check

@@ -31,6 +31,6 @@ def refusal(kind: str, benchmark: str, options: Mapping[str, Any] | None) -> str
     lacking = ", ".join(WHAT.get(m, m) for m in missing)
     return (
         f"the memory method {kind} builds its bank from {lacking}, and {benchmark}'s "
-        "episodes have none with these options (see docs/benchmarks/memory_methods.md "
-        "for the methods that apply)"
+        "episodes have none with these options: list only methods that apply (e.g. "
+        "methods=[teacher,zero_shot]; docs/benchmarks/memory_methods.md has the table)"
     )
