@@ -277,7 +277,8 @@ def test_an_answer_benchmark_is_scored_counted_and_tracked(tmp_path, ray_local, 
     with run_stub_server("distillery.testing.answer_scripts:replies_from_file") as url:
         cfg = _config(tmp_path, "benchmark=gsm8k", f"+benchmark.options.data_path={gsm8k}",
                       "+benchmark.options.grader_timeout_s=2", "benchmark.limit=4",
-                      "methods=[teacher,zero_shot]", *_student(url))  # fmt: skip
+                      "methods=[teacher,zero_shot]", "cluster.num_workers=1",
+                      *_student(url))  # fmt: skip
         result = run_experiment(cfg, progress=False)
     teacher, student = result.methods
     assert teacher.metrics["success_rate"] == 1.0  # the oracle's worked solutions
