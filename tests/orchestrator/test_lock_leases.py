@@ -178,12 +178,14 @@ def test_a_hung_holder_of_a_running_sweep_stops_with_lock_lost(tmp_path):
 
     root = tmp_path / "root"
     started = time.monotonic()
-    with pytest.raises(locks.LockLost, match="taken over by pid 1 on host elsewhere"):  # noqa: PT012
-        with locks.run_locks(str(root), None, None, "file:///unused", lease_s=0.6):
-            # Another host overwrites the record (as after a takeover while we hung).
-            stolen = locks.Holder(1, "elsewhere", time.time(), "", "other-token", 0.6)
-            (root / locks.LOCK_NAME).write_text(stolen.to_json())
-            time.sleep(60)
+    with (
+        pytest.raises(locks.LockLost, match="taken over by pid 1 on host elsewhere"),
+        locks.run_locks(str(root), None, None, "file:///unused", lease_s=0.6),
+    ):
+        # Another host overwrites the record (as after a takeover while we hung).
+        stolen = locks.Holder(1, "elsewhere", time.time(), "", "other-token", 0.6)
+        (root / locks.LOCK_NAME).write_text(stolen.to_json())
+        time.sleep(60)
     assert time.monotonic() - started < 60  # woken by the renewal thread, not the sleep
     # The new holder's record is left alone.
     assert "other-token" in (root / locks.LOCK_NAME).read_text()
