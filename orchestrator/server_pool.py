@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from distillery.orchestrator.plan import StageGraph, server_key
@@ -23,7 +22,9 @@ class ServerPool:
         self.graph = graph
         # Joined cluster: servers listen on their node's address for workers elsewhere.
         self.node_address = graph.configs[0].cluster.ray_address is not None
-        self.log_dir = Path(log_dir.uri) if log_dir.is_local else Path("distillery_logs")
+        # The servers' logs: in the sweep's folder, on the output root's filesystem (an
+        # object store too: copied there as they grow, so they outlive GPU pods).
+        self.log_dir = log_dir.uri
         self.say = say
         self._running: dict[str, Any] = {}  # server key -> ModelServerPool
         self.stopped_stats: Counter[str] = Counter()

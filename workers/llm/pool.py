@@ -25,6 +25,7 @@ from typing import Any
 
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.servers import GpuLeaseImpl, LlmServerImpl
+from distillery.workers.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,9 @@ class ModelServerPool:
     ) -> None:
         self.cfg = cfg
         self.node_address = node_address  # serve on the node's address (clusters)
-        self.log_dir = str(Path(log_dir).resolve())
+        # A local folder (made absolute: actors run elsewhere) or a URI (an object store:
+        # each server's log is copied there as it grows).
+        self.log_dir = str(Location.of(log_dir))
         self.on_event = on_event
         self.replicas: list[ReplicaState] = []
         self.directory: Any = None
@@ -282,7 +285,7 @@ class ModelServerPool:
             else:
                 try:
                     ok = ray.get(ref)
-                    problem = "" if ok else "its server does not answer /v1/models"
+                    problem = "" if ok else "its server fails its health check"
                 except ray.exceptions.RayError as exc:  # the actor (or its node) died
                     problem = dead = f"{type(exc).__name__}: {str(exc)[:200]}"
             if not problem:
