@@ -50,12 +50,22 @@ class ServerPool:
                     f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}"
                 )
 
-            pool = start_pool(model, self.log_dir, report, self.node_address)
+            pool = start_pool(self.placed(model), self.log_dir, report, self.node_address)
             self.say(
                 f"  model {model.name}: {model.replicas} replicas on {len(set(pool.nodes))} nodes"
             )
             self._running[key] = pool
         return self._running[key]
+
+    def placed(self, model: ModelConfig) -> ModelConfig:
+        """The model as this cluster places it: a vLLM replica reserves its GPU group's
+        resource (cluster.gpu_node_resource). Placement only: not the stage identity."""
+        if model.backend != "vllm":
+            return model
+        extra = self.graph.configs[0].cluster.replica_resources(model.gpus_per_server)
+        if not extra:
+            return model
+        return model.model_copy(update={"server_resources": {**model.server_resources, **extra}})
 
     def gpus(self, model: ModelConfig | None) -> float:
         if model is None or model.backend != "vllm":

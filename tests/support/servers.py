@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 
@@ -49,16 +50,31 @@ def _as_postgres_user() -> dict:
 class Postgres:
     uri: str  # postgresql://user:password@127.0.0.1:port/database
     password: str
+    port: int = 5432
+
+    def libpq_env(self, database: str = "mlflow", user: str = "mlflow") -> dict[str, str]:
+        """The connection as libpq's variables (what the k8s MLflow server gets from
+        the distillery-postgres Secret): no password in any URI."""
+        return {
+            "PGHOST": "127.0.0.1",
+            "PGPORT": str(self.port),
+            "PGDATABASE": database,
+            "PGUSER": user,
+            "PGPASSWORD": self.password,
+        }
 
 
 @contextmanager
-def postgres_server(database: str = "mlflow", user: str = "mlflow") -> Iterator[Postgres]:
+def postgres_server(
+    database: str = "mlflow", user: str = "mlflow", password: str | None = None
+) -> Iterator[Postgres]:
+    """`password` may hold any character (a URI needs it percent-encoded: `uri` has it so)."""
     bin_dir = postgres_bin()
     if bin_dir is None:
         raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
     run_as = _as_postgres_user()
     root = Path(tempfile.mkdtemp(prefix="dpg-", dir="/tmp"))
-    password = secrets.token_hex(16)
+    password = password or secrets.token_hex(16)
     (root / "pw").write_text(password)
     if run_as:
         for path in (root, root / "pw"):
@@ -116,7 +132,11 @@ def postgres_server(database: str = "mlflow", user: str = "mlflow") -> Iterator[
             env=env,
             capture_output=True,
         )
-        yield Postgres(f"postgresql://{user}:{password}@127.0.0.1:{port}/{database}", password)
+        yield Postgres(
+            f"postgresql://{user}:{quote(password, safe='')}@127.0.0.1:{port}/{database}",
+            password,
+            port,
+        )
     finally:
         server.terminate()  # SIGTERM: smart shutdown, then fast
         try:

@@ -41,6 +41,16 @@ def placement_bundles(cfg: ModelConfig) -> list[dict[str, float]]:
     return [{"CPU": cfg.server_num_cpus, **extra}]
 
 
+def _custom_resource_hint(bundles: list[dict[str, float]]) -> str:
+    custom = sorted({k for b in bundles for k in b if k not in ("CPU", "GPU", "memory")})
+    if not custom:
+        return ""
+    return (
+        f"; {', '.join(custom)} must be offered by a node or worker group (on Kubernetes: "
+        "a GPU worker group with that many GPUs per pod, k8s/overlays/gpu)"
+    )
+
+
 class ReplicaDirectoryImpl:
     """Ray actor body: the pool's current view of its replicas, for the routers."""
 
@@ -185,6 +195,7 @@ class ModelServerPool:
                 f"model {self.cfg.name}: {len(groups) - len(ready)} of {len(groups)} replicas "
                 f"could not be placed in {self.cfg.startup_timeout_s:.0f} s (each needs "
                 f"{bundles} on one node): the cluster lacks the resources"
+                + _custom_resource_hint(bundles)
             )
 
     def _spawn(self, replica: ReplicaState) -> None:
