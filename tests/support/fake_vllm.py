@@ -2,7 +2,9 @@
 checked against the flags of the vLLM version the `gpu` extra pins, and the endpoints
 distillery uses, with an engine that can be made to hang.
 
-The accepted flags and values are vLLM 0.34.0's, read from its wheel:
+The accepted flags and values are vLLM 0.33.0's, read from its wheel (0.34.0 has the
+same ones but cannot be installed from PyPI: it pins flashinfer-python==0.7.3, which
+PyPI does not have):
 - `--host`, `--port`, `--enable-auto-tool-choice`, `--tool-call-parser`:
   `vllm/entrypoints/common/cli_args.py` (`FrontendArgs`; auto tool choice without a
   parser is refused there, as here);
@@ -30,7 +32,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-VLLM_VERSION = "0.34.0"
+VLLM_VERSION = "0.33.0"
 TOOL_PARSERS = ("hermes", "llama3_json", "gemma4")
 REASONING_PARSERS = ("qwen3", "gemma4")
 

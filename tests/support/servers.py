@@ -192,12 +192,25 @@ def s3_server(buckets: tuple[str, ...] = ("distillery",)) -> Iterator[ObjectStor
         _stop(server)
 
 
+# k8s/base/mlflow.yaml's auth config (the admin comes from the environment).
+BASIC_AUTH_INI = """[mlflow]
+default_permission = READ
+database_uri = {database_uri}
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+"""
+
+
 @contextmanager
 def mlflow_server(
-    backend_store_uri: str, artifacts_destination: str, env: dict[str, str]
+    backend_store_uri: str,
+    artifacts_destination: str,
+    env: dict[str, str],
+    basic_auth: tuple[str, str] | None = None,
 ) -> Iterator[str]:
     """`mlflow server` on `backend_store_uri`, serving artifacts from the destination
-    (an s3:// URI: `env` carries the store's endpoint and credentials)."""
+    (an s3:// URI: `env` carries the store's endpoint and credentials). `basic_auth`:
+    (user, password) of its admin, as k8s/base/mlflow.yaml runs it (`--app-name
+    basic-auth`, users in the same database)."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="dmlflow-", suffix=".log", delete=False)  # noqa: SIM115
     server_env = {
@@ -206,10 +219,24 @@ def mlflow_server(
         "MLFLOW_S3_ENDPOINT_URL": env["AWS_ENDPOINT_URL"],
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
+    auth_args: list[str] = []
+    if basic_auth is not None:
+        ini = Path(log.name).with_suffix(".ini")
+        ini.write_text(BASIC_AUTH_INI.format(database_uri=backend_store_uri))
+        server_env.update(
+            {
+                "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+                "MLFLOW_AUTH_ADMIN_USERNAME": basic_auth[0],
+                "MLFLOW_AUTH_ADMIN_PASSWORD": basic_auth[1],
+                "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+            }
+        )
+        auth_args = ["--app-name", "basic-auth"]
     server = subprocess.Popen(
         [
             str(BIN / "mlflow"),
             "server",
+            *auth_args,
             "--backend-store-uri",
             backend_store_uri,
             "--serve-artifacts",

@@ -140,7 +140,7 @@ def test_health_is_the_engines_and_the_log_reaches_s3_as_written(
             # The log is copied while the server runs (not only when it stops).
             shipper = server._shipper
             shipper.ship_once()
-            assert "vLLM API server version 0.34.0" in shipper.shipped_text()
+            assert f"vLLM API server version {fake_vllm.VLLM_VERSION}" in shipper.shipped_text()
             httpx.post(f"{base}/fake/hang", timeout=10)
             # The engine hangs: the model list still answers, /health does not.
             assert httpx.get(f"{url}/models", timeout=10).status_code == 200
