@@ -69,6 +69,8 @@ class PreparedSweep:
     output_dir: str
     tracking_uri: str
     notes: list[str] = field(default_factory=list)  # warnings worth printing
+    # The validated configs (the job's), kept so --k8s need not compose them again.
+    configs: list[DistilleryConfig] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def argv(self) -> list[str]:
@@ -144,6 +146,7 @@ def prepare(
         output_dir=configs[0].output_dir,
         tracking_uri=configs[0].tracking_uri,
         notes=notes,
+        configs=configs,
     )
 
 
@@ -334,7 +337,9 @@ def render_rayjob(
     wired = kuberay.parse_env(env)
     template = kuberay.rayjob_template(k8s)
     sweep = prepare(user_overrides, multirun, kuberay.template_defaults(template), k8s=True)
-    models = kuberay.vllm_models(kuberay.plan_of(_configs(sweep.overrides, multirun)))
+    models = kuberay.vllm_models(
+        kuberay.plan_of(sweep.configs or _configs(sweep.overrides, multirun))
+    )
     chosen = kuberay.choose_overlay(overlay, models)
     cluster = kuberay.the_raycluster(kuberay.render_overlay(chosen, k8s), chosen)
     kuberay.check_gpu_groups(chosen, cluster, models)

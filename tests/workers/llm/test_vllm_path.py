@@ -203,3 +203,19 @@ def test_a_request_on_a_replica_taken_down_by_health_is_rerouted_before_its_time
     finally:
         for server in servers:
             server.stop()
+
+
+def test_the_weights_command_checks_the_cache_and_downloads_only_online(
+    tmp_path, monkeypatch, capsys
+):
+    from distillery.workers.llm import weights
+
+    cache = tmp_path / "cache"
+    assert weights.main(["check", "Qwen/Qwen3-4B", "--cache", str(cache)]) == 1
+    assert "Qwen/Qwen3-4B: missing in" in capsys.readouterr().out
+    _cache_model(cache, "Qwen/Qwen3-4B")
+    assert weights.main(["check", "Qwen/Qwen3-4B", "--cache", str(cache)]) == 0
+    # The Job sets HF_HUB_OFFLINE=0 over the image's 1; left offline it refuses at once.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert weights.main(["download", "Qwen/Qwen3-4B", "--cache", str(cache)]) == 2
+    assert "HF_HUB_OFFLINE is set" in capsys.readouterr().err
