@@ -138,7 +138,8 @@ def prepare(
             f"tracking.uri={cfg.tracking_uri}: a SQLite file on the head node; "
             "point tracking.uri at an MLflow server on a real cluster"
         )
-    configs = _configs(overrides, multirun)
+    if overrides != merge_overrides(defaults, user_overrides):
+        configs = _configs(overrides, multirun)  # the job's own overrides, validated
     return PreparedSweep(
         sweep_id=sweep_id_of(configs),
         overrides=overrides,
