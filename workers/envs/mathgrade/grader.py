@@ -32,13 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distillery.workers.llm.types import InfraError
-from distillery.workers.sandbox.environment import PrivateHome
+from distillery.workers.sandbox.environment import allowed_environment
 from distillery.workers.sandbox.netns import network_isolation_unavailable, without_network
 
 SERVER = Path(__file__).resolve().parent / "server.py"
 HEADER = struct.Struct(">I")
 SERVER_SLACK_S = 30.0  # beyond the grading's limit, for the server's own answer
 STARTUP_TIMEOUT_S = 120.0  # importing sympy and math-verify on a loaded machine
+NO_HOME = "/nonexistent/distillery-grader"
 MAX_ANSWER_CHARS = 100_000  # longer extracted answers are wrong without parsing (ours)
 
 
@@ -57,7 +58,6 @@ class _Server:
     """One grader process."""
 
     def __init__(self, network: bool) -> None:
-        self.home = PrivateHome.create(prefix="distillery-grader-")
         command = [sys.executable, "-I", str(SERVER)]
         if not network:
             command = without_network(command, sys.executable)
@@ -66,8 +66,10 @@ class _Server:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=self.home.environment(),
-            cwd=self.home.path,
+            # A grader writes nothing: its home is a path that does not exist (so a
+            # killed driver leaves no folder behind), its TMPDIR none either.
+            env=allowed_environment(NO_HOME),
+            cwd="/",
             close_fds=True,
             start_new_session=True,
         )
@@ -122,7 +124,6 @@ class _Server:
         for pipe in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 pipe.close()  # type: ignore[union-attr]
-        self.home.remove()
 
 
 class MathGrader:
