@@ -148,11 +148,6 @@ class AppWorld(IsolatedBenchmark):
     def worker_environment(self) -> dict[str, str]:
         return {"APPWORLD_ROOT": str(self.root)}
 
-    def needs_network(self) -> bool:
-        # AppWorld's apps run in the world's own process (no remote API server): the
-        # model's code it executes gets no network at all.
-        return False
-
     def parse_text(self, task: Task, text: str) -> ParsedAction:
         return parse_code_reply(text)
 

@@ -154,7 +154,8 @@ class IsolatedBenchmark:
 
     def needs_network(self) -> bool:
         """Whether the world needs the network (a remote user model, an online API);
-        one that does not (the default) runs in a network namespace of its own."""
+        one that does not (the default: AppWorld's apps run in the world's own process)
+        runs in a network namespace of its own."""
         return False
 
     def _world_network(self) -> bool:
