@@ -252,17 +252,14 @@ def test_bundled_smollm2_plays_one_task_through_llama_cpp(tmp_path, ray_local):
     BFCL task to a score. Nothing depends on the machine's speed (a loaded 2-core CI
     runner takes minutes for the 8 k-token prompt): the replica's health check answers
     while it generates, and the request and episode limits are far above any run's
-    length (they only catch a hang). One thread: llama.cpp's threads spin at every
-    barrier, so two threads on a CPU shared with other work waste most of their time
-    waiting for each other. Whatever the 135M model says, the episode ends scored,
-    never as an infrastructure failure."""
+    length (they only catch a hang). Whatever the 135M model says, the episode ends
+    scored, never as an infrastructure failure."""
     pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] not installed")
     cfg = _config(
         tmp_path,
         "benchmark.limit=1",
         "methods=[zero_shot]",
         "student.n_ctx=16384",
-        "student.n_threads=1",
         "student.request_timeout_s=7200",
         "student.startup_timeout_s=3600",
         "agent.episode_timeout_s=43200",

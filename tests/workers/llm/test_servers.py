@@ -126,10 +126,9 @@ def test_real_smollm2_through_llama_cpp(tmp_path):
 
     from distillery.workers.llm.client import ChatClient
 
-    # Nothing here may depend on the machine's speed: the limits only catch a hang; one
-    # thread, as llama.cpp's threads spin at barriers (two on a busy CPU wait on each other).
+    # Nothing here may depend on the machine's speed: the limits only catch a hang.
     cfg = ModelConfig(
-        name="smol", backend="llama_cpp", model="smol", n_ctx=2048, max_tokens=16, n_threads=1,
+        name="smol", backend="llama_cpp", model="smol", n_ctx=2048, max_tokens=16,
         action_format="prompt", startup_timeout_s=3600, request_timeout_s=3600,
     )  # fmt: skip
     server = server_process_for(cfg, tmp_path)
@@ -170,7 +169,7 @@ def test_real_smollm2_serves_native_tool_calling_conversations(tmp_path):
 
     template = Path(__file__).parent / "chat_templates" / "hermes.jinja"
     cfg = ModelConfig(
-        name="smol", backend="llama_cpp", model="smol", n_ctx=2048, max_tokens=8, n_threads=1,
+        name="smol", backend="llama_cpp", model="smol", n_ctx=2048, max_tokens=8,
         action_format="native", chat_template_file=str(template),
         startup_timeout_s=3600, request_timeout_s=3600, max_retries=0,
     )  # fmt: skip
