@@ -109,15 +109,23 @@ class EpisodeRunner:
         """One request shaped exactly like an episode's (the same sampling, token cap,
         reasoning and thinking fields), so a server that refuses how this model's
         requests are built stops the run at its first request (`RequestConfigError`
-        propagates) instead of failing every episode. An unreachable server is left to
-        the episodes (they record it as `infra_error`); its message is returned."""
+        propagates) instead of failing every episode.
+
+        Its reply is data like any other: an unreachable server, or a reply of any
+        shape or size (`InvalidReply`, a refusal of the conversation, anything else a
+        reply can cause), is left to the episodes, which retry the one and score the
+        other as the model's; what happened is returned as one line."""
         if self._chat is None or not self._tasks:
             return None
         policy = self._policy(next(iter(self._tasks.values())), f"preflight-{uuid.uuid4().hex}")
         try:
             await policy.respond([{"role": "user", "content": PREFLIGHT_PROMPT}], None)
+        except RequestConfigError:
+            raise  # how distillery built the request: the run stops here
         except InfraError as exc:
-            return str(exc)
+            return _one_line(f"unreachable: {exc}")
+        except Exception as exc:  # the reply is the model's (its server's): data, not a stop
+            return _one_line(f"unusable reply ({type(exc).__name__}): {exc}")
         finally:
             await policy.close()
         return None
@@ -294,6 +302,11 @@ class EpisodeRunner:
             tokens_out=0,
             llm_latency_s=0.0,
         )
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(clean_text(text)[0].split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class EpisodeWorkerImpl:
