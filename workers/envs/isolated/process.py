@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -237,14 +238,17 @@ class WorkerProcess:
         return b"".join(chunks)
 
     def _wait(self, fd: int, direction: str, deadline: float, what: str) -> None:
+        """Until `fd` is ready for `direction` or `deadline` passes (then the worker is
+        killed). `poll`, not `select`: select cannot watch a descriptor numbered 1024 or
+        more (FD_SETSIZE), and a busy Ray worker, whose descriptor limit Ray raises,
+        gets there; the deadline must hold at any number."""
         left = deadline - time.monotonic()
         if left > 0:
-            readers, writers = ([fd], []) if direction == "read" else ([], [fd])
-            try:
-                ready = select.select(readers, writers, [], left)
-            except (OSError, ValueError):
-                return  # a closed pipe: the read or write that follows reports the crash
-            if ready[0] or ready[1]:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN if direction == "read" else select.POLLOUT)
+            # Hang-up and error events are always reported: the read or write that
+            # follows then says the worker is gone.
+            if poller.poll(max(1, math.ceil(left * 1000))):
                 return
         self._fail(WorkerTimeout(f"worker {self.pid} gave no answer: {what}"))
 
