@@ -86,8 +86,11 @@ class EpisodeRunner:
     ) -> None:
         self.job = job
         self.benchmark: Benchmark = make_benchmark(job.benchmark, job.benchmark_options)
-        # How this benchmark is played: its own conventions, never another benchmark's.
-        self.conventions: AgentConventions = conventions_of(self.benchmark)
+        # How this benchmark is played: its own conventions, never another benchmark's
+        # (with the observation cut the config chose, if it chose one).
+        self.conventions: AgentConventions = conventions_of(self.benchmark).with_observation_chars(
+            job.benchmark_options.get("max_observation_chars")
+        )
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
         if job.model.backend == "oracle":
@@ -201,6 +204,8 @@ class EpisodeRunner:
         if outcome.reply_notes:
             extra["reply_notes"] = outcome.reply_notes
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped
+        if outcome.observations_cut:  # the benchmark's observation cut fired (counted)
+            extra["observations_cut"] = outcome.observations_cut
         if extra:
             record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record

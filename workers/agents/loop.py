@@ -21,7 +21,10 @@ a policy that repeats or omits ids gets ids of ours first (the client already do
 for server replies). What is kept in the history, and re-sent at every step, is bounded:
 text over `MAX_HISTORY_TEXT` characters, arguments over `MAX_HISTORY_ARGUMENTS` and
 calls beyond `MAX_HISTORY_CALLS` in one reply (all beyond what the environment accepts)
-are cut, with a note saying so.
+are cut, with a note saying so. Every observation (and every message of a benchmark's
+own user) is cut to the benchmark's observation cut before it enters the history
+(`conventions.observation_cut`: the benchmark's own where its runner has one, else
+distillery's default cap), and every cut is counted (`observations_cut`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any, Protocol
 from distillery.workers.agents.policies import OBSERVATION_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
 from distillery.workers.envs.calls import DEFAULT_LIMITS
-from distillery.workers.envs.conventions import AgentConventions
+from distillery.workers.envs.conventions import AgentConventions, ObservationCut
 from distillery.workers.envs.execution import run_in_env_thread
 from distillery.workers.llm.types import (
     ChatResult,
@@ -99,6 +102,7 @@ class EpisodeOutcome:
     rejection: str | None = None
     reply_notes: list[str] = field(default_factory=list)  # repairs of the model's replies
     reply_notes_dropped: int = 0
+    observations_cut: int = 0  # observations (or user messages) cut to the benchmark's cut
 
 
 async def run_agent_loop(
@@ -163,6 +167,7 @@ async def run_agent_loop(
             if action.empty:  # no call, or nothing decodable: the turn ends
                 break
             observations = await run_in_env_thread(env.step, action)
+            observations = _cut_observations(out, conventions.observation_cut, observations)
             if hooks is not None:
                 observations = await hooks.after_step(turn_index, user_text, observations)
             out.messages.extend(_observation_messages(conventions, fmt, result, observations))
@@ -187,7 +192,7 @@ async def run_agent_loop(
         if from_world:  # the closing reply reaches the user, who answers or ends
             answer = await run_in_env_thread(env.next_user_message, result.text or "")
             if answer is not None:
-                pending.append(answer)
+                pending.append(_cut_text(out, conventions.observation_cut, answer))
     return out
 
 
@@ -258,6 +263,28 @@ def _bounded(result: ChatResult) -> ChatResult:
     if not notes:
         return result
     return replace(result, text=text, tool_calls=calls, notes=(*result.notes, *notes))
+
+
+def _cut_text(
+    out: EpisodeOutcome, cut: ObservationCut, text: str, cut_from: int | None = None
+) -> str:
+    if len(text) > cut.max_chars:
+        out.observations_cut += 1
+        return cut.cut(text, cut.max_chars)
+    if cut_from is not None:  # cut on the world's side already (isolated servers bound it)
+        out.observations_cut += 1
+    return text
+
+
+def _cut_observations(
+    out: EpisodeOutcome, cut: ObservationCut, observations: list[ToolResult]
+) -> list[ToolResult]:
+    """The observations as the history keeps them: each cut to the benchmark's cut."""
+    kept = []
+    for o in observations:
+        content = _cut_text(out, cut, o.content, o.cut_from)
+        kept.append(o if content is o.content else replace(o, content=content))
+    return kept
 
 
 def _keep_notes(out: EpisodeOutcome, turn: int, step: int, result: ChatResult) -> None:

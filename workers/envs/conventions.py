@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, get_args
 
 from distillery.workers.envs.base import ToolResult
@@ -40,6 +40,50 @@ STEP_LIMITS: tuple[str, ...] = get_args(StepLimit)
 # message or None when the user ends the conversation.
 UserTurns = Literal["task", "environment"]
 USER_TURNS: tuple[str, ...] = get_args(UserTurns)
+
+
+# Ours: the longest observation the history keeps where the benchmark's own runner has
+# no cut of its own. Far above any observation of BFCL (a few KB) or ToolSandbox, so
+# their episodes never meet it; what it stops is an output of megabytes (AppWorld
+# returns a program's stdout uncut: `print('x' * 30_000_000)` is 30 bytes of code) kept
+# and re-sent at every later step. `benchmark.options.max_observation_chars` changes it.
+DEFAULT_OBSERVATION_CHARS = 100_000
+
+
+def cut_with_marker(text: str, max_chars: int) -> str:
+    """Ours: the first `max_chars` characters and a line saying how many were cut."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n[... {len(text) - max_chars} characters cut]"
+
+
+@dataclass(frozen=True)
+class ObservationCut:
+    """How long one observation may be when it enters the history, and how a longer one
+    is cut: the benchmark's own cut where its runner has one (its length and its way of
+    cutting, `origin` citing the file), else distillery's documented default
+    (`DEFAULT_OBSERVATION_CUT`). Every cut that fires is counted in the episode record
+    (`observations_cut`)."""
+
+    max_chars: int
+    # (text, max_chars) -> the text as the benchmark shows a cut observation.
+    cut: Callable[[str, int], str] = cut_with_marker
+    origin: str = "ours"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_chars, int) and self.max_chars > 0):
+            raise ValueError(
+                f"ObservationCut.max_chars must be a positive int, not {self.max_chars!r}"
+            )
+        if not callable(self.cut):
+            raise TypeError("ObservationCut.cut must be callable")
+
+
+DEFAULT_OBSERVATION_CUT = ObservationCut(
+    DEFAULT_OBSERVATION_CHARS,
+    cut_with_marker,
+    "ours: distillery's default cap (conventions.DEFAULT_OBSERVATION_CHARS)",
+)
 
 
 class ResultFeedback(Protocol):
@@ -97,6 +141,15 @@ class AgentConventions:
     # episode ends there, as the benchmark's own loop ends it (AppWorld's loop stops once
     # `complete_task` has been called).
     world_ends_episode: bool = False
+    # How long one observation (a tool result, a program's output) may be when it
+    # enters the history. A benchmark whose own runner cuts its tool output declares
+    # that cut here, `ObservationCut(max_chars, cut, origin)`: its length, its way of
+    # cutting and the file it comes from (AppWorld's 20,000 characters). One that
+    # declares none gets distillery's default cap (`DEFAULT_OBSERVATION_CUT`, ours).
+    # Either way a cut that fires is counted in the record; the config's
+    # `benchmark.options.max_observation_chars` changes the length (a deviation where
+    # the benchmark has its own).
+    observation_cut: ObservationCut = DEFAULT_OBSERVATION_CUT
 
     def __post_init__(self) -> None:
         if self.step_limit not in STEP_LIMITS:
@@ -110,6 +163,11 @@ class AgentConventions:
         for name in ("prompt_results", "native_results", "oracle_reply"):
             if not callable(getattr(self, name)):
                 raise TypeError(f"AgentConventions.{name} must be callable")
+        if not isinstance(self.observation_cut, ObservationCut):
+            raise TypeError(
+                "AgentConventions.observation_cut must be an ObservationCut, not "
+                f"{type(self.observation_cut).__name__}"
+            )
 
     def results(
         self,
@@ -119,6 +177,12 @@ class AgentConventions:
     ) -> list[dict[str, Any]]:
         feedback = self.native_results if action_format == "native" else self.prompt_results
         return feedback(tool_calls, observations)
+
+    def with_observation_chars(self, max_chars: int | None) -> AgentConventions:
+        """These conventions with observations cut at `max_chars` (None: as declared)."""
+        if max_chars is None or max_chars == self.observation_cut.max_chars:
+            return self
+        return replace(self, observation_cut=replace(self.observation_cut, max_chars=max_chars))
 
     def turn_is_over_limit(self, steps_in_turn: int, max_steps_per_turn: int) -> bool:
         """Whether a turn that has made `steps_in_turn` steps is force-quit now."""
