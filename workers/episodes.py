@@ -31,6 +31,7 @@ from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import clean_text
 from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
+from distillery.workers.memory.bounds import BoundedHooks
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import BankSearch
 from distillery.workers.trajectories import (
@@ -219,14 +220,16 @@ class EpisodeRunner:
             return await policy.respond(messages, None)
 
         isolation = memory.isolation
-        # The method acts inside the episode only through the hooks it returns.
-        return memory_method(memory.kind).hooks(
+        # The method acts inside the episode only through the hooks it returns; what
+        # they inject is bounded (memory/bounds.py), whatever the bank holds.
+        hooks = memory_method(memory.kind).hooks(
             task,
             BankSearch(memory),
             memory.retrieval,
             allows=lambda source: isolation.allows(source, task.task_id),
             ask_model=ask,
         )
+        return BoundedHooks(hooks, memory.max_injected_chars)
 
     def _base_fields(self, task: Task, episode_id: str, started: float, attempts: int) -> dict:
         m = self.job.model

@@ -205,6 +205,8 @@ class MemoryJob:
     isolation: Isolation
     retrieval: Any  # the memory method's read settings
     kind: str  # the memory method, whose hooks the episode runs
+    # What one hook call may inject (`memory.bounds.max_injected_chars`, ours).
+    max_injected_chars: int = 32_000
 
 
 class BankSearch:
