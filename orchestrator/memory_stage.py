@@ -202,7 +202,6 @@ def _run_async(body: BankBody, *args: Any) -> BuiltBank:
     from distillery import redaction
 
     # The last three arguments are the builder config, its model and endpoints.
-    redaction.register_secrets(redaction.secrets_in(list(args[-3:])))
-    redaction.install()
+    redaction.protect(list(args[-3:]))
 
     return asyncio.run(body(*args))

@@ -330,8 +330,7 @@ class EpisodeWorkerImpl:
         from distillery import redaction
 
         # Before anything can log: this worker's logs and streams are Ray session logs.
-        redaction.register_secrets(redaction.secrets_in(job.model))
-        redaction.install()
+        redaction.protect(job.model)
         logging.basicConfig(level=logging.WARNING)
         self._runner = EpisodeRunner(job, endpoints, directory=directory, share=share)
 

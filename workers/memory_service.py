@@ -53,8 +53,7 @@ class MemoryServiceImpl:
 
         from distillery import redaction
 
-        redaction.register_secrets(redaction.secrets_in([store, embedder]))
-        redaction.install()
+        redaction.protect([store, embedder])
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # A Qdrant server (url) replaces the embedded default folder of a local root.
         path = store.path or (None if store.url else default_path)
