@@ -193,6 +193,15 @@ def redact(text: str) -> str:
     return text
 
 
+def redact_values(text: str) -> str:
+    """`text` with every registered secret replaced, and nothing else: for data a
+    benchmark shows the model (a URL's userinfo there is the task's, not a key)."""
+    pattern = _pattern
+    if not text or pattern is None:
+        return text
+    return pattern.sub(REDACTED, text)
+
+
 def redact_url(url: str) -> str:
     return redact(url)
 

@@ -207,6 +207,8 @@ class EpisodeRunner:
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped
         if outcome.observations_cut:  # the benchmark's observation cut fired (counted)
             extra["observations_cut"] = outcome.observations_cut
+        if outcome.observations_redacted:  # a world showed a secret: redacted, counted
+            extra["observations_redacted"] = outcome.observations_redacted
         if extra:
             record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record

@@ -24,7 +24,10 @@ calls beyond `MAX_HISTORY_CALLS` in one reply (all beyond what the environment a
 are cut, with a note saying so. Every observation (and every message of a benchmark's
 own user) is cut to the benchmark's observation cut before it enters the history
 (`conventions.observation_cut`: the benchmark's own where its runner has one, else
-distillery's default cap), and every cut is counted (`observations_cut`).
+distillery's default cap), and every cut is counted (`observations_cut`). Before that,
+every secret this process knows (`distillery.redaction`: its environment's keys, its
+model's) is redacted by value from them, counted (`observations_redacted`): a world that
+shows one (a program printing its environment) never sends it to the model or stores it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from distillery.redaction import redact_values
 from distillery.workers.agents.policies import OBSERVATION_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
 from distillery.workers.envs.calls import DEFAULT_LIMITS
@@ -103,6 +107,7 @@ class EpisodeOutcome:
     reply_notes: list[str] = field(default_factory=list)  # repairs of the model's replies
     reply_notes_dropped: int = 0
     observations_cut: int = 0  # observations (or user messages) cut to the benchmark's cut
+    observations_redacted: int = 0  # observations (or user messages) that showed a secret
 
 
 async def run_agent_loop(
@@ -268,6 +273,10 @@ def _bounded(result: ChatResult) -> ChatResult:
 def _cut_text(
     out: EpisodeOutcome, cut: ObservationCut, text: str, cut_from: int | None = None
 ) -> str:
+    shown = redact_values(text)
+    if shown != text:  # a secret of this process, shown by the world: never sent or kept
+        out.observations_redacted += 1
+        text = shown
     if len(text) > cut.max_chars:
         out.observations_cut += 1
         return cut.cut(text, cut.max_chars)
@@ -283,7 +292,10 @@ def _cut_observations(
     kept = []
     for o in observations:
         content = _cut_text(out, cut, o.content, o.cut_from)
-        kept.append(o if content is o.content else replace(o, content=content))
+        error = redact_values(o.error) if o.error else o.error
+        if content is not o.content or error != o.error:
+            o = replace(o, content=content, error=error)
+        kept.append(o)
     return kept
 
 
