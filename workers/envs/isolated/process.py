@@ -4,10 +4,11 @@ A `WorkerProcess` is the benchmark's interpreter running `server.py` for one wor
 module, in its own process group (so a kill reaches whatever it started). Every reply
 is data from another program: it is read with a deadline, its size is bounded before it
 is read, and its encoding and shape are checked; anything else (a crash, a hang past
-the call's timeout, a malformed or oversized frame, an exception in the world) ends
-the worker and raises an `IsolatedWorkerError`, which is an `InfraError`: the episode
-runner retries the episode with a fresh environment and never scores it against the
-student. A worker serves one episode and is never reused (strict isolation); the
+the call's timeout, a malformed or oversized frame, an exception of the world itself)
+ends the worker and raises an `IsolatedWorkerError`, which is an `InfraError`: the
+episode runner retries the episode with a fresh environment and never scores it against
+the student. (A call that failed inside the world, the world's `CallFailed`, is no
+error here: the server answers it as the call's observation, see `server.py`.) A worker serves one episode and is never reused (strict isolation); the
 `WorkerPool` only starts the next one early so its interpreter boots while the
 previous episode plays.
 
