@@ -273,6 +273,13 @@ class RoutedChat:
                     raise
                 self.requests_rerouted += 1
 
+    async def count_tokens(self, episode_id: str, messages: list[dict[str, Any]]) -> int | None:
+        """The conversation's tokens as the episode's replica counts them (see
+        `ChatClient.count_tokens`); the same replica its requests go to."""
+        index = self.router.place(episode_id)
+        url = self.router.replicas[index].url or ""
+        return await self._client(url).count_tokens(messages)
+
     def _any_usable(self, tried: set[int]) -> bool:
         now = time.monotonic()
         return any(r.usable(now) for i, r in enumerate(self.router.replicas) if i not in tried)
