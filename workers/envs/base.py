@@ -186,6 +186,17 @@ class BenchmarkOptions(BaseModel):
             mode="json", exclude_defaults=True, exclude=set(self.deviation_names())
         )
 
+    def required_environment(self) -> dict[str, str]:
+        """Environment variables a run with these options reads (a key of a service the
+        benchmark's tools or user call), each with what needs it: a run stops before it
+        starts when one is unset. None by default."""
+        return {}
+
+    def notices(self) -> tuple[str, ...]:
+        """What a user must know before a run with these options starts (e.g. that it
+        is played off the benchmark's own harness), one sentence each. None by default."""
+        return ()
+
 
 class BenchmarkUnavailable(ImportError):
     """The adapter cannot load because something it needs is not installed.

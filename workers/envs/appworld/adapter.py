@@ -131,6 +131,15 @@ class AppWorldOptions(IsolatedOptions):
         found = super().deviations()
         return (*found, "own_react_prompt") if self.prompt_file is None else found
 
+    def notices(self) -> tuple[str, ...]:
+        if self.prompt_file is not None:
+            return ()
+        return (
+            "benchmark.options.prompt_file is not set: AppWorld is played with the "
+            "adapter's own short ReAct prompt, not the authors' (recorded as the deviation "
+            f"own_react_prompt); for the paper's prompt set {PROMPT_HELP}",
+        )
+
 
 def code_of(text: str) -> str | None:
     """The code a reply runs (the authors' extraction, `react.extract_code`); None when
