@@ -337,6 +337,26 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
     )
 
 
+def test_a_run_says_before_it_starts_what_it_plays_off_the_authors_harness(tmp_path):
+    from distillery.orchestrator.cli import compose, rewrite_role_overrides
+    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.preflight import run_notices
+
+    root = _data(tmp_path / "aw")
+
+    def notices(*overrides: str) -> list[str]:
+        base = ["benchmark=appworld", f"+benchmark.options.root={root}", "methods=[zero_shot]"]
+        return run_notices([to_config(compose(rewrite_role_overrides([*base, *overrides])))])
+
+    (own_prompt, native) = notices("student.action_format=native")
+    assert "prompt_file is not set" in own_prompt and "own_react_prompt" in own_prompt
+    assert "appworld_react_generator_prompt.txt" in own_prompt  # the fix named
+    assert "action_format=native" in native and "native_function_calling" in native
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("USER:\nTask: {{ input_str }}")
+    assert notices(f"+benchmark.options.prompt_file={prompt}", "student.action_format=prompt") == []
+
+
 def test_the_adapters_limit_is_a_known_deviation_bfcl_has_none():
     assert registry.known_deviations("appworld") == ("code_over_64000_chars_refused",)
     assert registry.known_deviations("bfcl_multi_turn_base") == ()
