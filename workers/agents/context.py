@@ -51,7 +51,9 @@ async def request_view(
         if UNCOUNTED not in notes:
             notes.append(UNCOUNTED)
         return messages
-    if dropped and len(notes) < MAX_CONTEXT_NOTES:
+    if not dropped:
+        return messages
+    if len(notes) < MAX_CONTEXT_NOTES:
         request = sum(m.get("role") == "assistant" for m in messages[opening:]) + 1
         notes.append(
             f"context: request {request} left out its {dropped} oldest steps to fit {budget} tokens"
