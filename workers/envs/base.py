@@ -132,6 +132,12 @@ class Environment(Protocol):
     #
     # `def task_done(self) -> bool` (world_ends_episode=True): whether the world
     # considers the task over after the last step (no I/O: learnt with that step).
+    #
+    # Looked up with getattr by the loop, for a benchmark whose own loop opens the
+    # conversation itself (AppWorld's ReAct prompt): `def opening_messages(self,
+    # action_format: str, memory: str) -> list[dict] | None`, the messages before the
+    # first reply (the task in the last) with `memory` where that prompt puts it; None
+    # for the system prompt and the task's first turn. No I/O.
 
     def score(self) -> Score:
         """Score the episode with the benchmark's own checker."""
