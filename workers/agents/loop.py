@@ -9,7 +9,11 @@ when the task is done (AppWorld's `complete_task`) ends the episode there.
 
 What differs between benchmarks is the benchmark's (`AgentConventions`, see
 envs/conventions.py): how observations go back to the model in each action format and
-how the step limit is counted (BFCL's loop lets a turn make one step over its limit).
+how the step limit is counted (BFCL's loop lets a turn make one step over its limit),
+how a reply is kept in the history, and whether the history is trimmed to the model's
+context before each request (`context.py`). A benchmark whose own loop opens the
+conversation itself (AppWorld's ReAct prompt) gives those messages
+(`opening_messages`), and memory goes where they put it instead of a system prompt.
 A turn that reaches its limit is closed (and later scored), and the episode stops.
 Stopping in the last turn therefore still scores every turn; stopping earlier leaves
 turns unplayed, which the benchmark's checker fails. Infrastructure failures propagate
