@@ -171,17 +171,22 @@ def played(appworld_envs, appworld_data, reference_python, tmp_path_factory):
         bench = AppWorld(options)
         with run_stub_server(f"{students.__name__}:play", record=True) as url:
             reference: dict[str, Any] = {}
-            thread = threading.Thread(
-                target=lambda: reference.update(
-                    rows=_reference(python, extras, url, appworld_data, work)
-                )
-            )
+
+            def run_reference() -> None:  # beside ours: the two wait on different things
+                try:
+                    reference["rows"] = _reference(python, extras, url, appworld_data, work)
+                except BaseException as exc:  # raised again in the test's thread below
+                    reference["error"] = exc
+
+            thread = threading.Thread(target=run_reference)
             thread.start()
             try:
                 ours = asyncio.run(_ours(bench, url))
             finally:
                 thread.join()
                 bench.close()
+            if "error" in reference:
+                raise reference["error"]
             requests = recorded_requests(url)
     by_model: dict[str, list[dict]] = {}
     for request in requests:
