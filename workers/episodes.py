@@ -106,7 +106,14 @@ class EpisodeRunner:
             return OraclePolicy(self.benchmark.oracle_turns(task), self.conventions.oracle_reply)
         m = self.job.model
         return LlmPolicy(
-            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed, m.top_p
+            self._chat,
+            episode_id,
+            m.action_format,
+            m.temperature,
+            m.max_tokens,
+            m.seed,
+            m.top_p,
+            context_tokens=m.max_model_len,  # a benchmark that trims to the context reads it
         )
 
     async def preflight(self) -> str | None:

@@ -9,7 +9,11 @@ when the task is done (AppWorld's `complete_task`) ends the episode there.
 
 What differs between benchmarks is the benchmark's (`AgentConventions`, see
 envs/conventions.py): how observations go back to the model in each action format and
-how the step limit is counted (BFCL's loop lets a turn make one step over its limit).
+how the step limit is counted (BFCL's loop lets a turn make one step over its limit),
+how a reply is kept in the history, and whether the history is trimmed to the model's
+context before each request (`context.py`). A benchmark whose own loop opens the
+conversation itself (AppWorld's ReAct prompt) gives those messages
+(`opening_messages`), and memory goes where they put it instead of a system prompt.
 A turn that reaches its limit is closed (and later scored), and the episode stops.
 Stopping in the last turn therefore still scores every turn; stopping earlier leaves
 turns unplayed, which the benchmark's checker fails. Infrastructure failures propagate
@@ -38,7 +42,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from distillery.redaction import redact_values
-from distillery.workers.agents.policies import OBSERVATION_NAME, EpisodePolicy
+from distillery.workers.agents.context import request_view
+from distillery.workers.agents.policies import OBSERVATION_NAME, PROMPT_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
 from distillery.workers.envs.calls import DEFAULT_LIMITS
 from distillery.workers.envs.conventions import AgentConventions, ObservationCut
@@ -75,9 +80,12 @@ class EpisodeHooks(Protocol):
     ) -> list[ToolResult]:
         """The observations as the model will see them (reactive injection)."""
 
-    # Optional (looked up with getattr, so existing hooks need not define it):
+    # Optional (looked up with getattr, so existing hooks need not define them):
     # `async def user_message(self, turn_index: int, user_text: str) -> str`, the user
-    # message as the model will see it (injection into the request itself).
+    # message as the model will see it (injection into the request itself);
+    # `async def system_prompt_after_step(self, turn_index: int, steps_done: int,
+    # system_prompt: str) -> str | None`, the system prompt from the next request on
+    # (memory withdrawn after a step), None to leave it as it is.
 
 
 class MemoryHooks(EpisodeHooks, Protocol):
@@ -126,7 +134,14 @@ async def run_agent_loop(
     tools = list(task.tools) if fmt == "native" else None
     base_prompt = env.system_prompt(fmt)
     out = EpisodeOutcome(termination="done")
+    # A benchmark whose own loop opens with a conversation of its own (AppWorld's ReAct
+    # prompt, the task in its last message) gets memory put into it instead of into a
+    # system prompt; `opening` counts the messages before the first reply.
+    opens = _opens(env, fmt)
+    if opens:
+        base_prompt = ""
     _set_system_prompt(out.messages, base_prompt)
+    opening = 0
 
     # The user's messages: the task's turns, or (user_turns="environment") the task's
     # first turn and then whatever the benchmark's user answers to each closing reply.
@@ -138,20 +153,31 @@ async def run_agent_loop(
     while pending:
         user_text = pending.pop(0)
         turn_index += 1
+        prompt = base_prompt
         if hooks is not None:
             prompt = await hooks.before_turn(turn_index, user_text, base_prompt)
-            _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
+            if not opens:
+                _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
         content = user_text
         # Optional: hooks that inject into the user's message (e.g. MemP appends memory
         # to the task's first message) define `user_message`; others leave it as is.
         rewrite = getattr(hooks, "user_message", None)
         if rewrite is not None:
             content = await rewrite(turn_index, user_text)
-        out.messages.append({"role": "user", "content": content})
+        if opens and turn_index == 0:
+            memory = _memory_of(prompt, user_text, content)
+            out.messages[:] = _opening_messages(env, fmt, memory)
+        else:
+            out.messages.append({"role": "user", "content": content})
+        if turn_index == 0:
+            opening = len(out.messages)
         steps_in_turn = 0
         while True:
             try:
-                result = await policy.respond(out.messages, tools)
+                view = await request_view(
+                    out.messages, opening, conventions, policy, out.reply_notes
+                )
+                result = await policy.respond(view, tools)
             except RequestRejected as exc:  # the model's doing (RequestConfigError is not)
                 out.termination = (
                     "context_overflow" if isinstance(exc, ContextOverflow) else "request_rejected"
@@ -165,10 +191,12 @@ async def run_agent_loop(
                 return out
             result = _with_unique_ids(result)
             action = _parse(env, fmt, result)
+            kept = _as_kept(conventions, fmt, result)  # as the benchmark's history keeps it
             result = _bounded(result)  # parsed whole, kept bounded
+            kept = result if kept is None else _bounded(kept)
             _count_usage(out, result)
             _keep_notes(out, turn_index, steps_in_turn, result)
-            out.messages.append(_assistant_message(fmt, result))
+            out.messages.append(_assistant_message(fmt, kept))
             if action.empty:  # no call, or nothing decodable: the turn ends
                 break
             observations = await run_in_env_thread(env.step, action)
@@ -176,9 +204,13 @@ async def run_agent_loop(
             if hooks is not None:
                 observations = await hooks.after_step(turn_index, user_text, observations)
             out.messages.extend(_observation_messages(conventions, fmt, result, observations))
-            kept = observations[:MAX_HISTORY_CALLS]
-            out.steps.append(_step_record(turn_index, steps_in_turn, result, kept))
+            shown = observations[:MAX_HISTORY_CALLS]
+            out.steps.append(_step_record(turn_index, steps_in_turn, result, shown))
             steps_in_turn += 1
+            if hooks is not None:
+                opening = await _after_step(
+                    hooks, env, fmt, out.messages, opening, turn_index, steps_in_turn, base_prompt
+                )
             if conventions.world_ends_episode and env.task_done():
                 env.end_turn()  # the benchmark's own loop stops here; the task is scored
                 out.steps_per_turn.append(steps_in_turn)
@@ -199,6 +231,64 @@ async def run_agent_loop(
             if answer is not None:
                 pending.append(_cut_text(out, conventions.observation_cut, answer))
     return out
+
+
+def _opens(env: Environment, fmt: str) -> bool:
+    """Whether the benchmark opens the conversation itself (`opening_messages`)."""
+    opening = getattr(env, "opening_messages", None)
+    return opening is not None and opening(fmt, "") is not None
+
+
+def _opening_messages(env: Environment, fmt: str, memory: str) -> list[dict[str, Any]]:
+    """The benchmark's opening with `memory` in its place. Every message but the last
+    (the task's) is marked as the benchmark's prompt, so it is told apart from the
+    task's user turns (bookkeeping: `wire_messages` drops the marker)."""
+    messages = [dict(m) for m in env.opening_messages(fmt, memory)]  # type: ignore[attr-defined]
+    return [{**m, "name": PROMPT_NAME} for m in messages[:-1]] + messages[-1:]
+
+
+def _memory_of(prompt: str, user_text: str, content: str) -> str:
+    """What a memory method injected, to go where the benchmark's opening puts memory:
+    its system-prompt part (the hooks saw an empty prompt) and what it added to the
+    user's message."""
+    added = ""
+    if content != user_text:
+        added = content[len(user_text) :] if content.startswith(user_text) else content
+    return "\n\n".join(part for part in (prompt.strip(), added.strip()) if part)
+
+
+async def _after_step(
+    hooks: EpisodeHooks,
+    env: Environment,
+    fmt: str,
+    messages: list[dict[str, Any]],
+    opening: int,
+    turn_index: int,
+    steps_done: int,
+    base_prompt: str,
+) -> int:
+    """A method that withdraws its memory after a step (the AMD authors' ReasoningBank
+    on AppWorld) gives the prompt to use from now on; the opening's length is returned
+    (the benchmark's own opening is rendered again around the new memory)."""
+    update = getattr(hooks, "system_prompt_after_step", None)
+    if update is None:
+        return opening
+    prompt = await update(turn_index, steps_done, base_prompt)
+    if prompt is None:
+        return opening
+    if base_prompt or not _opens(env, fmt):
+        _set_system_prompt(messages, prompt if base_prompt else prompt.rstrip())
+        return opening
+    renewed = _opening_messages(env, fmt, prompt.strip())
+    messages[:opening] = renewed
+    return len(renewed)
+
+
+def _as_kept(conventions: AgentConventions, fmt: str, result: ChatResult) -> ChatResult | None:
+    """The reply as the benchmark's loop keeps it in its history (None: as written)."""
+    if fmt == "native" or conventions.kept_reply is None:
+        return None
+    return replace(result, text=conventions.kept_reply(result.text or ""))
 
 
 def _set_system_prompt(messages: list[dict[str, Any]], prompt: str) -> None:

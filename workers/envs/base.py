@@ -139,6 +139,12 @@ class Environment(Protocol):
     #
     # `def task_done(self) -> bool` (world_ends_episode=True): whether the world
     # considers the task over after the last step (no I/O: learnt with that step).
+    #
+    # Looked up with getattr by the loop, for a benchmark whose own loop opens the
+    # conversation itself (AppWorld's ReAct prompt): `def opening_messages(self,
+    # action_format: str, memory: str) -> list[dict] | None`, the messages before the
+    # first reply (the task in the last) with `memory` where that prompt puts it; None
+    # for the system prompt and the task's first turn. No I/O.
 
     def score(self) -> Score:
         """Score the episode with the benchmark's own checker."""
@@ -209,6 +215,17 @@ class BenchmarkOptions(BaseModel):
         return self.model_dump(
             mode="json", exclude_defaults=True, exclude=set(self.deviation_names())
         )
+
+    def required_environment(self) -> dict[str, str]:
+        """Environment variables a run with these options reads (a key of a service the
+        benchmark's tools or user call), each with what needs it: a run stops before it
+        starts when one is unset. None by default."""
+        return {}
+
+    def notices(self) -> tuple[str, ...]:
+        """What a user must know before a run with these options starts (e.g. that it
+        is played off the benchmark's own harness), one sentence each. None by default."""
+        return ()
 
 
 class BenchmarkUnavailable(ImportError):

@@ -18,7 +18,7 @@ format of `calls.parse_text_calls` (``[name(key=value)]``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, get_args
 
@@ -120,6 +120,30 @@ def json_results_message(
     return [{"role": "user", "content": json.dumps(payload, ensure_ascii=False)}]
 
 
+class Trim(Protocol):
+    """Drops history so the request fits: `(messages, opening, fits)` -> (messages to
+    send, step pairs dropped). `opening` is the number of messages before the first
+    reply (never dropped); `fits` says whether a list of messages fits the budget."""
+
+    def __call__(
+        self,
+        messages: Sequence[dict[str, Any]],
+        opening: int,
+        fits: Callable[[list[dict[str, Any]]], Awaitable[bool]],
+    ) -> Awaitable[tuple[list[dict[str, Any]], int]]: ...
+
+
+@dataclass(frozen=True)
+class ContextTrim:
+    """A benchmark's own loop keeps its conversation within the model's context by
+    dropping history before each request (AppWorld's: the oldest steps): what a request
+    may hold is the model's context less its reply's room (max_tokens) and
+    `buffer_tokens`, counted by the model's own tokenizer."""
+
+    buffer_tokens: int
+    trim: Trim
+
+
 def call_list_reply(step: str) -> str:
     """A ground-truth call as a prompt-format reply of the shared call decoder."""
     return f"[{step}]"
@@ -150,6 +174,12 @@ class AgentConventions:
     # `benchmark.options.max_observation_chars` changes the length (a deviation where
     # the benchmark has its own).
     observation_cut: ObservationCut = DEFAULT_OBSERVATION_CUT
+    # The prompt format's reply as the history keeps it (AppWorld's loop keeps it cut
+    # after the code it ran); None: as the model wrote it.
+    kept_reply: Callable[[str], str] | None = None
+    # The benchmark's loop trims the conversation to the model's context before each
+    # request (None: it sends it whole and an overflow is the model's failure).
+    context_trim: ContextTrim | None = None
 
     def __post_init__(self) -> None:
         if self.step_limit not in STEP_LIMITS:
@@ -168,6 +198,10 @@ class AgentConventions:
                 "AgentConventions.observation_cut must be an ObservationCut, not "
                 f"{type(self.observation_cut).__name__}"
             )
+        if self.kept_reply is not None and not callable(self.kept_reply):
+            raise TypeError("AgentConventions.kept_reply must be callable or None")
+        if self.context_trim is not None and not isinstance(self.context_trim, ContextTrim):
+            raise TypeError("AgentConventions.context_trim must be a ContextTrim or None")
 
     def results(
         self,
