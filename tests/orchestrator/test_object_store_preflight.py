@@ -46,10 +46,31 @@ def test_gs_offline_fails_fast_naming_the_key(monkeypatch):
         check_output_dir("gs://some-bucket/runs")
 
 
-def test_s3_that_never_answers_fails_at_the_deadline(monkeypatch, silent_s3):
+def test_s3_that_never_answers_fails_fast_naming_the_key(monkeypatch, silent_s3):
     monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 3.0)
-    with pytest.raises(PreflightError, match=r"output_dir: s3://some-bucket/runs: no answer"):
+    # The deadline or the client's short retry limit, whichever comes first.
+    with pytest.raises(PreflightError, match=r"^output_dir: .*s3://some-bucket/runs"):
         check_output_dir("s3://some-bucket/runs")
+
+
+class _HangingStore:
+    """A filesystem whose client does not return until released (any scheme's, at
+    worst)."""
+
+    released = threading.Event()
+
+    def get_file_info(self, path):
+        self.released.wait()
+
+
+def test_a_store_whose_client_hangs_is_stopped_at_the_deadline(monkeypatch):
+    monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 1.0)
+    monkeypatch.setattr(preflight, "_probe_filesystem", lambda root: _HangingStore())
+    try:
+        with pytest.raises(PreflightError, match=r"output_dir: hdfs://namenode/runs: no answer"):
+            check_output_dir("hdfs://namenode/runs")
+    finally:
+        _HangingStore.released.set()  # the abandoned check ends with the test
 
 
 def test_ctrl_c_stops_the_wait(monkeypatch):
