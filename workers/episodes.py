@@ -16,6 +16,7 @@ import logging
 import time
 import traceback
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -101,8 +102,16 @@ class EpisodeRunner:
         if self._chat is None:
             return OraclePolicy(self.benchmark.oracle_turns(task), self.conventions.oracle_reply)
         m = self.job.model
+        # Only what the benchmark's own runner sends (BFCL's: the temperature).
+        sent = self.conventions.sent_sampling(m)
         return LlmPolicy(
-            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed, m.top_p
+            self._chat,
+            episode_id,
+            m.action_format,
+            sent["temperature"],
+            sent["max_tokens"],
+            sent["seed"],
+            sent["top_p"],
         )
 
     async def preflight(self) -> str | None:
@@ -193,6 +202,10 @@ class EpisodeRunner:
         if outcome.reply_notes:
             extra["reply_notes"] = outcome.reply_notes
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped
+        # How often each protection fired (the loop's and the environment's own).
+        fired = outcome.limits_fired + Counter(getattr(env, "limits_fired", None) or {})
+        if fired:
+            extra["limits_fired"] = dict(sorted(fired.items()))
         if extra:
             record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record
