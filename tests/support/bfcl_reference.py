@@ -265,7 +265,7 @@ class ScriptedBackend:
     """A `ChatBackend`: distillery's real `ChatClient` (encoding, retries, reply
     parsing) whose network is the scripted student."""
 
-    def __init__(self, student: Student) -> None:
+    def __init__(self, student: Student, model: ModelConfig = STUDENT_MODEL) -> None:
         self.requests: list[dict[str, Any]] = []
         transport = httpx.MockTransport(lambda request: _answer(request, student, self.requests))
 
@@ -274,7 +274,7 @@ class ScriptedBackend:
             return httpx.AsyncClient(transport=CappedTransport(transport, max_bytes))
 
         with mock.patch(f"{ChatClient.__module__}.capped_http_client", capped):
-            self.client = ChatClient.from_config(STUDENT_MODEL, "http://scripted.invalid/v1")
+            self.client = ChatClient.from_config(model, "http://scripted.invalid/v1")
 
     async def chat(self, episode_id: str, messages: list[dict[str, Any]], **kwargs: Any):
         return await self.client.chat(messages, **kwargs)
@@ -289,14 +289,15 @@ def play_distillery(
     student: Student,
     native: bool,
     options: BfclOptions | None = None,
+    model: ModelConfig = STUDENT_MODEL,
 ) -> Verdict:
     if options is not None:
         bench = BfclMultiTurnBase(settings=options)
     (task,) = bench.load_tasks(task_ids=[task_id])
-    backend = ScriptedBackend(student)
+    backend = ScriptedBackend(student, model)
     fmt = "native" if native else "prompt"
     conventions = conventions_of(bench)
-    sent = conventions.sent_sampling(STUDENT_MODEL)  # as an EpisodeRunner sends them
+    sent = conventions.sent_sampling(model)  # as an EpisodeRunner sends them
     policy = LlmPolicy(
         backend,
         "scripted",
