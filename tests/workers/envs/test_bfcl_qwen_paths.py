@@ -74,9 +74,7 @@ def test_the_template_is_the_one_bfcl_quotes():
     assert plain(quoted) == plain(QWEN3_TEMPLATE)
 
 
-def test_thinking_off_the_paths_differ_in_the_tools_block_and_the_empty_think_block(
-    task, entry
-):
+def test_thinking_off_the_paths_differ_in_the_tools_block_and_the_empty_think_block(task, entry):
     outputs = qwen_outputs(BfclMultiTurnBase().oracle_turns(task), think=False)
     theirs = bfcl_qwen_prompts(entry, outputs)
     ours = distillery_prompts(TASK, outputs, qwen_student(enable_thinking=False))
