@@ -237,3 +237,63 @@ def test_a_server_failing_every_attempt_is_unscored_not_a_failure(bench, entries
     assert ours.valid is None and ours.error_type.startswith("infra_error")
     assert len(official.requests) == len(ours.requests) == 3
     assert official.requests == ours.requests
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [
+        "2 + 3",
+        "10 / 4",
+        "7 // 2 - -1",
+        "2 ** 10",
+        "'ab' + 'c'",
+        "'ab' * 3",
+        "[1] + [2, 3]",
+        "(1, 2) + (3,)",
+        "{1} | {2}",
+        "True + 1",
+        "1e308 * 1.0",
+    ],
+)
+def test_arithmetic_gives_the_value_bfcls_decoder_evaluates(argument):
+    """Constant arithmetic: the call BFCL's decoder (`eval`) makes of it, computed
+    without `eval`."""
+    from bfcl_eval.model_handler.utils import default_decode_execute_prompting
+
+    from distillery.workers.envs.calls import PROTECTION_LIMITS, parse_text_calls
+
+    text = f"[mkdir(dir_name={argument})]"
+    (official,) = default_decode_execute_prompting(text)
+    ours = parse_text_calls(text, {"mkdir"}, PROTECTION_LIMITS, arithmetic=True)
+    assert not ours.rejected and [c.source for c in ours.calls] == [official]
+
+
+@pytest.mark.parametrize(
+    ("argument", "outcome"),
+    [
+        ("1 / 0", "undecodable"),  # BFCL's eval raises: the reply is undecodable
+        ("-(2 + 3)", "undecodable"),  # BFCL negates an operand's `.value` only
+        ("'a' + 1", "undecodable"),
+        ("count + 1", "undecodable"),  # a NameError in BFCL's decoder module
+        ("len('ab') + 1", "unsafe_arguments"),  # only eval could run it: refused
+        ("__name__ + 'x'", "unsafe_arguments"),
+        ("MAXIMUM_STEP_LIMIT + 1", "unsafe_arguments"),  # bound there: only eval knows
+        ("'%s' % 5", "unsafe_arguments"),  # formatting is code, not arithmetic
+        ("2 ** 10 ** 10", "call_size"),  # BFCL would compute it (or hang): refused
+        ("'x' * 10 ** 9", "call_size"),
+    ],
+)
+def test_arithmetic_beyond_constants_is_bfcls_failure_or_a_counted_refusal(argument, outcome):
+    from bfcl_eval.model_handler.utils import default_decode_execute_prompting
+
+    from distillery.workers.envs.calls import PROTECTION_LIMITS, parse_text_calls
+
+    text = f"[mkdir(dir_name={argument})]"
+    ours = parse_text_calls(text, {"mkdir"}, PROTECTION_LIMITS, arithmetic=True)
+    if outcome == "undecodable":
+        with pytest.raises(Exception):  # noqa: B017 - whatever BFCL's eval raises
+            default_decode_execute_prompting(text)
+        assert ours.decode_error and not ours.calls and not ours.rejected
+    else:
+        (refused,) = ours.rejected
+        assert refused.limit == outcome and not ours.calls
