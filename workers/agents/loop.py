@@ -167,13 +167,13 @@ async def run_agent_loop(
             result = _with_unique_ids(result)
             as_sent = conventions.reply == "as_sent" and bool(result.message)
             action = _parse_as_sent(env, fmt, result) if as_sent else _parse(env, fmt, result)
-            kept, cuts = _bounded(result)  # parsed whole, kept bounded
+            kept, cuts = _bounded(result)  # parsed whole, kept (and recorded) bounded
             message, sent_calls = _assistant_message(fmt, kept), kept.tool_calls
-            if as_sent:
-                message, sent_calls, sent_cuts = _bounded_as_sent(result.message)
-                cuts += sent_cuts
+            if as_sent:  # the history keeps the server's message, bounded alike
+                message, sent_calls, cuts = _bounded_as_sent(result.message)
             result = replace(kept, notes=(*kept.notes, *cuts))
-            out.limits_fired[HISTORY_CUT] += len(cuts)
+            if cuts:
+                out.limits_fired[HISTORY_CUT] += len(cuts)
             _count_usage(out, result)
             _keep_notes(out, turn_index, steps_in_turn, result)
             out.messages.append(message)
