@@ -68,6 +68,32 @@ def test_prompt_change_renews_agent_stages(monkeypatch):
     ["native_system_prompt", "positional_args", "report_invalid_calls", "json_schema_tools"],
 )
 def test_a_deviation_from_bfcl_renews_agent_stages_and_is_tagged(option):
+    _renews_and_is_tagged(option)
+    # The key they had as agent options names where they went.
+    with pytest.raises(ConfigError) as err:
+        config(f"agent.{option}=true")
+    assert str(err.value) == (
+        f"invalid config at agent.{option}: moved to benchmark.options.{option} (a deviation "
+        f"from the benchmark's own pipeline is the benchmark's option): set "
+        f"+benchmark.options.{option}=true"
+    )
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "strip_think_blocks",
+        "empty_arguments_as_object",
+        "refuse_arithmetic",
+        "rebuild_assistant_message",
+        "model_sampling",
+    ],
+)
+def test_a_former_repair_of_bfcl_replies_renews_agent_stages_and_is_tagged(option):
+    _renews_and_is_tagged(option)
+
+
+def _renews_and_is_tagged(option: str) -> None:
     from distillery.orchestrator.results import point_descriptors
     from distillery.workers.envs.registry import known_deviations
 
@@ -87,14 +113,6 @@ def test_a_deviation_from_bfcl_renews_agent_stages_and_is_tagged(option):
     assert point_descriptors(point)["deviations"] == f"{known},{option}"
     default = next(iter(plan_sweep([config()]).points.values()))
     assert point_descriptors(default)["deviations"] == known
-    # The key they had as agent options names where they went.
-    with pytest.raises(ConfigError) as err:
-        config(f"agent.{option}=true")
-    assert str(err.value) == (
-        f"invalid config at agent.{option}: moved to benchmark.options.{option} (a deviation "
-        f"from the benchmark's own pipeline is the benchmark's option): set "
-        f"+benchmark.options.{option}=true"
-    )
 
 
 def test_deviations_are_off_by_default():
