@@ -91,6 +91,12 @@ class EpisodeRunner:
         self.conventions: AgentConventions = conventions_of(self.benchmark)
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
+        # A cap the benchmark's runner would not send, sent for the model's sake.
+        self._protective_cap = (
+            job.model.cap_every_request
+            and job.model.max_tokens is not None
+            and self.conventions.sent_sampling(job.model)["max_tokens"] is None
+        )
         if job.model.backend == "oracle":
             self._chat = None
         else:
@@ -104,6 +110,8 @@ class EpisodeRunner:
         m = self.job.model
         # Only what the benchmark's own runner sends (BFCL's: the temperature).
         sent = self.conventions.sent_sampling(m)
+        if self._protective_cap:
+            sent["max_tokens"] = m.max_tokens
         return LlmPolicy(
             self._chat,
             episode_id,
@@ -204,6 +212,8 @@ class EpisodeRunner:
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped
         # How often each protection fired (the loop's and the environment's own).
         fired = outcome.limits_fired + Counter(getattr(env, "limits_fired", None) or {})
+        if self._protective_cap and outcome.length_stops:
+            fired["generation_cap"] += outcome.length_stops
         if fired:
             extra["limits_fired"] = dict(sorted(fired.items()))
         if extra:

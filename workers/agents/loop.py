@@ -109,6 +109,7 @@ class EpisodeOutcome:
     reply_notes_dropped: int = 0
     # How often each protection of the loop fired (the environment counts its own).
     limits_fired: Counter[str] = field(default_factory=Counter)
+    length_stops: int = 0  # replies that stopped at the token cap (finish_reason length)
 
 
 async def run_agent_loop(
@@ -346,6 +347,7 @@ def _keep_notes(out: EpisodeOutcome, turn: int, step: int, result: ChatResult) -
 
 def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
     out.n_llm_calls += 1
+    out.length_stops += result.finish_reason == "length"
     out.tokens_in += result.usage.prompt_tokens
     out.tokens_out += result.usage.completion_tokens
     out.tokens_reasoning += result.usage.reasoning_tokens

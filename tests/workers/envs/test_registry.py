@@ -288,8 +288,9 @@ def test_a_prompt_change_of_the_benchmark_changes_its_stage_keys(toy, monkeypatc
 def test_bfcl_default_stage_keys_are_pinned():
     """The digests of the default config. Change these only on purpose: a change
     re-runs every BFCL episode. Last changed by issue 20 (BFCL's own reading of a
-    reply, sampling and protections: `bfcl.REPLY_HANDLING` joined the fingerprint;
-    before: prompts c016abba2dab67d5, collect b66ef9eb..., evaluate 2c1f8c21...)."""
+    reply, sampling and protections: `bfcl.REPLY_HANDLING` joined the fingerprint, and
+    the quickstart student's `cap_every_request`; before: prompts c016abba2dab67d5,
+    collect b66ef9eb..., evaluate 2c1f8c21...)."""
     assert stages.code_fingerprint("collect", BFCL) == {
         "version": "2",
         "prompts": "1ea110038d402bd0",
@@ -298,6 +299,6 @@ def test_bfcl_default_stage_keys_are_pinned():
     assert default["collect"] == {
         "b322b1d501cddfb5b5426bccbc13f766b02f735c359d1cafafd01d9a62c2bd3d"
     }
-    assert "519583a1f6c9ada6e11efec62960ec9df890bf9179d475d185aa146295e09d69" in default["evaluate"]
+    assert "86c6da551e2d62e87b1066e517544e8258ad92bcff313c192f1b48afbe2d4827" in default["evaluate"]
     explicit = to_config(compose(rewrite_role_overrides(["benchmark.options={}"])))
     assert _keys(explicit) == default
