@@ -44,6 +44,9 @@ class RejectedCall:
     as a call that changed nothing. `position` is its index in the response, so
     results keep the response's order. `counted` is False for output the benchmark's
     decoder rejects but an option chose to report (it never reaches the checker).
+    `limit` names the protection that refused it, when one did (a size limit, an
+    argument the benchmark would `eval`): such refusals are deviations from the
+    benchmark's own runner, recorded with every run and counted when they fire.
     """
 
     raw: str
@@ -51,6 +54,7 @@ class RejectedCall:
     call_id: str | None = None
     position: int = -1
     counted: bool = True
+    limit: str | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,15 @@ STEP_LIMITS: tuple[str, ...] = get_args(StepLimit)
 # message or None when the user ends the conversation.
 UserTurns = Literal["task", "environment"]
 USER_TURNS: tuple[str, ...] = get_args(UserTurns)
+# normalized: the loop parses the client's cleaned reply (reasoning and <think> blocks
+# split off, empty arguments as {}, ids made unique, arguments encoded as strings) and
+# keeps a message rebuilt from it. as_sent: the loop parses and keeps the server's
+# message as the server sent it (`ChatResult.message`), as a runner that re-sends the
+# API's message object does (BFCL's): native observations get the reply's calls as sent.
+ReplyHandling = Literal["normalized", "as_sent"]
+REPLY_HANDLINGS: tuple[str, ...] = get_args(ReplyHandling)
+# The request parameters a model config may set that a runner sends.
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
 
 
 # Ours: the longest observation the history keeps where the benchmark's own runner has
@@ -63,7 +72,7 @@ class ObservationCut:
     is cut: the benchmark's own cut where its runner has one (its length and its way of
     cutting, `origin` citing the file), else distillery's documented default
     (`DEFAULT_OBSERVATION_CUT`). Every cut that fires is counted in the episode record
-    (`observations_cut`)."""
+    (`limits_fired`: `observation_cut`)."""
 
     max_chars: int
     # (text, max_chars) -> the text as the benchmark shows a cut observation.
@@ -180,6 +189,12 @@ class AgentConventions:
     # The benchmark's loop trims the conversation to the model's context before each
     # request (None: it sends it whole and an overflow is the model's failure).
     context_trim: ContextTrim | None = None
+    # How a reply is parsed and kept in the history (see `ReplyHandling`).
+    reply: ReplyHandling = "normalized"
+    # Which of the model config's request parameters (`SAMPLING_FIELDS`) the benchmark's
+    # runner sends; None: every one the model config sets. BFCL's handler sends its
+    # temperature only (no token cap, no seed).
+    sampling: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.step_limit not in STEP_LIMITS:
@@ -190,6 +205,13 @@ class AgentConventions:
             raise ValueError(
                 f"user_turns must be one of {', '.join(USER_TURNS)}, not {self.user_turns!r}"
             )
+        if self.reply not in REPLY_HANDLINGS:
+            raise ValueError(
+                f"reply must be one of {', '.join(REPLY_HANDLINGS)}, not {self.reply!r}"
+            )
+        unknown = sorted(set(self.sampling or ()) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"sampling may name {', '.join(SAMPLING_FIELDS)} only, not {unknown}")
         for name in ("prompt_results", "native_results", "oracle_reply"):
             if not callable(getattr(self, name)):
                 raise TypeError(f"AgentConventions.{name} must be callable")
@@ -217,6 +239,14 @@ class AgentConventions:
         if max_chars is None or max_chars == self.observation_cut.max_chars:
             return self
         return replace(self, observation_cut=replace(self.observation_cut, max_chars=max_chars))
+
+    def sent_sampling(self, model: Any) -> dict[str, Any]:
+        """The request parameters of `model` (a model config) this runner sends: the
+        others are None (not sent)."""
+        return {
+            name: getattr(model, name) if self.sampling is None or name in self.sampling else None
+            for name in SAMPLING_FIELDS
+        }
 
     def turn_is_over_limit(self, steps_in_turn: int, max_steps_per_turn: int) -> bool:
         """Whether a turn that has made `steps_in_turn` steps is force-quit now."""

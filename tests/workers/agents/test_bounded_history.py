@@ -80,7 +80,7 @@ def test_a_30_mb_observation_is_cut_to_the_default_cap_and_counted():
     outcome, policy = _play(DEFAULT_CONVENTIONS)
     # Before: requests of 30, 60, 90, 120 MB (every step re-sends every output).
     assert max(policy.request_chars) < 5 * (DEFAULT_OBSERVATION_CHARS + 1_000)
-    assert outcome.observations_cut == 4
+    assert outcome.limits_fired["observation_cut"] == 4
     kept = [m["content"] for m in outcome.messages if m["role"] == "user"][1:]
     assert len(kept) == 4 and all("characters cut]" in text for text in kept)
     assert all(
@@ -93,7 +93,7 @@ def test_a_benchmarks_own_cut_is_used_and_the_option_changes_its_length():
     conventions = replace(DEFAULT_CONVENTIONS, observation_cut=own)
     outcome, _ = _play(conventions, steps=1)
     (step,) = outcome.steps
-    assert step.calls[0].content == "x" * 20 and outcome.observations_cut == 1
+    assert step.calls[0].content == "x" * 20 and outcome.limits_fired["observation_cut"] == 1
     outcome, _ = _play(conventions.with_observation_chars(50), steps=1)
     assert outcome.steps[0].calls[0].content == "x" * 50
 

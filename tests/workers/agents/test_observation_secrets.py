@@ -74,4 +74,4 @@ def test_a_secret_a_world_shows_is_never_sent_nor_kept(canary_registered):
     assert len(policy.sent) == 3 and not [s for s in policy.sent if CANARY in s]
     assert CANARY not in repr(outcome.messages) and CANARY not in repr(outcome.steps)
     assert "'OPENAI_API_KEY': '<redacted>'" in outcome.steps[0].calls[0].content  # the rest kept
-    assert outcome.observations_redacted == 2
+    assert outcome.limits_fired["observation_redacted"] == 2

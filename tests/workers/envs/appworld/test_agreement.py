@@ -39,7 +39,7 @@ from tests.workers.envs.appworld.conftest import venv_python
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-EXPERIMENTS = HERE.parents[4] / ".." / "shared" / "vendor" / "ace-appworld" / "experiments"
+EXPERIMENTS = HERE.parents[3].parent / "shared" / "vendor" / "ace-appworld" / "experiments"
 PROMPT = EXPERIMENTS / "prompts" / "appworld_react_generator_prompt.txt"
 REFERENCE = HERE / "reference_loop.py"
 # The authors' Qwen3 student configs (appworld/*/experiments/configs/*qwen3_4b*.jsonnet).

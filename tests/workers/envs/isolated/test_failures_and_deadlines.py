@@ -126,7 +126,7 @@ def test_a_megabyte_output_is_cut_in_the_history_and_counted(venv_ready, no_left
     runner.benchmark.close()
     assert summary.success is not None  # the model's doing: scored
     (record,) = read_episodes(tmp_path / "episodes")
-    assert json.loads(record.extra_json)["observations_cut"] == 3
+    assert json.loads(record.extra_json)["limits_fired"]["observation_cut"] == 3
     # Each observation is at most the default cut (100,000) in the history.
     assert all(len(c.content) < 100_100 for s in record.steps for c in s.calls)
 
