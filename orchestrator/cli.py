@@ -266,6 +266,10 @@ def run_cli(argv: list[str]) -> int:
             return _refuse(exc)
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
+    from distillery.orchestrator.preflight import run_notices
+
+    for notice in run_notices(configs):  # said before anything runs (and with --plan)
+        print(f"distillery: note: {notice}", file=sys.stderr)
     try:
         if "--plan" in flags:
             print(plan(configs))
@@ -338,8 +342,13 @@ def route(argv: list[str]) -> int:
     its name is the first word, else a sweep. `-v`/`--verbose` may stand anywhere,
     before the subcommand too (`distillery -v memory list ...`): it only turns the
     third-party messages back on and is not passed to the subcommand."""
+    from distillery import redaction
     from distillery.orchestrator.quiet import quiet_third_party
 
+    # Before anything can print: every subcommand's output, logs and tracebacks are
+    # redacted (the keys of this environment and of the command line, such as a URL's
+    # userinfo; a sweep adds its configs' own).
+    redaction.protect(argv, [a.partition("=")[2] for a in argv])  # `key=URL` overrides too
     quiet_third_party(verbose=any(a in _VERBOSE for a in argv))
     rest = [a for a in argv if a not in _VERBOSE]
     command = rest[0] if rest else None

@@ -121,8 +121,8 @@ def run_agent(
         for w in workers:
             ray.kill(w)
         raise
-    if unreachable:
-        tqdm.write(f"warning: {job.model.name} preflight request failed: {unreachable[:300]}")
+    if unreachable:  # a server down or a reply of any shape: the episodes decide
+        tqdm.write(f"warning: {job.model.name} preflight request: {unreachable[:300]}")
     if progress and len(set(nodes)) > 1:
         tqdm.write(f"  {n_workers} episode workers on {len(set(nodes))} nodes")
     cpu_before = ray.get([w.cpu_time_s.remote() for w in workers])

@@ -20,6 +20,7 @@ from distillery.orchestrator.stages import (
     StageKey,
     digest_of,
 )
+from distillery.workers.memory.bounds import bound_bank, memory_delimiters
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import (
     BuiltBank,
@@ -146,6 +147,8 @@ class MemoryStage:
                     episodes, cfg.memory, model_name, source.split
                 ),
                 "embedder": stage.identity["embedder"],
+                # Bounds off their defaults make other entries (absent: the keys of old).
+                **({"bounds": stage.identity["bounds"]} if "bounds" in stage.identity else {}),
             }
         )
         reused = self.reused(bank_id)
@@ -174,9 +177,12 @@ class MemoryStage:
         model = source.builder_model
         remote = ray.remote(num_cpus=0.5)(_run_async)
         if model is None:  # deterministic entries, no server needed
-            return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
-        endpoints = self.sweep.servers.endpoints(model)
-        return ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
+        else:
+            endpoints = self.sweep.servers.endpoints(model)
+            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+        # Builder output is model output: every method's entries within the same bounds.
+        return bound_bank(bank, cfg.memory.bounds, memory_delimiters(source.kind))
 
 
 def run_build(sweep: Sweep, stage: BuildStage, prefix: str) -> bool:
@@ -196,7 +202,6 @@ def _run_async(body: BankBody, *args: Any) -> BuiltBank:
     from distillery import redaction
 
     # The last three arguments are the builder config, its model and endpoints.
-    redaction.register_secrets(redaction.secrets_in(list(args[-3:])))
-    redaction.install()
+    redaction.protect(list(args[-3:]))
 
     return asyncio.run(body(*args))

@@ -226,6 +226,8 @@ def _plan_method(
             "retrieval": memory.read_identity(retrieval),
             "protocol": cfg.protocol.read_settings(),
         }
+        if cfg.memory.bounds.identity():  # what a student reads of memory is cut there
+            identity["memory_bounds"] = cfg.memory.bounds.identity()
         stage = graph.add(
             EvaluateStage(
                 key=EvaluateStage.key_for(identity, (bank_stage,)),
@@ -279,6 +281,9 @@ def _bank(
     profile = build_profile(cfg.benchmark.name) if build_profile else None
     if profile is not None:
         identity["builder_profile"] = profile
+    bounds = cfg.memory.bounds.identity()
+    if bounds:  # only values off the defaults: the keys of every default build stay
+        identity["bounds"] = bounds
     source_label = graph.stages[source].label.split(" ", 1)[1]
     bank_source = BankSource(
         source,
@@ -303,6 +308,8 @@ def _bank(
     base = graph.stages[build]  # the first point's node of this key: its source is built
     assert isinstance(base, BuildStage)
     render_identity = {"builder_model": builder_identity}
+    if bounds:
+        render_identity["bounds"] = bounds
     return graph.add(
         RenderStage(
             key=RenderStage.key_for(render_identity, (build,), memory.build_fingerprint()),

@@ -51,6 +51,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "max_retries",
         "retry_backoff_s",
         "max_response_bytes",  # a guard against broken servers, far above any reply
+        "max_request_bytes",  # a guard against runaway histories, above any context
         "replicas",
         "max_concurrency_per_server",
         "startup_timeout_s",
@@ -111,6 +112,8 @@ def model_identity(model: ModelConfig, sweep_seed: int = 0) -> dict[str, Any]:
     for name in UNSET_OMITTED_MODEL_FIELDS:
         if data.get(name) is None:
             data.pop(name, None)
+    if not model.cap_every_request:  # added later: off keeps the keys it had
+        del data["cap_every_request"]
     data["seed"] = effective_seed(model, sweep_seed)
     return data
 

@@ -116,7 +116,12 @@ class Sweep:
             bank_id = self.memory.bank_of(read.bank_stage)
             ray_get(self.memory.service.open_bank.remote(bank_id, read.isolation))
             memory = MemoryJob(
-                self.memory.service, bank_id, read.isolation, read.settings, read.kind
+                self.memory.service,
+                bank_id,
+                read.isolation,
+                read.settings,
+                read.kind,
+                cfg.memory.bounds.max_injected_chars,
             )
         seed = effective_seed(model, cfg.seed if stage.role == "student" else 0)
         job = AgentJob(

@@ -46,6 +46,11 @@ class ModelConfig(BaseModel):
     # Cap on generated tokens per request (reasoning included); None: not sent.
     max_tokens: int | None = Field(512, gt=0)
     seed: int | None = 0
+    # Send `max_tokens` even where a benchmark's own runner sends no cap (BFCL's): for a
+    # model that is unusable without one (the CPU smoke-test model, whose uncapped reply
+    # runs to its context). A deviation from such a runner, counted per episode
+    # (`limits_fired.generation_cap`: replies stopped by the cap). Ours: no paper model.
+    cap_every_request: bool = False
 
     # How its server wants a request (see README "Model backends").
     token_limit_param: TokenLimitParam = "max_tokens"  # the body key max_tokens is sent as
@@ -67,6 +72,11 @@ class ModelConfig(BaseModel):
     # A reply body over this is refused unread (an endless or enormous body would grow
     # the worker without bound); chat replies are kilobytes.
     max_response_bytes: int = Field(2 * 1024 * 1024, gt=0)
+    # Ours: a request body over this is never sent; the episode ends as the model's
+    # failure (`RequestTooLarge`, termination context_overflow). Above any model's
+    # context (1M tokens are ~4 MB of text), so it only stops a history that outgrew
+    # every window, before it costs the worker its memory.
+    max_request_bytes: int = Field(8 * 1024 * 1024, gt=0)
 
     # Launching it (llama_cpp / vllm).
     replicas: int = Field(1, ge=1)
