@@ -94,7 +94,7 @@ def _launched_model(role: str, model: ModelConfig) -> list[Missing]:
                 )
             )
         out += _model_file(role, model)
-        return out
+        return out or _chat_format(role, model)
     if model.backend == "vllm" and not (_installed("vllm") or shutil.which("vllm")):
         return [
             Missing(
@@ -131,6 +131,35 @@ def _model_file(role: str, model: ModelConfig) -> list[Missing]:
             )
         ]
     return []
+
+
+def _chat_format(role: str, model: ModelConfig) -> list[Missing]:
+    """The model's chat formatting must carry its action format: native tool calls need
+    a template with a tool-call syntax that keeps system and tool messages; the prompt
+    format needs system messages kept (`chat_templates`). Reads the model file's
+    header only: no weights, no server."""
+    from pathlib import Path
+
+    from distillery.workers.llm.chat_templates import check_model_file, refusal
+    from distillery.workers.llm.gguf import GgufError
+    from distillery.workers.llm.servers import find_smollm2_gguf
+
+    if model.chat_template_file and not Path(model.chat_template_file).is_file():
+        return [
+            Missing(
+                f"{role}.chat_template_file={model.chat_template_file}: no such file",
+                f"point {role}.chat_template_file at a Jinja chat template, or unset it",
+            )
+        ]
+    path = model.gguf_path or find_smollm2_gguf()
+    try:
+        check = check_model_file(model, path)
+    except (GgufError, OSError) as exc:
+        return [Missing(f"{role}.gguf_path={path}: {exc}", f"set {role}.gguf_path to a GGUF file")]
+    if check.ok:
+        return []
+    what, fix = refusal(role, model, check)
+    return [Missing(what, fix)]
 
 
 def _benchmark(cfg: DistilleryConfig) -> list[Missing]:

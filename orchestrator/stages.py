@@ -78,6 +78,11 @@ RUNTIME_MODEL_FIELDS = frozenset(
 )
 
 
+# Fields added to model configs after stages were first keyed: left out of a model's
+# identity while unset, so adding an option re-runs no finished stage; set, it counts.
+UNSET_OMITTED_MODEL_FIELDS = ("chat_template_file",)
+
+
 @dataclass(frozen=True, order=True)
 class StageKey:
     kind: StageKind
@@ -104,6 +109,9 @@ def model_identity(model: ModelConfig, sweep_seed: int = 0) -> dict[str, Any]:
     if model.backend == "oracle":
         return {"backend": "oracle"}
     data = model.model_dump(mode="json", exclude=set(RUNTIME_MODEL_FIELDS))
+    for name in UNSET_OMITTED_MODEL_FIELDS:
+        if data.get(name) is None:
+            data.pop(name, None)
     if not model.cap_every_request:  # added later: off keeps the keys it had
         del data["cap_every_request"]
     data["seed"] = effective_seed(model, sweep_seed)

@@ -86,6 +86,9 @@ class ModelConfig(BaseModel):
     n_ctx: int = Field(16384, gt=0)
     n_threads: int = Field(2, ge=1)
     chat_format: str | None = None  # llama_cpp: None -> the GGUF's own template
+    # llama_cpp: a Jinja chat template used instead of the GGUF's own (native tool calls
+    # are parsed in the syntax it defines; docs/backends/llama_cpp.md).
+    chat_template_file: str | None = None
     gpus_per_server: int = Field(1, ge=0)  # vllm
     tensor_parallel_size: int = Field(1, ge=1)  # vllm
     enable_prefix_caching: bool = True  # vllm
@@ -140,6 +143,16 @@ class ModelConfig(BaseModel):
                 f"extra_body may not set {shadowed}: use the model config's own keys "
                 "(max_tokens/token_limit_param, temperature, top_p, seed, "
                 "reasoning_effort, enable_thinking)"
+            )
+        if self.chat_template_file and self.backend != "llama_cpp":
+            raise ValueError(
+                "chat_template_file is for backend=llama_cpp (vLLM takes a template with "
+                "extra_args: [--chat-template, PATH])"
+            )
+        if self.chat_template_file and self.chat_format:
+            raise ValueError(
+                "chat_format and chat_template_file both replace the model's chat "
+                "template: set one of them"
             )
         if self.reasoning_parser and self.backend != "vllm":
             raise ValueError(

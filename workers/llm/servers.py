@@ -47,10 +47,14 @@ def find_smollm2_gguf() -> Path:
 
 
 def llama_cpp_command(cfg: ModelConfig, model_path: str | Path, host: str, port: int) -> list[str]:
+    """llama-cpp-python's server behind distillery's adapter (llama_server.py: native
+    tool calls, null content, a health check that answers while it generates)."""
     command = [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "distillery.workers.llm.llama_server",
+        "--action_format",
+        cfg.action_format,
         "--model",
         str(model_path),
         "--model_alias",
@@ -72,6 +76,8 @@ def llama_cpp_command(cfg: ModelConfig, model_path: str | Path, host: str, port:
     ]
     if cfg.chat_format:
         command += ["--chat_format", cfg.chat_format]
+    if cfg.chat_template_file:
+        command += ["--chat_template_file", str(Path(cfg.chat_template_file).resolve())]
     return command + list(cfg.extra_args)
 
 
