@@ -7,7 +7,6 @@ import asyncio
 import importlib.util
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -288,7 +287,6 @@ def test_native_mode_has_no_system_prompt_unless_asked(task0, bench):
 
 
 def test_ground_truth_replay_passes_official_checker_on_all_tasks(bench, tasks):
-    started = time.perf_counter()
     failures = []
     for task in tasks:
         env = bench.make_env(task, f"oracle-{task.task_id}")
@@ -300,9 +298,7 @@ def test_ground_truth_replay_passes_official_checker_on_all_tasks(bench, tasks):
         if not score.success:
             failures.append((task.task_id, score))
         assert not _episode_globals(env)
-    elapsed = time.perf_counter() - started
     assert not failures, failures[:3]
-    assert elapsed < 30, f"replaying 200 tasks took {elapsed:.1f} s"
 
 
 def test_replay_with_a_whole_turn_per_step_passes(bench, task0):
