@@ -158,18 +158,6 @@ class MethodConfig(_Frozen):
     def uses_memory(self) -> bool:
         return self.kind not in BUILTIN_KINDS
 
-    @property
-    def reads_teacher_episodes(self) -> bool:
-        """Its episodes or its bank's come from the teacher's collection."""
-        if self.kind == "teacher":
-            return True
-        return self.uses_memory and memory_method(self.kind).bank_source == "teacher"
-
-    @property
-    def builds_from_student(self) -> bool:
-        """A memory method whose bank is built from the student's own runs."""
-        return self.uses_memory and memory_method(self.kind).bank_source == "student"
-
 
 class ReportConfig(_Frozen):
     """What `distillery report` reads from the sweep (recorded in sweep.json)."""
@@ -232,7 +220,6 @@ class DistilleryConfig(_Frozen):
                 self.retrieval_for(name)  # overrides must validate too
         self._shared_retrieval_valid()
         self._benchmark_options_valid()
-        self._no_ground_truth_memory()
         for key in ("model", "student_memory_model"):
             builder = getattr(self.memory.builder, key)
             if builder not in _BANK_WRITERS and builder not in self.builder_models:
@@ -253,24 +240,6 @@ class DistilleryConfig(_Frozen):
         except (ImportError, BenchmarkLoadError) as exc:  # BenchmarkUnavailable: what to install
             raise ValueError(f"benchmark.options: cannot check them: {exc}") from None
 
-    def _no_ground_truth_memory(self) -> None:
-        """The oracle's memory is the benchmark's ground truth (masked): under
-        protocol=main a task would retrieve the answers of its own ground truth."""
-        if self.teacher.backend != "oracle" or self.protocol.name != "main":
-            return
-        reading = [
-            n
-            for n in self.methods
-            if self.method_catalog[n].uses_memory and self.method_catalog[n].reads_teacher_episodes
-        ]
-        if reading:
-            raise ValueError(
-                f"protocol.name: protocol=main with teacher={self.teacher.name} (an oracle "
-                "replaying the ground truth) lets each task retrieve memory built from its "
-                f"own answers (methods {', '.join(reading)}); set teacher= a model (e.g. "
-                "teacher=gpt5_mini) or protocol=self_excluded / protocol=cross_split"
-            )
-
     def method(self, name: str) -> MethodConfig:
         return self.method_catalog[name]
 
@@ -288,8 +257,7 @@ class DistilleryConfig(_Frozen):
             raise ValueError(self._settings_error(exc, name)) from None
         # A method that reads differently by benchmark (AMD on AppWorld) resolves its
         # settings here, so stage identities, tags and reports hold what is read.
-        for_benchmark = getattr(memory, "for_benchmark", None)
-        return for_benchmark(settings, self.benchmark.name) if for_benchmark else settings
+        return memory.for_benchmark(settings, self.benchmark.name)
 
     def _settings_error(self, exc: ValidationError, name: str) -> str:
         method = self.method_catalog[name]

@@ -48,7 +48,7 @@ def point_facets(point: EvalPoint) -> dict[str, str]:
     out: dict[str, str] = {}
     if point.role == "student":
         out.update(_model_facets("student", cfg.student))
-    if point.method.reads_teacher_episodes:
+    if point.uses_teacher:
         out.update(_model_facets("teacher", cfg.teacher))
     out["protocol"] = cfg.protocol.name
     if cfg.protocol.name == "cross_split":

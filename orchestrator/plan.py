@@ -12,13 +12,15 @@ import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 
-from distillery.orchestrator.config import DistilleryConfig, MethodConfig
+from distillery.orchestrator.config import ConfigError, DistilleryConfig, MethodConfig
 from distillery.orchestrator.descriptors import SweepNames, name_sweep
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_tasks
+from distillery.orchestrator.stage_kinds import stage_type
 from distillery.orchestrator.stages import (
     BankSource,
     BuildStage,
@@ -28,6 +30,7 @@ from distillery.orchestrator.stages import (
     RenderStage,
     Stage,
     StageKey,
+    StageStatus,
     digest_of,
     model_identity,
 )
@@ -52,6 +55,11 @@ class EvalPoint:
     bank_stage: StageKey | None = None
     retrieval: BaseModel | None = None  # the memory method's validated read settings
     isolation: Isolation | None = None
+    memory_writer: str | None = None  # who wrote the bank it reads (a model, deterministic)
+    # Whose episodes its bank comes from: the source stage's role (teacher | student),
+    # or the kind of a stage that writes its bank itself (e.g. brew).
+    memory_source: str | None = None
+    uses_teacher: bool = False  # a stage it depends on plays or calls the teacher
 
 
 @dataclass
@@ -152,11 +160,168 @@ def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
         split = split_for(cfg, tasks)
         ids: list[str] = []
         for name in cfg.methods:
-            point = _plan_method(graph, cfg, name, split)
+            point = StagePlanner(graph, cfg, split, name).point()
             graph.points.setdefault(point.point_id, point)
             ids.append(point.point_id)
         graph.point_ids_of.append(ids)
     return graph
+
+
+class StagePlanner:
+    """Plans one evaluation point's stages on the shared graph: what a memory method's
+    `bank_stage` asks for (`memory.method.BankPlanner`: the teacher's collection, the
+    student's runs, a build of either, or a stage of a registered kind) and what a
+    stage kind's `plan` builds its node from (the point's config, split and method).
+    Equal stages of different points are one node (deduplicated by key)."""
+
+    def __init__(self, graph: StageGraph, cfg: DistilleryConfig, split: TaskSplit, name: str):
+        self.graph = graph
+        self.cfg = cfg
+        self.split = split
+        self.method_name = name
+        self.method = cfg.method(name)
+
+    # -- for stage kinds --------------------------------------------------------------
+
+    def add(self, stage: Stage, plays: Any = ()) -> StageKey:
+        """Add a node (the first of its key is kept) and the tasks it must play."""
+        key = self.graph.add(stage)
+        if plays:
+            self.graph.needs[key].update(plays)
+        return key
+
+    def episode_identity(self, model: ModelConfig, sweep_seed: int) -> dict[str, Any]:
+        """What decides the episodes `model` plays on the point's benchmark."""
+        return _episode_identity(self.cfg, model, sweep_seed)
+
+    @staticmethod
+    def model_identity(model: ModelConfig, sweep_seed: int = 0) -> dict[str, Any]:
+        """What decides `model`'s answers (a stage calling it holds this)."""
+        return model_identity(model, sweep_seed)
+
+    def memory_task_ids(self) -> str:
+        """The digest of the point's memory split (a stage playing it holds this)."""
+        return ids_sha(sorted(self.split.memory_ids))
+
+    @staticmethod
+    def served(model: ModelConfig) -> ModelConfig | None:
+        """`model` as a stage's model (None for the oracle, which needs no server)."""
+        return None if model.backend == "oracle" else model
+
+    # -- BankPlanner --------------------------------------------------------------------
+
+    def teacher_collection(self) -> StageKey:
+        key = _collect(self.graph, self.cfg)
+        self.graph.needs[key].update(self.split.memory_ids)
+        return key
+
+    def student_runs(self) -> StageKey:
+        key = _zero_shot(self.graph, self.cfg)
+        self.graph.needs[key].update(self.split.memory_ids)
+        return key
+
+    def build(self, source: StageKey) -> StageKey:
+        return _bank(self.graph, self.cfg, self.method_name, source, self.split)
+
+    def stage(self, kind: str, **inputs: Any) -> StageKey:
+        return self.add(stage_type(kind).plan(self, **inputs))
+
+    # -- the point ----------------------------------------------------------------------
+
+    def point(self) -> EvalPoint:
+        graph, cfg, split, name, method = (
+            self.graph,
+            self.cfg,
+            self.split,
+            self.method_name,
+            self.method,
+        )
+        eval_ids = list(split.eval_ids)
+        bank_stage = retrieval = isolation = writer = source = None
+        if method.kind == "teacher":
+            stage, role, model = _collect(graph, cfg), "teacher", cfg.teacher
+        elif method.kind == "zero_shot":
+            stage, role, model = _zero_shot(graph, cfg), "student", cfg.student
+        else:
+            memory = memory_method(method.kind)
+            bank_stage = memory.bank_stage(self)
+            retrieval = cfg.retrieval_for(name)
+            isolation = Isolation(cfg.protocol.name, (split.memory_split,))
+            if bank_stage is not None:
+                writer, source = self._bank_facts(bank_stage)
+            identity = {
+                **_episode_identity(cfg, cfg.student, cfg.seed),
+                "method": method.kind,
+                "retrieval": memory.read_identity(retrieval),
+                "protocol": cfg.protocol.read_settings(),
+            }
+            upstream = (bank_stage,) if bank_stage is not None else ()
+            stage = graph.add(
+                EvaluateStage(
+                    identity=identity,
+                    upstream=upstream,
+                    label=f"evaluate student={cfg.student.name} {name} ({memory.label(retrieval)})",
+                    model=self.served(cfg.student),
+                    memory=MemoryRead(method.kind, bank_stage, isolation, retrieval),
+                )
+            )
+            role, model = "student", cfg.student
+        graph.needs[stage].update(eval_ids)
+        self._no_ground_truth_memory(bank_stage)
+        # The protocol is part of the point even where the stage does not read it: zero-shot
+        # under main and under self_excluded is one stage but a row of each protocol's table.
+        point_id = digest_of(
+            {"stage": stage.digest, "eval": split.eval_ids_sha, "protocol": cfg.protocol.name}
+        )[:16]
+        return EvalPoint(
+            point_id=point_id,
+            cfg=cfg,
+            method_name=name,
+            method=method,
+            role=role,
+            model=model,
+            stage=stage,
+            upstream=graph.upstream_closure(stage),
+            split=split,
+            bank_stage=bank_stage,
+            retrieval=retrieval,
+            isolation=isolation,
+            memory_writer=writer,
+            memory_source=source,
+            uses_teacher=self._uses_teacher(stage),
+        )
+
+    def _uses_teacher(self, stage: StageKey) -> bool:
+        closure = self.graph.upstream_closure(stage)
+        return any(
+            k.kind == "collect" or "teacher" in self.graph.stages[k].other_models for k in closure
+        )
+
+    def _bank_facts(self, bank_stage: StageKey) -> tuple[str, str]:
+        """Who wrote a bank, and whose episodes it comes from (a build's source stage's
+        role; a stage that writes its bank itself: its kind)."""
+        node = self.graph.stages[bank_stage]
+        while isinstance(node, RenderStage):
+            node = self.graph.stages[node.base]
+        if isinstance(node, BuildStage):
+            return node.writer(), node.source.origin
+        return node.writer(), node.kind
+
+    def _no_ground_truth_memory(self, bank_stage: StageKey | None) -> None:
+        """The oracle's memory is the benchmark's ground truth (masked): under
+        protocol=main a task would retrieve the answers of its own ground truth."""
+        cfg = self.cfg
+        if bank_stage is None or cfg.teacher.backend != "oracle" or cfg.protocol.name != "main":
+            return
+        closure = self.graph.upstream_closure(bank_stage)
+        if not any(self.graph.stages[k].role == "teacher" and k.kind == "collect" for k in closure):
+            return
+        raise ConfigError(
+            f"invalid config at protocol.name: protocol=main with teacher={cfg.teacher.name} (an oracle "
+            "replaying the ground truth) lets each task retrieve memory built from its "
+            f"own answers (methods {self.method_name}); set teacher= a model (e.g. "
+            "teacher=gpt5_mini) or protocol=self_excluded / protocol=cross_split"
+        )
 
 
 def _collect(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
@@ -165,11 +330,10 @@ def _collect(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
     identity = _episode_identity(cfg, teacher, 0)
     return graph.add(
         CollectStage(
-            key=CollectStage.key_for(identity),
             identity=identity,
             upstream=(),
             label=f"collect teacher={teacher.name} {cfg.benchmark.name}",
-            model=None if teacher.backend == "oracle" else teacher,
+            model=StagePlanner.served(teacher),
         )
     )
 
@@ -179,69 +343,11 @@ def _zero_shot(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
     identity = {**_episode_identity(cfg, student, cfg.seed), "method": "zero_shot"}
     return graph.add(
         EvaluateStage(
-            key=EvaluateStage.key_for(identity),
             identity=identity,
             upstream=(),
             label=f"evaluate student={student.name} zero_shot",
-            model=None if student.backend == "oracle" else student,
+            model=StagePlanner.served(student),
         )
-    )
-
-
-def _plan_method(
-    graph: StageGraph, cfg: DistilleryConfig, name: str, split: TaskSplit
-) -> EvalPoint:
-    method = cfg.method(name)
-    eval_ids = list(split.eval_ids)
-    bank_stage = retrieval = isolation = None
-    if method.kind == "teacher":
-        stage, role, model = _collect(graph, cfg), "teacher", cfg.teacher
-    elif method.kind == "zero_shot":
-        stage, role, model = _zero_shot(graph, cfg), "student", cfg.student
-    else:
-        memory = memory_method(method.kind)
-        from_teacher = memory.bank_source == "teacher"
-        source = _collect(graph, cfg) if from_teacher else _zero_shot(graph, cfg)
-        graph.needs[source].update(split.memory_ids)
-        bank_stage = _bank(graph, cfg, name, source, split)
-        retrieval = cfg.retrieval_for(name)
-        isolation = Isolation(cfg.protocol.name, (split.memory_split,))
-        identity = {
-            **_episode_identity(cfg, cfg.student, cfg.seed),
-            "method": method.kind,
-            "retrieval": memory.read_identity(retrieval),
-            "protocol": cfg.protocol.read_settings(),
-        }
-        stage = graph.add(
-            EvaluateStage(
-                key=EvaluateStage.key_for(identity, (bank_stage,)),
-                identity=identity,
-                upstream=(bank_stage,),
-                label=f"evaluate student={cfg.student.name} {name} ({memory.label(retrieval)})",
-                model=None if cfg.student.backend == "oracle" else cfg.student,
-                memory=MemoryRead(method.kind, bank_stage, isolation, retrieval),
-            )
-        )
-        role, model = "student", cfg.student
-    graph.needs[stage].update(eval_ids)
-    # The protocol is part of the point even where the stage does not read it: zero-shot
-    # under main and under self_excluded is one stage but a row of each protocol's table.
-    point_id = digest_of(
-        {"stage": stage.digest, "eval": split.eval_ids_sha, "protocol": cfg.protocol.name}
-    )[:16]
-    return EvalPoint(
-        point_id=point_id,
-        cfg=cfg,
-        method_name=name,
-        method=method,
-        role=role,
-        model=model,
-        stage=stage,
-        upstream=graph.upstream_closure(stage),
-        split=split,
-        bank_stage=bank_stage,
-        retrieval=retrieval,
-        isolation=isolation,
     )
 
 
@@ -250,7 +356,8 @@ def _bank(
 ) -> StageKey:
     kind = cfg.method(name).kind
     memory = memory_method(kind)
-    builder_model = cfg.builder_model(memory.bank_source == "student")
+    origin = graph.stages[source].role  # whose episodes: teacher | student
+    builder_model = cfg.builder_model(origin == "student")
     builder_identity = model_identity(builder_model) if builder_model else None
     identity = {
         "memory_task_ids": ids_sha(sorted(split.memory_ids)),
@@ -261,22 +368,15 @@ def _bank(
     }
     # A method that builds differently on this benchmark (its own prompts) says so: a
     # change of those prompts is then a new build, as a change of the default ones is.
-    build_profile = getattr(memory, "build_profile", None)
-    profile = build_profile(cfg.benchmark.name) if build_profile else None
+    profile = memory.build_profile(cfg.benchmark.name)
     if profile is not None:
         identity["builder_profile"] = profile
     source_label = graph.stages[source].label.split(" ", 1)[1]
     bank_source = BankSource(
-        source,
-        tuple(sorted(split.memory_ids)),
-        split.memory_split,
-        cfg,
-        kind,
-        memory.bank_source,
+        source, tuple(sorted(split.memory_ids)), split.memory_split, cfg, kind, origin
     )
     build = graph.add(
         BuildStage(
-            key=BuildStage.key_for(identity, (source,), memory.build_fingerprint()),
             identity=identity,
             upstream=(source,),
             label=f"build {kind} from {source_label} ({len(split.memory_ids)} tasks)",
@@ -291,7 +391,6 @@ def _bank(
     render_identity = {"builder_model": builder_identity}
     return graph.add(
         RenderStage(
-            key=RenderStage.key_for(render_identity, (build,), memory.build_fingerprint()),
             identity=render_identity,
             upstream=(build,),
             label=f"render text of {build}",
@@ -318,47 +417,26 @@ def _check_shared_runtime(configs: list[DistilleryConfig]) -> None:
 
 
 @dataclass(frozen=True)
-class StageStatus:
-    stage: Stage
-    needed: int  # episodes this sweep needs (episode stages)
-    cached: int  # of those, finished and intact in the ledger
-    bank: str | None  # bank stages: the bank recorded by a finished run
+class PlannedStatus:
+    """A stage of the graph and what its node type says `--plan` should show of it."""
 
-    @property
-    def to_run(self) -> int:
-        return self.needed - self.cached
+    stage: Stage
+    status: StageStatus
 
     @property
     def is_cached(self) -> bool:
-        # A kind may do both (a brew stage plays episodes and writes a bank).
-        episodes_done = not self.stage.plays_episodes or self.to_run == 0
-        bank_done = not self.stage.writes_bank or self.bank is not None
-        return episodes_done and bank_done
+        return self.status.cached
 
     @property
     def state(self) -> str:
-        """What `--plan` says of the stage: cached, or what a run will do."""
-        parts = []
-        if self.stage.plays_episodes:
-            parts.append(
-                f"cached ({self.needed} episodes)"
-                if self.to_run == 0
-                else f"run {self.to_run} of {self.needed} episodes ({self.cached} cached)"
-            )
-        if self.stage.writes_bank:
-            parts.append(f"cached (bank {self.bank[:16]})" if self.bank else "build")
-        return ", ".join(parts)
+        return self.status.state
 
 
-def stage_status(graph: StageGraph, ledger: Ledger) -> list[StageStatus]:
-    out = []
-    for key, stage in graph.stages.items():
-        needed: set[str] = graph.needs.get(key, set()) if stage.plays_episodes else set()
-        done = set(ledger.episodes(key)) if stage.plays_episodes else set()
-        output = ledger.output(key) if stage.writes_bank else None
-        bank = output.bank_id if output else None
-        out.append(StageStatus(stage, len(needed), len(needed & done), bank))
-    return out
+def stage_status(graph: StageGraph, ledger: Ledger) -> list[PlannedStatus]:
+    return [
+        PlannedStatus(stage, stage.status(ledger, set(graph.needs.get(key, set()))))
+        for key, stage in graph.stages.items()
+    ]
 
 
 def stage_line(graph: StageGraph, key: StageKey, names: SweepNames | None = None) -> str:
@@ -369,7 +447,7 @@ def stage_line(graph: StageGraph, key: StageKey, names: SweepNames | None = None
     return " ".join([label, *extra])
 
 
-def format_plan(graph: StageGraph, statuses: list[StageStatus]) -> str:
+def format_plan(graph: StageGraph, statuses: list[PlannedStatus]) -> str:
     names = name_sweep(graph)
     lines = [
         f"plan: {len(graph.configs)} sweep point(s), {len(graph.points)} evaluation point(s), "

@@ -25,7 +25,7 @@ from distillery.orchestrator.sweep_tables import (
     TableSpec,
     read_sweep_table,
 )
-from distillery.workers.memory.registry import is_memory_method, memory_method
+from distillery.workers.memory.registry import bank_origin, is_memory_method, memory_method
 from distillery.workers.storage import Location
 
 # Descriptors that define a cell (everything but the seed), in display order; a sweep's
@@ -196,7 +196,7 @@ def kind_rank(kind: str) -> int:
     if not is_memory_method(kind):
         return 3
     try:
-        return 2 if memory_method(kind).bank_source == "student" else 3
+        return 2 if bank_origin(kind) == "student" else 3
     except Exception:  # a broken plugin must not break the report of its old sweeps
         return 3
 

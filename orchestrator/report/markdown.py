@@ -99,6 +99,7 @@ def render_markdown(
     references: pd.DataFrame | None = None,
     steps_method: pd.DataFrame | None = None,
     scenarios: pd.DataFrame | None = None,
+    by_model: pd.DataFrame | None = None,
 ) -> str:
     meta = data.meta
     candidates = disambiguators(data.columns)
@@ -177,6 +178,28 @@ def render_markdown(
             )
         )
     )
+    if by_model is not None and not by_model.empty:
+        md += [
+            "",
+            "By stage kind, role and model (a stage that calls several models has a row each):",
+            "",
+        ]
+        md.append(
+            markdown_table(
+                pd.DataFrame(
+                    {
+                        "stage kind": by_model["kind"],
+                        "role": by_model["role"],
+                        "model": by_model["model"],
+                        "tokens in": by_model["tokens_in"].map("{:,}".format),
+                        "tokens out": by_model["tokens_out"].map("{:,}".format),
+                        "LLM calls": by_model["n_llm_calls"].map("{:,}".format),
+                        "GPU s": by_model["gpu_s"].map("{:.0f}".format),
+                        "USD": by_model["usd"].map(_money),
+                    }
+                )
+            )
+        )
     if not use_usd:
         md += ["", "No prices in `cost.prices`: money is 0 and plots use tokens."]
     if summary["unpriced"]:

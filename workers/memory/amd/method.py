@@ -15,9 +15,10 @@ from distillery.workers.memory.amd.records import COLLECTIONS, MEMORY_TYPES, STO
 from distillery.workers.memory.amd.settings import RetrievalConfig
 from distillery.workers.memory.config import BuilderConfig, MemoryConfig
 from distillery.workers.memory.entries import CollectionSpec
-from distillery.workers.memory.method import BankSourceKind
+from distillery.workers.memory.method import BankPlanner, BaseMemoryMethod
 
 if TYPE_CHECKING:
+    from distillery.orchestrator.stages import StageKey
     from distillery.workers.agents.loop import EpisodeHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank
@@ -30,11 +31,10 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-class AmdMethod:
+class AmdMethod(BaseMemoryMethod):
     """Workflow, Subtask and Function memory from the teacher's trajectories."""
 
     kind: ClassVar[str] = "amd"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     settings_model: ClassVar[type[RetrievalConfig]] = RetrievalConfig
     # The builders carry their own explicit version (amd.bank.BUILDER_VERSION).
     code_version: ClassVar[str] = "1"
@@ -208,4 +208,6 @@ class AmdStudentMemory(AmdMethod):
     """AMD built from the student's own successful zero-shot runs."""
 
     kind: ClassVar[str] = "student_memory"
-    bank_source: ClassVar[BankSourceKind] = "student"
+
+    def bank_stage(self, planner: BankPlanner) -> StageKey | None:
+        return planner.build(planner.student_runs())

@@ -26,7 +26,7 @@ from distillery.workers.memory.memp import build, prompts
 from distillery.workers.memory.memp.hooks import MempHooks
 from distillery.workers.memory.memp.records import COLLECTIONS, STORE_PREFIX
 from distillery.workers.memory.memp.settings import THRESHOLD_EMBEDDER, MempSettings
-from distillery.workers.memory.method import BankSourceKind, own_settings
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings
 
 _METRICS = (
     "isolation_checked",
@@ -37,9 +37,8 @@ _METRICS = (
 )
 
 
-class MempMethod:
+class MempMethod(BaseMemoryMethod):
     kind: ClassVar[str] = "memp"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     settings_model: ClassVar[type[MempSettings]] = MempSettings
     # Bump when what is built, stored or shown changes.
     code_version: ClassVar[str] = "1"

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
-from distillery.workers.memory.method import BankSourceKind, own_settings, summed_counters
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.reasoning_bank import build, prompts
 from distillery.workers.memory.reasoning_bank.hooks import ReasoningBankHooks
 from distillery.workers.memory.reasoning_bank.records import COLLECTIONS, STORE_PREFIX
@@ -34,9 +34,8 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-class ReasoningBank:
+class ReasoningBank(BaseMemoryMethod):
     kind: ClassVar[str] = "reasoning_bank"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     settings_model: ClassVar[type[ReasoningBankSettings]] = ReasoningBankSettings
     # Bump when what is read or shown changes (the builders have build.BUILDER_VERSION).
     code_version: ClassVar[str] = "1"

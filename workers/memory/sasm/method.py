@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from distillery.workers.memory.digest import episode_digest
 from distillery.workers.memory.entries import CollectionSpec
-from distillery.workers.memory.method import BankSourceKind, own_settings
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings
 from distillery.workers.memory.sasm import prompts
 from distillery.workers.memory.sasm.records import CATEGORIES, COLLECTIONS, STORE_PREFIX
 
@@ -87,12 +87,11 @@ def _text(value: Any) -> str:
     )
 
 
-class SasmMethod:
+class SasmMethod(BaseMemoryMethod):
     """Subtask-level memory of one uniform type, retrieved per subtask within its
     category (Shen et al., 2026)."""
 
     kind: ClassVar[str] = "sasm"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     settings_model: ClassVar[type[SasmSettings]] = SasmSettings
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS

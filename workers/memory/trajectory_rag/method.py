@@ -15,16 +15,15 @@ from typing import Any, ClassVar
 
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
-from distillery.workers.memory.method import BankSourceKind, own_settings, summed_counters
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.trajectory_rag import build, prompts
 from distillery.workers.memory.trajectory_rag.hooks import TrajectoryRagHooks
 from distillery.workers.memory.trajectory_rag.records import COLLECTIONS, STORE_PREFIX
 from distillery.workers.memory.trajectory_rag.settings import TrajectoryRagSettings
 
 
-class TrajectoryRag:
+class TrajectoryRag(BaseMemoryMethod):
     kind: ClassVar[str] = "trajectory_rag"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     settings_model: ClassVar[type[TrajectoryRagSettings]] = TrajectoryRagSettings
     # Bump when what is stored or shown changes.
     code_version: ClassVar[str] = "1"
