@@ -54,6 +54,9 @@ def point_facets(point: EvalPoint) -> dict[str, str]:
     if cfg.protocol.name == "cross_split":
         out["memory_fraction"] = str(cfg.protocol.memory_fraction)
         out["split_seed"] = str(cfg.protocol.split_seed)
+    if cfg.protocol.name == "split":
+        out["memory_split"] = str(cfg.protocol.memory_split)
+        out["memory_limit"] = str(cfg.protocol.memory_limit)
     if point.role == "student":
         out["seed"] = str(cfg.seed)
     out["benchmark"] = cfg.benchmark.name

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from distillery.orchestrator.config import ConfigError, DistilleryConfig, MethodConfig
 from distillery.orchestrator.descriptors import SweepNames, name_sweep
 from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_tasks
+from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_apart, split_tasks
 from distillery.orchestrator.stage_kinds import stage_type
 from distillery.orchestrator.stages import (
     BankSource,
@@ -35,7 +35,12 @@ from distillery.orchestrator.stages import (
     model_identity,
 )
 from distillery.workers.envs.base import Task
-from distillery.workers.envs.registry import benchmark_class, make_benchmark
+from distillery.workers.envs.registry import (
+    benchmark_class,
+    benchmark_splits,
+    identity_options,
+    make_benchmark,
+)
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory.retrieval import Isolation
@@ -124,7 +129,43 @@ def _load_tasks(
     return tuple(bench.load_tasks(limit=limit, task_ids=list(task_ids) if task_ids else None))
 
 
-def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
+def memory_options(cfg: DistilleryConfig) -> dict[str, Any] | None:
+    """The benchmark options the memory split is played with under protocol=split (the
+    configured options with `split` set to the memory split); None otherwise (the
+    memory tasks are the configured split's)."""
+    protocol = cfg.protocol
+    if protocol.name != "split":
+        return None
+    name = cfg.benchmark.name
+    splits = benchmark_splits(name)
+    if not splits:
+        raise ConfigError(
+            f"invalid config at protocol.name: benchmark {name} has no splits of its own "
+            "(its options have no `split`); use protocol=cross_split to split its tasks"
+        )
+    if protocol.memory_split not in splits:
+        raise ConfigError(
+            f"invalid config at protocol.memory_split: {protocol.memory_split!r} is no split "
+            f"of {name}; its splits: {', '.join(splits)}"
+        )
+    return {**cfg.benchmark.options, "split": protocol.memory_split}
+
+
+def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:
+    """protocol=split: the memory split's tasks (the first `memory_limit` in the
+    benchmark's order); None for the other protocols."""
+    options = memory_options(cfg)
+    if options is None:
+        return None
+    text = json.dumps(options, sort_keys=True)
+    return list(_load_tasks(cfg.benchmark.name, text, cfg.protocol.memory_limit, None))
+
+
+def split_for(
+    cfg: DistilleryConfig, tasks: list[Task], memory: list[Task] | None = None
+) -> TaskSplit:
+    if memory is not None:
+        return split_apart([t.task_id for t in memory], [t.task_id for t in tasks], cfg.protocol)
     return split_tasks(
         [t.task_id for t in tasks],
         cfg.protocol,
@@ -133,7 +174,14 @@ def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
     )
 
 
-def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int) -> dict:
+def _episode_identity(
+    cfg: DistilleryConfig,
+    model: ModelConfig,
+    sweep_seed: int,
+    played: dict[str, Any] | None = None,
+) -> dict:
+    """What decides `model`'s episodes on the point's benchmark (`played`: the options
+    it is played with when not the configured ones, e.g. the memory split's)."""
     identity = {
         "benchmark": cfg.benchmark.name,
         "agent": model_identity(model, sweep_seed),
@@ -142,7 +190,11 @@ def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int
     deviations = cfg.benchmark.deviations()
     if deviations:  # episodes played off the benchmark's own pipeline are other episodes
         identity["deviations"] = list(deviations)
-    options = cfg.benchmark.identity_options()
+    options = (
+        cfg.benchmark.identity_options()
+        if played is None
+        else identity_options(cfg.benchmark.name, played)
+    )
     if options:  # only values off the defaults: a new option keeps every existing key
         identity["benchmark_options"] = options
     return identity
@@ -156,8 +208,9 @@ def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
     graph = StageGraph(configs=list(configs))
     for cfg in configs:
         tasks = resolve_tasks(cfg)
-        graph.tasks.update({t.task_id: t for t in tasks})
-        split = split_for(cfg, tasks)
+        memory = resolve_memory_tasks(cfg)
+        graph.tasks.update({t.task_id: t for t in [*(memory or []), *tasks]})
+        split = split_for(cfg, tasks, memory)
         ids: list[str] = []
         for name in cfg.methods:
             point = StagePlanner(graph, cfg, split, name).point()
@@ -180,6 +233,9 @@ class StagePlanner:
         self.split = split
         self.method_name = name
         self.method = cfg.method(name)
+        # The benchmark options the memory split is played with (protocol=split: the
+        # memory split's; None: the configured ones).
+        self.memory_options = memory_options(cfg)
 
     # -- for stage kinds --------------------------------------------------------------
 
@@ -190,9 +246,14 @@ class StagePlanner:
             self.graph.needs[key].update(plays)
         return key
 
-    def episode_identity(self, model: ModelConfig, sweep_seed: int) -> dict[str, Any]:
-        """What decides the episodes `model` plays on the point's benchmark."""
-        return _episode_identity(self.cfg, model, sweep_seed)
+    def episode_identity(
+        self, model: ModelConfig, sweep_seed: int, memory: bool = False
+    ) -> dict[str, Any]:
+        """What decides the episodes `model` plays on the point's benchmark (`memory`:
+        on its memory split, which protocol=split plays with other options)."""
+        return _episode_identity(
+            self.cfg, model, sweep_seed, self.memory_options if memory else None
+        )
 
     @staticmethod
     def model_identity(model: ModelConfig, sweep_seed: int = 0) -> dict[str, Any]:
@@ -211,12 +272,12 @@ class StagePlanner:
     # -- BankPlanner --------------------------------------------------------------------
 
     def teacher_collection(self) -> StageKey:
-        key = _collect(self.graph, self.cfg)
+        key = _collect(self.graph, self.cfg, self.memory_options)
         self.graph.needs[key].update(self.split.memory_ids)
         return key
 
     def student_runs(self) -> StageKey:
-        key = _zero_shot(self.graph, self.cfg)
+        key = _zero_shot(self.graph, self.cfg, self.memory_options)
         self.graph.needs[key].update(self.split.memory_ids)
         return key
 
@@ -324,29 +385,39 @@ class StagePlanner:
         )
 
 
-def _collect(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
+def _split_label(played: dict[str, Any] | None) -> str:
+    return f" ({played['split']} split)" if played else ""
+
+
+def _collect(
+    graph: StageGraph, cfg: DistilleryConfig, played: dict[str, Any] | None = None
+) -> StageKey:
     # The sweep seed varies the students only: every seed reads the same teacher memory.
     teacher = cfg.teacher
-    identity = _episode_identity(cfg, teacher, 0)
+    identity = _episode_identity(cfg, teacher, 0, played)
     return graph.add(
         CollectStage(
             identity=identity,
             upstream=(),
-            label=f"collect teacher={teacher.name} {cfg.benchmark.name}",
+            label=f"collect teacher={teacher.name} {cfg.benchmark.name}{_split_label(played)}",
             model=StagePlanner.served(teacher),
+            options=played,
         )
     )
 
 
-def _zero_shot(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
+def _zero_shot(
+    graph: StageGraph, cfg: DistilleryConfig, played: dict[str, Any] | None = None
+) -> StageKey:
     student = cfg.student
-    identity = {**_episode_identity(cfg, student, cfg.seed), "method": "zero_shot"}
+    identity = {**_episode_identity(cfg, student, cfg.seed, played), "method": "zero_shot"}
     return graph.add(
         EvaluateStage(
             identity=identity,
             upstream=(),
-            label=f"evaluate student={student.name} zero_shot",
+            label=f"evaluate student={student.name} zero_shot{_split_label(played)}",
             model=StagePlanner.served(student),
+            options=played,
         )
     )
 

@@ -248,6 +248,10 @@ class EpisodeStage(Stage):
 
     plays_episodes: ClassVar[bool] = True
 
+    # The benchmark options its episodes are played with when not the point's own (the
+    # memory split's under protocol=split); their identity is in `identity` already.
+    options: Mapping[str, Any] | None = None
+
     def code(self) -> dict[str, str]:
         benchmark = self.identity.get("benchmark")
         if benchmark is None:

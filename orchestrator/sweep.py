@@ -145,7 +145,9 @@ class Sweep:
             role=stage.role,
             model=model.model_copy(update={"seed": seed}),
             benchmark=cfg.benchmark.name,
-            benchmark_options=dict(cfg.benchmark.options),
+            benchmark_options=dict(
+                stage.options if stage.options is not None else cfg.benchmark.options
+            ),
             episodes_dir=self.ledger.episodes_dir(stage.key).uri,
             max_steps_per_turn=cfg.benchmark.max_steps_per_turn,
             episode_timeout_s=cfg.agent.episode_timeout_s,

@@ -109,6 +109,18 @@ def benchmark_options(name: str, options: Mapping[str, Any] | None = None) -> Be
     return benchmark_class(name).options_model.model_validate(dict(options or {}))
 
 
+def benchmark_splits(name: str) -> tuple[str, ...]:
+    """The splits a benchmark has: the values of its options' `split` field (a Literal),
+    () for a benchmark without splits (BFCL). A benchmark with splits plays the one its
+    `split` option names; protocol=split reads memory from another."""
+    field = benchmark_class(name).options_model.model_fields.get("split")
+    if field is None:
+        return ()
+    from typing import get_args
+
+    return tuple(str(v) for v in get_args(field.annotation))
+
+
 def identity_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The options that differ from their defaults, deviations excepted, as JSON: what
     enters episode identity as options (and what a benchmark adds there itself, e.g.
