@@ -316,14 +316,19 @@ class StagePlanner:
                 "retrieval": memory.read_identity(retrieval),
                 "protocol": cfg.protocol.read_settings(),
             }
+            read = MemoryRead(method.kind, bank_stage, isolation, retrieval)
+            # What the ordinary evaluate stage's key holds: a kind of the method's own
+            # that scores the point instead starts from it (`evaluation_stage`).
+            self.evaluate_identity = identity
+            own = memory.evaluation_stage(self, read)
             upstream = (bank_stage,) if bank_stage is not None else ()
-            stage = graph.add(
+            stage = own or graph.add(
                 EvaluateStage(
                     identity=identity,
                     upstream=upstream,
                     label=f"evaluate student={cfg.student.name} {name} ({memory.label(retrieval)})",
                     model=self.served(cfg.student),
-                    memory=MemoryRead(method.kind, bank_stage, isolation, retrieval),
+                    memory=read,
                 )
             )
             role, model = "student", cfg.student

@@ -80,6 +80,13 @@ class MemoryMethod(Protocol):
         its hooks get no bank to search)."""
         ...
 
+    def evaluation_stage(self, planner: BankPlanner, read: Any) -> StageKey | None:
+        """The stage whose episodes score the method's points, where it is not the
+        ordinary evaluate stage (None): a stage of its own kind, e.g. Reflexion's
+        test-time re-plays (`planner.stage("reflexion", read=read)`); `read` is the
+        point's `stages.MemoryRead` (method, bank, isolation, settings)."""
+        ...
+
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
     ) -> BaseModel:
@@ -218,6 +225,9 @@ class BaseMemoryMethod:
 
     def bank_stage(self, planner: BankPlanner) -> StageKey | None:
         return planner.build(planner.teacher_collection())
+
+    def evaluation_stage(self, planner: BankPlanner, read: Any) -> StageKey | None:
+        return None  # the ordinary evaluate stage
 
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
