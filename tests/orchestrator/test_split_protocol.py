@@ -82,7 +82,11 @@ def test_memory_comes_from_the_training_split_and_evaluation_from_the_test_split
     read = graph.stages[points["amd_wf"].stage]
     assert isinstance(read, EvaluateStage) and read.memory is not None
     assert read.memory.isolation == Isolation("split", ("train",))
-    assert read.identity["protocol"] == {"name": "split", "memory_split": "train", "memory_limit": 12}
+    assert read.identity["protocol"] == {
+        "name": "split",
+        "memory_split": "train",
+        "memory_limit": 12,
+    }
     # The memory split's size is a setting: another limit is another bank.
     other = graph_of(
         "benchmark=appworld",
