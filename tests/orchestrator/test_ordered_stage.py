@@ -6,6 +6,7 @@ and a run that dies mid-task resuming to the same memory and the same log."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -158,10 +159,8 @@ def _run(tmp_path, monkeypatch, wave_size: int = 1, crash_at: int | None = None)
         memory=SimpleNamespace(reused=lambda bank_id: None, written=written, drop_views=print),
     )
     world.stage, world.sweep, world.banks = stage, sweep, banks
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # a run killed mid-task (crash_at)
         stage.run(sweep, "[1/1]")  # type: ignore[arg-type]
-    except KeyboardInterrupt:
-        pass
     return world
 
 
