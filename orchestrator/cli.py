@@ -165,7 +165,7 @@ def expand_grid(overrides: list[str], multirun: bool) -> list[list[str]]:
             key = override.get_key_element()
             axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
         else:
-            axes.append([override.input_line])
+            axes.append([str(override.input_line)])
     return [list(point) for point in itertools.product(*axes)] or [[]]
 
 

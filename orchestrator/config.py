@@ -40,10 +40,10 @@ class _Frozen(BaseModel):
 
 class BenchmarkConfig(_Frozen):
     name: str
-    limit: int | None = Field(None, gt=0, description="First N tasks in benchmark order.")
+    limit: int | None = Field(default=None, gt=0, description="First N tasks in benchmark order.")
     task_ids: tuple[str, ...] | None = None
     # A turn's step limit, counted as the benchmark counts it (its conventions' step_limit).
-    max_steps_per_turn: int | None = Field(None, gt=0, description="None: official limit.")
+    max_steps_per_turn: int | None = Field(default=None, gt=0, description="None: official limit.")
     # The benchmark's own options, validated by its `options_model` (DistilleryConfig).
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -65,9 +65,11 @@ class BenchmarkConfig(_Frozen):
 
 
 class AgentConfig(_Frozen):
-    episode_timeout_s: float = Field(1800.0, gt=0)
-    episode_retries: int = Field(2, ge=0, description="Retries of an infrastructure failure.")
-    retry_backoff_s: float = Field(2.0, ge=0)
+    episode_timeout_s: float = Field(default=1800.0, gt=0)
+    episode_retries: int = Field(
+        default=2, ge=0, description="Retries of an infrastructure failure."
+    )
+    retry_backoff_s: float = Field(default=2.0, ge=0)
 
 
 # Agent keys until a benchmark's deviations from its own pipeline became its options
@@ -85,10 +87,12 @@ class ClusterConfig(_Frozen):
     name: str = "local"
     # None: start a private local Ray on loopback; "auto" or ray://...: join a cluster.
     ray_address: str | None = None
-    num_cpus: int | None = Field(None, gt=0, description="Local Ray only.")
-    num_workers: int = Field(2, ge=1, description="Episode worker actors per agent.")
-    episodes_per_worker: int = Field(16, ge=1, description="Concurrent episodes per worker.")
-    worker_num_cpus: float = Field(0.5, gt=0)
+    num_cpus: int | None = Field(default=None, gt=0, description="Local Ray only.")
+    num_workers: int = Field(default=2, ge=1, description="Episode worker actors per agent.")
+    episodes_per_worker: int = Field(
+        default=16, ge=1, description="Concurrent episodes per worker."
+    )
+    worker_num_cpus: float = Field(default=0.5, gt=0)
 
 
 class TrackingConfig(_Frozen):
@@ -99,12 +103,12 @@ class TrackingConfig(_Frozen):
     # verdict as feedback (the run's Traces tab and the Evaluations view, which compares
     # two runs task by task). None: every evaluated task; N: a deterministic sample
     # mixing successes and failures; 0: no traces.
-    trace_sample: int | None = Field(None, ge=0)
+    trace_sample: int | None = Field(default=None, ge=0)
 
 
 class ModelPrice(_Frozen):
-    input_per_mtok: float = Field(0.0, ge=0)
-    output_per_mtok: float = Field(0.0, ge=0)
+    input_per_mtok: float = Field(default=0.0, ge=0)
+    output_per_mtok: float = Field(default=0.0, ge=0)
 
 
 class CostConfig(_Frozen):
@@ -112,8 +116,8 @@ class CostConfig(_Frozen):
     launched models usually cost GPU time instead (gpu_hour)."""
 
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
-    embedding_per_mtok: float = Field(0.0, ge=0)
-    gpu_hour: float = Field(0.0, ge=0)
+    embedding_per_mtok: float = Field(default=0.0, ge=0)
+    gpu_hour: float = Field(default=0.0, ge=0)
 
     def prices_dict(self) -> dict[str, Any]:
         return {
@@ -332,7 +336,9 @@ def to_config(cfg: DictConfig | dict[str, Any]) -> DistilleryConfig:
             raise ConfigError(f"invalid config: {exc}") from None
     else:
         data = cfg
-    data = {k: v for k, v in dict(data).items() if k != "hydra"}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config: a mapping of keys, not {type(data).__name__}")
+    data = {k: v for k, v in data.items() if k != "hydra"}
     try:
         return DistilleryConfig.model_validate(data)
     except ValidationError as exc:

@@ -13,8 +13,8 @@ from typing import Any
 from tqdm import tqdm
 
 from distillery.orchestrator.config import ClusterConfig
-from distillery.orchestrator.dispatch import ray_get, worker_nodes
-from distillery.workers.episodes import AgentJob, EpisodeWorkerImpl, PlayRequest
+from distillery.orchestrator.dispatch import EpisodeWorkers
+from distillery.workers.episodes import AgentJob, PlayRequest
 from distillery.workers.trajectories import EpisodeSummary
 
 
@@ -35,39 +35,17 @@ class EpisodePool:
             cap = min(cap, max(1, len(endpoints)) * job.model.max_concurrency_per_server)
         self.n_workers = max(1, min(cluster.num_workers, cap))
         self._slots = asyncio.Semaphore(cap * self.n_workers)
-        self._workers: list[Any] = []
+        self._workers: EpisodeWorkers | None = None
         self._busy: list[int] = []
         self.infra: Counter[str] = Counter()
 
-    def _spawn(self, index: int) -> Any:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        homes = worker_nodes(self.cluster.worker_num_cpus)
-        home = homes[index % len(homes)] if homes else None
-        strategy = NodeAffinitySchedulingStrategy(home, soft=True) if home else "SPREAD"
-        return (
-            ray.remote(EpisodeWorkerImpl)
-            .options(
-                num_cpus=self.cluster.worker_num_cpus,
-                max_concurrency=self.cluster.episodes_per_worker,
-                scheduling_strategy=strategy,
-            )
-            .remote(self.job, self.endpoints, self.directory, (index, self.n_workers))
-        )
-
     def start(self) -> None:
         """Start the workers; a request refused for how it was built stops here."""
-        import ray
-
-        self._workers = [self._spawn(i) for i in range(self.n_workers)]
+        self._workers = EpisodeWorkers(
+            self.job, self.endpoints, self.cluster, self.n_workers, self.directory
+        )
         self._busy = [0] * self.n_workers
-        try:
-            ray.get([w.ready.remote() for w in self._workers])
-            unreachable = ray_get(self._workers[0].preflight.remote())
-        except BaseException:
-            self.close()
-            raise
+        _, unreachable = self._workers.start()
         if unreachable:
             tqdm.write(
                 f"warning: {self.job.model.name} preflight request failed: {unreachable[:300]}"
@@ -75,27 +53,24 @@ class EpisodePool:
 
     async def play(self, task_id: str, request: PlayRequest) -> EpisodeSummary:
         """One play; a lost worker is replaced and the play sent again."""
-        import ray
+        import ray.exceptions as ray_exceptions
 
+        workers = self._workers
+        if workers is None:
+            raise RuntimeError("the episode pool is not started")
         async with self._slots:
             while True:
                 index = min(range(self.n_workers), key=lambda w: (self._busy[w], w))
-                worker = self._workers[index]
+                born = workers.generation[index]
+                worker = workers.workers[index]
                 self._busy[index] += 1
                 try:
                     summary = await worker.run_task.remote(task_id, request)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                    if self._workers[index] is worker:  # not replaced yet by another play
-                        with contextlib.suppress(Exception):
-                            ray.kill(worker)
-                        self._workers[index] = self._spawn(index)
+                except (ray_exceptions.RayActorError, ray_exceptions.ActorUnavailableError) as exc:
+                    if workers.replace(index, born, exc):
                         self.infra["worker_restarts"] += 1
-                        tqdm.write(
-                            f"  episode worker {index} lost ({type(exc).__name__}); replaced, "
-                            "its play sent again"
-                        )
                     continue
-                except ray.exceptions.RayTaskError as exc:
+                except ray_exceptions.RayTaskError as exc:
                     cause = exc.cause
                     raise cause if isinstance(cause, Exception) else exc from None
                 finally:
@@ -104,9 +79,9 @@ class EpisodePool:
                 return summary
 
     def close(self) -> None:
-        import ray
-
-        for worker in self._workers:
-            with contextlib.suppress(Exception):
-                ray.kill(worker)
-        self._workers = []
+        workers, self._workers = self._workers, None
+        if workers is None:
+            return
+        with contextlib.suppress(Exception):  # requests re-routed, episodes moved
+            self.infra.update(workers.routing_stats())
+        workers.close()

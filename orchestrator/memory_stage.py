@@ -9,7 +9,7 @@ sweep's tasks and its progress lines), never the sweep itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distillery.orchestrator.dispatch import ray_get
@@ -33,7 +33,7 @@ from distillery.workers.memory_service import (
 from distillery.workers.trajectories import read_episode_file, record_from_row
 
 if TYPE_CHECKING:
-    from ray.actor import ActorHandle
+    from ray.actor import ActorProxy
 
     from distillery.orchestrator.config import DistilleryConfig
     from distillery.orchestrator.ledger import Ledger
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from distillery.workers.memory.retrieval import Isolation
 
 # A Ray task body that makes a bank: `build_task` or `render_task` of the memory service.
-BankBody = Callable[..., Awaitable[BuiltBank]]
+BankBody = Callable[..., Coroutine[Any, Any, BuiltBank]]
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,11 @@ class MemoryStage:
         self.tasks = tasks
         self.say = say
         self.line = line  # a stage's label for progress lines
-        self._service: ActorHandle[MemoryServiceImpl] | None = None
+        self._service: ActorProxy[MemoryServiceImpl] | None = None
 
     @property
-    def service(self) -> ActorHandle[MemoryServiceImpl]:
+    def service(self) -> ActorProxy[MemoryServiceImpl]:
+        """The memory service actor (started now, on first use)."""
         if self._service is None:
             import ray
 
@@ -208,7 +209,7 @@ class MemoryStage:
 
         cfg = source.cfg
         model = source.builder_model
-        remote = ray.remote(num_cpus=0.5)(_run_async)
+        remote: Any = ray.remote(num_cpus=0.5)(_run_async)
         if model is None:  # deterministic entries, no server needed
             return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
         endpoints = self.servers.endpoints(model)

@@ -28,13 +28,13 @@ class ProtocolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: ProtocolName = "self_excluded"
-    memory_fraction: float = Field(0.7, gt=0, lt=1, description="cross_split only")
+    memory_fraction: float = Field(default=0.7, gt=0, lt=1, description="cross_split only")
     split_seed: int = 0
     split_by_group: bool | None = None  # None: the benchmark decides
     # protocol=split: the benchmark's split memory comes from, and how many of its tasks
     # (the first N in the benchmark's order; None: all).
-    memory_split: str | None = Field(None, description="split only, e.g. train")
-    memory_limit: int | None = Field(None, gt=0, description="split only")
+    memory_split: str | None = Field(default=None, description="split only, e.g. train")
+    memory_limit: int | None = Field(default=None, gt=0, description="split only")
 
     @model_validator(mode="after")
     def _split_named(self) -> ProtocolConfig:

@@ -349,7 +349,7 @@ class EpisodeWorkerImpl:
     def routing_stats(self) -> dict[str, int]:
         """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""
         stats = getattr(self._runner._chat, "stats", None)
-        return stats() if callable(stats) else {}
+        return dict(stats()) if callable(stats) else {}
 
     async def preflight(self) -> str | None:
         return await self._runner.preflight()

@@ -22,11 +22,16 @@ from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.embedding import make_embedder
 from distillery.workers.memory.entries import CollectionSpec
-from distillery.workers.memory.retrieval import BankRetriever, Hit, Isolation
+from distillery.workers.memory.retrieval import BankRetriever, Combine, Hit, Isolation
 from distillery.workers.memory.store import MemoryStore, collection_name
 
 if TYPE_CHECKING:
-    from ray.actor import ActorHandle
+    from ray.actor import ActorProxy
+
+    from distillery.workers.envs.base import Task
+    from distillery.workers.llm.config import ModelConfig
+    from distillery.workers.memory.config import BuilderConfig
+    from distillery.workers.trajectories import EpisodeRecord
 
 
 def method_layouts() -> dict[str, tuple[CollectionSpec, ...]]:
@@ -206,7 +211,7 @@ class MemoryServiceImpl:
         k: int,
         threshold: float | None,
         group: str | None = None,
-        combine: str = "each",
+        combine: Combine = "each",
     ) -> list[list[Hit]]:
         """Top-k allowed hits per query of one collection of an opened bank (`combine`:
         see `BankRetriever.search`)."""
@@ -237,7 +242,7 @@ class MemoryJob:
     """What an episode worker needs to let its student read a bank (`bank_id` None: a
     method whose memory needs no bank; its hooks get no search)."""
 
-    service: ActorHandle[MemoryServiceImpl] | None
+    service: ActorProxy[MemoryServiceImpl] | None
     bank_id: str | None
     isolation: Isolation
     retrieval: BaseModel  # the memory method's validated read settings
@@ -257,7 +262,7 @@ class BankSearch:
     memory needs no bank gets one too (`has_bank` False: `search` refuses)."""
 
     def __init__(self, job: MemoryJob) -> None:
-        self._service = job.service
+        self._service: Any = job.service  # its remote methods are awaited
         self._bank = job.bank_id
         self._isolation = job.isolation
         self._kind = job.kind
@@ -276,7 +281,7 @@ class BankSearch:
         k: int,
         threshold: float | None,
         group: str | None = None,
-        combine: str = "each",
+        combine: Combine = "each",
     ) -> list[list[Hit]]:
         if self._service is None or self._bank is None:
             raise ValueError(f"memory method {self._kind!r} reads no bank: nothing to search")
@@ -308,7 +313,7 @@ class RoutedBuilderLLM:
             self._routed.end_episode(request_id)
 
 
-def builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
+def builder_llm(model: ModelConfig | None, endpoints: list[str]) -> RoutedBuilderLLM | None:
     """The LLM a bank's builders call: `model` over its replicas (None: no model, the
     builders write deterministic entries only)."""
     if model is None:
@@ -320,7 +325,13 @@ def builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
     return RoutedBuilderLLM(routed, model.temperature, cap, model.top_p)
 
 
-async def render_task(kind: str, bank: Any, builder: Any, model: Any, endpoints: list[str]) -> Any:
+async def render_task(
+    kind: str,
+    bank: BuiltBank,
+    builder: BuilderConfig,
+    model: ModelConfig | None,
+    endpoints: list[str],
+) -> BuiltBank:
     """Body of a derived (render) stage's Ray task: the memory method's `render`."""
     from distillery.workers.memory.registry import memory_method
 
@@ -329,13 +340,13 @@ async def render_task(kind: str, bank: Any, builder: Any, model: Any, endpoints:
 
 async def build_task(
     kind: str,
-    episodes: list[Any],
-    tasks: list[Any],
+    episodes: list[EpisodeRecord],
+    tasks: list[Task],
     split: str,
-    builder: Any,
-    model: Any,
+    builder: BuilderConfig,
+    model: ModelConfig | None,
     endpoints: list[str],
-) -> Any:
+) -> BuiltBank:
     """Body of the build stage's Ray task: the memory method's `build` (its LLM calls
     run concurrently)."""
     from distillery.workers.memory.registry import memory_method

@@ -110,18 +110,23 @@ class Environment(Protocol):
 
     def system_prompt(self, action_format: str) -> str:
         """The benchmark's system prompt for `native` tool calling or the `prompt` format."""
+        ...
 
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
         """OpenAI-style `tool_calls` (name + JSON arguments) -> validated calls."""
+        ...
 
     def parse_text(self, text: str) -> ParsedAction:
         """The benchmark's prompt format (e.g. ``[f(a=1), g()]``) -> validated calls."""
+        ...
 
     def step(self, action: ParsedAction) -> list[ToolResult]:
         """Execute the validated calls in order; rejected ones come back as errors."""
+        ...
 
     def end_turn(self) -> None:
         """The current user turn is over (the model stopped calling functions)."""
+        ...
 
     # Asked only of a benchmark whose conventions say so (`conventions.py`):
     #
@@ -135,9 +140,11 @@ class Environment(Protocol):
 
     def score(self) -> Score:
         """Score the episode with the benchmark's own checker."""
+        ...
 
     def close(self) -> None:
         """Release every resource of this episode (instances, caches)."""
+        ...
 
 
 def deviation(description: str) -> Any:
@@ -145,7 +152,7 @@ def deviation(description: str) -> Any:
     pipeline: off, an episode sees what the benchmark's own runner shows the model and
     is scored as its checker scores it. One that is on is recorded with the run (its
     `deviations`) and, by name, in the identity of the episodes it plays."""
-    return Field(False, description=description, json_schema_extra={"deviation": True})
+    return Field(default=False, description=description, json_schema_extra={"deviation": True})
 
 
 class BenchmarkOptions(BaseModel):
@@ -228,16 +235,20 @@ class Benchmark(Protocol):
         order. The orchestrator hashes them into every episode stage's identity, so a
         change re-runs the benchmark's episodes. Read them at call time (not at import),
         and list a hash of anything long rather than leaving it out."""
+        ...
 
     @classmethod
     def versions(cls) -> dict[str, str]:
         """The benchmark's own packages and their installed versions (provenance)."""
+        ...
 
     def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
         """Tasks in the benchmark's canonical order, optionally restricted."""
+        ...
 
     def make_env(self, task: Task, episode_tag: str) -> Environment:
         """A new isolated environment; `episode_tag` is unique per episode attempt."""
+        ...
 
     def oracle_turns(self, task: Task) -> list[list[str]]:
         """The ground-truth call strings per turn (for the labelled oracle teacher).
@@ -247,3 +258,4 @@ class Benchmark(Protocol):
         through `parse_text`, so every string must make a reply `parse_text` accepts
         (by default one call of the shared `calls.parse_text_calls`:
         ``name(key=literal, ...)``)."""
+        ...

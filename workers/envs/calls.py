@@ -28,7 +28,7 @@ import json
 import keyword
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,7 +172,7 @@ def check_call(
 
 
 def _validated(
-    decoded: list[DecodedCall | RejectedCall],
+    decoded: Sequence[DecodedCall | RejectedCall],
     allowed: Collection[str],
     limits: CallLimits,
     positional_args: bool,

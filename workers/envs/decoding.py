@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 
 class DecodeFailure(Exception):
@@ -129,7 +129,7 @@ def _decode_value(node: ast.expr) -> Any:
         operand = node.operand
         if isinstance(operand, ast.Constant):
             try:
-                return -operand.value
+                return -cast(Any, operand.value)  # a TypeError is caught below
             except TypeError:
                 pass
         raise DecodeFailure("unsupported unary operand")

@@ -22,7 +22,7 @@ registry machinery (lazy loading, entry points, errors) is `distillery.workers.p
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.envs.base import Benchmark, BenchmarkOptions, BenchmarkUnavailable
 from distillery.workers.envs.conventions import AgentConventions
@@ -158,4 +158,4 @@ def make_benchmark(
                 f"not {type(settings).__name__}"
             )
         settings = cls.options_model.model_validate(dict(settings or {}))
-    return cls(settings=settings, **runtime)
+    return cast(Any, cls)(settings=settings, **runtime)

@@ -264,6 +264,7 @@ class ModelServerPool:
     def poll_once(self) -> None:
         """One health poll of every serving replica (the watcher thread's step)."""
         import ray
+        import ray.exceptions as ray_exceptions
 
         up = [r for r in self.replicas if r.state == "up" and r.actor is not None]
         if not up:
@@ -283,7 +284,7 @@ class ModelServerPool:
                 try:
                     ok = ray.get(ref)
                     problem = "" if ok else "its server does not answer /v1/models"
-                except ray.exceptions.RayError as exc:  # the actor (or its node) died
+                except ray_exceptions.RayError as exc:  # the actor (or its node) died
                     problem = dead = f"{type(exc).__name__}: {str(exc)[:200]}"
             if not problem:
                 replica.failed_polls = 0

@@ -28,10 +28,10 @@ class BuilderConfig(BaseModel):
     # by default the student's own model writes them (the paper's "student-generated
     # memories"). Who wrote a bank is part of its identity and tagged on every run.
     student_memory_model: str = "student"
-    concurrency: int = Field(8, ge=1)
-    max_segments: int = Field(6, ge=1, le=12)
-    observation_chars: int = Field(500, ge=50)
-    function_result_chars: int = Field(300, ge=50)
+    concurrency: int = Field(default=8, ge=1)
+    max_segments: int = Field(default=6, ge=1, le=12)
+    observation_chars: int = Field(default=500, ge=50)
+    function_result_chars: int = Field(default=300, ge=50)
 
 
 class StoreConfig(BaseModel):
@@ -53,7 +53,7 @@ class EmbedderConfig(BaseModel):
     model: str = "all-MiniLM-L6-v2"
     base_url: str | None = None  # openai: any OpenAI-compatible embeddings endpoint
     api_key_env: str | None = None
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(default=64, ge=1)
 
     @model_validator(mode="after")
     def _url_for_openai(self) -> EmbedderConfig:

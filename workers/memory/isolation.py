@@ -7,15 +7,16 @@ Every search re-checks its hits with `Isolation.allows` on the entry's own
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
-from distillery.workers.memory.entries import MemoryEntry, MemorySource
+from distillery.workers.memory.entries import MemorySource
 
 PROTOCOLS = ("main", "self_excluded", "cross_split", "split")
 
 
 @dataclass(frozen=True)
 class Hit:
-    entry: MemoryEntry
+    entry: Any  # the method's own entry dataclass (a `MemoryEntry`): its hooks read its fields
     score: float
     collection: str  # the name of the entry's collection in its method
 

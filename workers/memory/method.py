@@ -27,7 +27,7 @@ from distillery.workers.memory.entries import CollectionSpec
 
 if TYPE_CHECKING:
     from distillery.orchestrator.stages import StageKey
-    from distillery.workers.agents.loop import EpisodeHooks
+    from distillery.workers.agents.loop import MemoryHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank
     from distillery.workers.memory.config import BuilderConfig, MemoryConfig
@@ -158,7 +158,7 @@ class MemoryMethod(Protocol):
         settings: Any,
         allows: Callable[[Any], bool],
         ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
-    ) -> EpisodeHooks:
+    ) -> MemoryHooks:
         """The hooks through which the method acts inside one episode (the only way).
         `search`: the bank's generic search (`memory_service.BankSearch`: awaitable
         `search(collection, queries, task_id, k, threshold, group=None)`, isolation

@@ -110,25 +110,25 @@ class ToolSandboxOptions(IsolatedOptions):
         "arg_description_scrambled",
         "tool_name_scrambled",
     ] = Field(
-        "base",
+        default="base",
         description="Which scenarios: the base ones (no distraction tools, the default) "
         "or one of ToolSandbox's augmentations of them.",
     )
     network: bool = Field(
-        False,
+        default=False,
         description="Include the scenarios whose tools call RapidAPI over the network "
         "(RAPID_API_KEY must be set); without it they are excluded and counted.",
     )
     user_model: str = Field(
-        USER_MODEL,
+        default=USER_MODEL,
         description="The simulated user's model (ToolSandbox's own user role, decoding "
         "as ToolSandbox sends it: the server's defaults).",
     )
     user_base_url: str | None = Field(
-        None, description="OpenAI-compatible endpoint of the user's model (None: OpenAI's)."
+        default=None, description="OpenAI-compatible endpoint of the user's model (None: OpenAI's)."
     )
     user_api_key_env: str = Field(
-        "OPENAI_API_KEY",
+        default="OPENAI_API_KEY",
         description="Name of the environment variable holding the user endpoint's key "
         "(unset with a user_base_url: no key).",
     )

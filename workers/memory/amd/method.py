@@ -19,7 +19,7 @@ from distillery.workers.memory.method import BankPlanner, BaseMemoryMethod
 
 if TYPE_CHECKING:
     from distillery.orchestrator.stages import StageKey
-    from distillery.workers.agents.loop import EpisodeHooks
+    from distillery.workers.agents.loop import MemoryHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank
     from distillery.workers.trajectories import EpisodeRecord
@@ -129,7 +129,7 @@ class AmdMethod(BaseMemoryMethod):
         settings: RetrievalConfig,
         allows: Callable[[Any], bool],
         ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
-    ) -> EpisodeHooks:
+    ) -> MemoryHooks:
         from distillery.workers.memory.amd.hooks import AmdHooks
         from distillery.workers.memory.amd.lookup import SearchLookup
         from distillery.workers.memory.amd.settings import profile_for

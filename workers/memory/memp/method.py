@@ -107,7 +107,7 @@ class MempMethod(BaseMemoryMethod):
         return MempHooks(task.task_id, search, settings, allows, ask_model)
 
     def metrics(self, records: Sequence[Any]) -> dict[str, float]:
-        out = dict.fromkeys(_METRICS, 0.0)
+        out: dict[str, float] = dict.fromkeys(_METRICS, 0.0)
         chars = 0.0
         for record in records:
             log = json.loads(record.extra_json or "{}")

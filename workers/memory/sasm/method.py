@@ -73,12 +73,12 @@ class SasmSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    k: int = Field(1, ge=1, le=10)
-    threshold: float | None = Field(None, ge=-1, le=1)
+    k: int = Field(default=1, ge=1, le=10)
+    threshold: float | None = Field(default=None, ge=-1, le=1)
     one_per_category: bool = True
-    max_subtasks: int = Field(7, ge=1, le=12)
+    max_subtasks: int = Field(default=7, ge=1, le=12)
     every_turn: bool = True
-    block_max_chars: int | None = Field(None, ge=200)
+    block_max_chars: int | None = Field(default=None, ge=200)
 
 
 def _text(value: Any) -> str:
