@@ -224,7 +224,7 @@ def point_stages(points: pd.DataFrame) -> pd.DataFrame:
     """(point_id, stage_hash) pairs: every stage a point depends on, its own included.
     The runner lists the point's own stage in `upstream`; a `stage` column, when the
     runner writes one, is added too, so either spelling is enough."""
-    rows: list[tuple[str, str]] = []
+    rows: list[tuple[Any, str]] = []
     has_stage = "stage" in points.columns
     for row in points.itertuples(index=False):
         hashes = set(_as_list(row.upstream))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from distillery.orchestrator.dispatch import ray_get
 from distillery.orchestrator.ledger import BankOutput
@@ -93,7 +93,7 @@ class MemoryStage:
         try:
             ray.get(service.close.remote(), timeout=60)
         finally:
-            ray.kill(service)
+            ray.kill(cast(Any, service))
 
     def read_job(self, read: MemoryRead) -> MemoryJob:
         """What an episode worker needs to let its student read `read`'s bank (opened

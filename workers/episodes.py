@@ -17,7 +17,7 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -349,7 +349,7 @@ class EpisodeWorkerImpl:
     def routing_stats(self) -> dict[str, int]:
         """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""
         stats = getattr(self._runner._chat, "stats", None)
-        return dict(stats()) if callable(stats) else {}
+        return cast(dict[str, int], stats()) if callable(stats) else {}
 
     async def preflight(self) -> str | None:
         return await self._runner.preflight()

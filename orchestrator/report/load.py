@@ -183,7 +183,7 @@ def normalize_points(points: pd.DataFrame, columns: MethodColumns | None = None)
     out.loc[teacher_rows, "teacher"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student_params_b"] = np.nan
-    no_teacher = out["method_kind"].map(lambda k: kind_rank(k) in (1, 2)).astype(bool)
+    no_teacher = out["method_kind"].map(lambda k: kind_rank(str(k)) in (1, 2)).astype(bool)
     out.loc[no_teacher, "teacher"] = ""
     return out.drop_duplicates("point_id", keep="last").reset_index(drop=True)
 

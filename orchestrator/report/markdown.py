@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -58,12 +58,14 @@ def _cost_line(breakdown: pd.DataFrame, use_usd: bool, unpriced: list[str]) -> s
     if parts.empty:
         return "no stages recorded"
     if not use_usd:
-        by_category = ", ".join(f"{r.category} {int(r.tokens):,}" for r in parts.itertuples())
+        by_category = ", ".join(
+            f"{r.category} {int(cast(Any, r.tokens)):,}" for r in parts.itertuples()
+        )
         return (
             f"{int(total['tokens']):,} tokens in all ({by_category}); {time_used}; "
             "no prices (set cost.prices to get USD)"
         )
-    by_category = ", ".join(f"{r.category} {_money(r.usd)}" for r in parts.itertuples())
+    by_category = ", ".join(f"{r.category} {_money(cast(Any, r.usd))}" for r in parts.itertuples())
     line = f"{_money(total['usd'])} in all ({by_category}); {int(total['tokens']):,} tokens, "
     line += time_used
     if unpriced:

@@ -250,7 +250,7 @@ def _too_long(body: str, limits: CallLimits) -> ParsedAction:
     return ParsedAction(rejected=(RejectedCall(_clip(body, limits), reason),))
 
 
-def _raw_of(decoded: list[DecodedCall | RejectedCall]) -> str:
+def _raw_of(decoded: Sequence[DecodedCall | RejectedCall]) -> str:
     return ", ".join(item.raw for item in decoded)
 
 

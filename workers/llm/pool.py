@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.servers import GpuLeaseImpl, LlmServerImpl
@@ -317,7 +317,9 @@ class ModelServerPool:
             try:
                 self._wait_placed([replica.group], placement_bundles(self.cfg))
                 self._spawn(replica)
-                url = ray.get(self._start_ref(replica), timeout=self.cfg.startup_timeout_s + 30)
+                url = cast(
+                    str, ray.get(self._start_ref(replica), timeout=self.cfg.startup_timeout_s + 30)
+                )
             except Exception as exc:
                 last = f"{type(exc).__name__}: {str(exc)[:300]}"
                 log.warning(

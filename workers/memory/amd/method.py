@@ -137,9 +137,12 @@ class AmdMethod(BaseMemoryMethod):
         # The task's benchmark picks the profile; its values replace the settings
         # still at BFCL's defaults (AppWorld: Workflow cosine >= 0.30, figure 15).
         profile = profile_for(task.benchmark)
+        # SearchLookup's hits are `isolation.Hit`s, which the hooks' `Hit` protocol reads
+        # (lists are invariant, so the checker cannot see it through `list[Hit]`).
+        lookup: Any = SearchLookup(search)
         return AmdHooks(
             task.task_id,
-            SearchLookup(search),
+            lookup,
             profile.apply(settings),
             allows=allows,
             ask_model=ask_model,
