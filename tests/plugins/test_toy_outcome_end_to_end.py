@@ -27,7 +27,10 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from distillery.orchestrator import stage_kinds
+from distillery.orchestrator.cli import route, run_cli
 from distillery.testing.scripted_server import run_stub_server, stub_stats
+from distillery.workers.memory import registry
 from distillery.workers.trajectories import read_episode_file
 from tests.plugins import ENTRY_POINTS, install_toy_plugin
 from tests.support import REPO_ROOT
@@ -84,8 +87,28 @@ def _play_calls(task: int, solved: bool) -> int:
     return sum(len(calls) + 1 for calls in truth) if solved else len(truth)
 
 
+def _plan(argv: list[str], capsys) -> str:
+    """`distillery ... --plan` in this process (the plugin is on its sys.path): the
+    stage line of the kind."""
+    assert run_cli([*argv, "--plan"]) == 0, capsys.readouterr().err[-3000:]
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if x.strip().startswith("toy_retry:")]
+    assert len(lines) == 1, out
+    return lines[0] + "\n" + out
+
+
+@pytest.fixture
+def plugin_modules():
+    """The toy plugin's modules and registrations are forgotten after the test."""
+    yield
+    for name in [m for m in sys.modules if m == "toy_plugin" or m.startswith("toy_plugin.")]:
+        sys.modules.pop(name, None)
+    registry._load.cache_clear()
+    stage_kinds._load.cache_clear()
+
+
 def test_an_outcome_driven_plugin_method_plans_runs_resumes_after_sigkill_and_reports(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys, plugin_modules
 ):
     paths = install_toy_plugin(tmp_path / "site", ENTRY_POINTS)
     for path in reversed(paths):
@@ -129,10 +152,8 @@ def test_an_outcome_driven_plugin_method_plans_runs_resumes_after_sigkill_and_re
             "teacher.max_retries=1",
             "teacher.retry_backoff_s=0",
         ]
-        planned = _run([*argv, "--plan"], env, tmp_path)
-        assert planned.returncode == 0, planned.stderr[-3000:]
-        (line,) = [x for x in planned.stdout.splitlines() if x.strip().startswith("toy_retry:")]
-        assert "run 6 of 6 tasks in order (0 done), build" in line, planned.stdout
+        monkeypatch.chdir(tmp_path)
+        assert "run 6 of 6 tasks in order (0 done), build" in _plan(argv, capsys)
 
         # The run, killed (SIGKILL, its whole process group) while the teacher's second
         # request is in flight.
@@ -153,14 +174,11 @@ def test_an_outcome_driven_plugin_method_plans_runs_resumes_after_sigkill_and_re
         first.wait(timeout=60)
         (gate / "release").write_text("1")
 
-        midway = _run([*argv, "--plan"], env, tmp_path)
-        (line,) = [x for x in midway.stdout.splitlines() if x.strip().startswith("toy_retry:")]
-        assert "run 1 of 6 tasks in order (5 done), build" in line, midway.stdout
+        assert "run 1 of 6 tasks in order (5 done), build" in _plan(argv, capsys)
 
         done = _run(argv, env, tmp_path)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        again = _run([*argv, "--plan"], env, tmp_path)
-        assert "0 to run" in again.stdout, again.stdout
+        assert "0 to run" in _plan(argv, capsys)
         student_calls = stub_stats(student_url)["requests"]
         teacher_calls = stub_stats(teacher_url)["requests"]
 
@@ -222,8 +240,7 @@ def test_an_outcome_driven_plugin_method_plans_runs_resumes_after_sigkill_and_re
 
     # `distillery report`: the cost table has the stage's student and teacher rows.
     (sweep_dir,) = re.findall(r"^Report: distillery report (\S+)$", done.stdout, re.M)
-    report = _run(["report", sweep_dir], env, tmp_path)
-    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    assert route(["report", sweep_dir]) == 0, capsys.readouterr().err[-3000:]
     models = pd.read_csv(Path(sweep_dir) / "report" / "costs_models.csv")
     rows = {(r.kind, r.role, r.model): r.n_llm_calls for r in models.itertuples()}
     assert rows[("toy_retry", "teacher", "toy-teacher")] == 3
