@@ -68,10 +68,10 @@ class AppWorldOptions(IsolatedOptions):
     """`benchmark.options` of `appworld`."""
 
     split: Literal["test_normal", "test_challenge", "dev", "train"] = Field(
-        default="test_normal", description="AppWorld's dataset split (test_normal: 168 tasks)."
+        "test_normal", description="AppWorld's dataset split (test_normal: 168 tasks)."
     )
     root: str | None = Field(
-        default=None,
+        None,
         description="The AppWorld folder holding `data` (default: $APPWORLD_ROOT). Where "
         "the data lives is not part of episode identity; what it holds is (`data`).",
     )
