@@ -42,6 +42,7 @@ from distillery.workers.envs.registry import (
     make_benchmark,
 )
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.memory.applicability import refusal
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory.retrieval import Isolation
 
@@ -200,6 +201,18 @@ def _episode_identity(
     return identity
 
 
+def _methods_apply(cfg: DistilleryConfig) -> None:
+    """Every memory method must have something to build from in the benchmark's
+    episodes (memory/applicability.py): one that would read an empty bank is refused
+    here, before anything runs."""
+    for name in cfg.methods:
+        method = cfg.method(name)
+        if method.uses_memory:
+            why = refusal(method.kind, cfg.benchmark.name, cfg.benchmark.options)
+            if why:
+                raise ValueError(f"methods: {name}: {why}")
+
+
 def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
     """Expand sweep points into the shared stage graph (nothing runs)."""
     if not configs:
@@ -207,6 +220,7 @@ def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
     _check_shared_runtime(configs)
     graph = StageGraph(configs=list(configs))
     for cfg in configs:
+        _methods_apply(cfg)
         tasks = resolve_tasks(cfg)
         memory = resolve_memory_tasks(cfg)
         graph.tasks.update({t.task_id: t for t in [*(memory or []), *tasks]})

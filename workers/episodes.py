@@ -212,6 +212,7 @@ class EpisodeRunner:
         if play is not None:
             record = replace(record, attempt=play.attempt)
         extra: dict[str, Any] = hooks.record() if hooks is not None else {}
+        extra.update(score.counters)  # the benchmark's own counts (Score.counters)
         if outcome.reply_notes:
             extra["reply_notes"] = outcome.reply_notes
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped

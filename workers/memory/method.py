@@ -72,6 +72,9 @@ class MemoryMethod(Protocol):
     # the store, retrieval and memory service read a method's banks through these only.
     collections: tuple[CollectionSpec, ...]
     store_prefix: str
+    # What its bank is built from, of what a benchmark's episodes hold
+    # (`memory/applicability.py`, e.g. `envs.base.TOOL_CALLS`); empty: any episode.
+    reads: frozenset[str]
 
     def bank_stage(self, planner: BankPlanner) -> StageKey | None:
         """The stage whose bank the method reads, asked of the planner (the teacher's
@@ -222,6 +225,7 @@ class BaseMemoryMethod:
     code_version: ClassVar[str]
     collections: ClassVar[tuple[CollectionSpec, ...]] = ()
     store_prefix: ClassVar[str] = ""
+    reads: ClassVar[frozenset[str]] = frozenset()
 
     def bank_stage(self, planner: BankPlanner) -> StageKey | None:
         return planner.build(planner.teacher_collection())

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.digest import episode_digest
 from distillery.workers.memory.entries import CollectionSpec
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings
@@ -92,6 +93,8 @@ class SasmMethod(BaseMemoryMethod):
     category (Shen et al., 2026)."""
 
     kind: ClassVar[str] = "sasm"
+    # Its bank is built from the episodes' executed calls (memory/applicability.py).
+    reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[SasmSettings]] = SasmSettings
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
