@@ -116,3 +116,11 @@ def test_a_split_shared_with_the_evaluation_or_missing_is_refused(appworld_split
         graph_of("benchmark=appworld", "protocol=split", "protocol.memory_split=nope")
     with pytest.raises(ConfigError, match="has no splits of its own.*protocol=cross_split"):
         graph_of("benchmark.limit=4", "protocol=split", "methods=[zero_shot]")
+
+
+def test_a_benchmarks_splits_are_its_split_options_values():
+    from distillery.workers.envs.registry import benchmark_splits
+
+    assert {"train", "test_normal", "test_challenge"} <= set(benchmark_splits("appworld"))
+    assert {"train", "test"} <= set(benchmark_splits("mbpp"))  # `Literal[...] | None`
+    assert benchmark_splits("bfcl_multi_turn_base") == ()

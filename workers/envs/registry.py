@@ -126,9 +126,14 @@ def benchmark_splits(name: str) -> tuple[str, ...]:
     field = benchmark_class(name).options_model.model_fields.get("split")
     if field is None:
         return ()
-    from typing import get_args
+    from typing import Literal, get_args, get_origin
 
-    return tuple(str(v) for v in get_args(field.annotation))
+    def values(hint: Any) -> list[str]:  # a Literal, or a union with one (`| None`)
+        if get_origin(hint) is Literal:
+            return [str(v) for v in get_args(hint)]
+        return [v for arg in get_args(hint) for v in values(arg)]
+
+    return tuple(values(field.annotation))
 
 
 def identity_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
