@@ -269,6 +269,10 @@ def run_cli(argv: list[str]) -> int:
             return _refuse(exc)
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
+    from distillery.orchestrator.preflight import run_notices
+
+    for notice in run_notices(configs):  # said before anything runs (and with --plan)
+        print(f"distillery: note: {notice}", file=sys.stderr)
     try:
         if "--plan" in flags:
             print(plan(configs))

@@ -32,6 +32,7 @@ from distillery.orchestrator.config import DistilleryConfig
 from distillery.orchestrator.errors import UserError
 from distillery.orchestrator.plan import StageGraph, server_key
 from distillery.redaction import redact, url_secrets
+from distillery.workers.envs.registry import action_format_deviation, benchmark_options
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.storage import Location
 
@@ -84,7 +85,44 @@ def check_run(graph: StageGraph) -> None:
         check_store(cfg)
     for endpoint in _unique_endpoints(graph, uses_memory):
         check_endpoint(endpoint)
+    check_benchmark_environment(graph.configs)
     check_required_env()
+
+
+def check_benchmark_environment(configs: list[DistilleryConfig]) -> None:
+    """Every variable the benchmark's options say a run reads is set (e.g. ToolSandbox's
+    RAPID_API_KEY with network=true). Run-only, like the endpoints' keys."""
+    for cfg in configs:
+        needed = benchmark_options(cfg.benchmark.name, cfg.benchmark.options)
+        for name, why in needed.required_environment().items():
+            if not os.environ.get(name):
+                raise PreflightError(
+                    f"benchmark.options: environment variable {name} is not set; {why}"
+                )
+
+
+def run_notices(configs: list[DistilleryConfig]) -> list[str]:
+    """What a user must know before the run starts, each once: the benchmark's notices
+    for its options, and a model playing the benchmark in an action format its own
+    harness does not (a recorded deviation)."""
+    from distillery.orchestrator.requirements_check import models_in_use
+
+    found: dict[str, None] = {}
+    for cfg in configs:
+        name = cfg.benchmark.name
+        for notice in benchmark_options(name, cfg.benchmark.options).notices():
+            found[notice] = None
+        for role, model in models_in_use(cfg):
+            if not role.startswith(("teacher", "student")) or model.backend == "oracle":
+                continue
+            deviation = action_format_deviation(name, model.action_format)
+            if deviation:
+                found[
+                    f"{role}={model.name} plays {name} with action_format={model.action_format}, "
+                    f"not as the benchmark's own harness does (recorded as {deviation}); "
+                    f"{role}.action_format=prompt plays it as theirs"
+                ] = None
+    return list(found)
 
 
 def check_required_env() -> None:

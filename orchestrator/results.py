@@ -32,7 +32,11 @@ from distillery.orchestrator.sweep_tables import (
 )
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
 from distillery.redaction import redact_obj
-from distillery.workers.envs.registry import benchmark_class, known_deviations
+from distillery.workers.envs.registry import (
+    action_format_deviation,
+    benchmark_class,
+    known_deviations,
+)
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.storage import Location
@@ -194,15 +198,26 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         "seed": str(cfg.seed),
         "memory_types": "",  # a memory method's tags say which
         # Deviations from the benchmark's own pipeline ("none": faithful to it): those
-        # its adapter declares (always on), then those its options turn on.
-        "deviations": ",".join((*known_deviations(cfg.benchmark.name), *cfg.benchmark.deviations()))
-        or "none",
+        # its adapter declares (always on), those its options turn on, and the agent's
+        # action format where the benchmark's harness plays another (AppWorld: native).
+        "deviations": ",".join(point_deviations(point)) or "none",
     }
     if point.bank_stage is not None:  # who wrote the bank it reads
         out["memory_writer"] = point.memory_writer or "deterministic"
     if r is not None:
         out.update(memory_method(point.method.kind).tags(r, cfg.memory.embedder.model))
     return out
+
+
+def point_deviations(point: EvalPoint) -> tuple[str, ...]:
+    """The deviations of a point's episodes from the benchmark's own pipeline."""
+    cfg = point.cfg
+    found = (*known_deviations(cfg.benchmark.name), *cfg.benchmark.deviations())
+    if point.model.backend != "oracle":
+        by_format = action_format_deviation(cfg.benchmark.name, point.model.action_format)
+        if by_format:
+            found = (*found, by_format)
+    return found
 
 
 def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:

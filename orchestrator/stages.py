@@ -111,6 +111,8 @@ def model_identity(model: ModelConfig, sweep_seed: int = 0) -> dict[str, Any]:
     if model.backend == "oracle":
         return {"backend": "oracle"}
     data = model.model_dump(mode="json", exclude=set(RUNTIME_MODEL_FIELDS))
+    if not model.cap_every_request:  # added later: off keeps the keys it had
+        del data["cap_every_request"]
     data["seed"] = effective_seed(model, sweep_seed)
     return data
 

@@ -16,6 +16,7 @@ import logging
 import time
 import traceback
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -101,6 +102,12 @@ class EpisodeRunner:
         self.conventions: AgentConventions = conventions_of(self.benchmark)
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
+        # A cap the benchmark's runner would not send, sent for the model's sake.
+        self._protective_cap = (
+            job.model.cap_every_request
+            and job.model.max_tokens is not None
+            and self.conventions.sent_sampling(job.model)["max_tokens"] is None
+        )
         if job.model.backend == "oracle":
             self._chat = None
         else:
@@ -112,8 +119,19 @@ class EpisodeRunner:
         if self._chat is None:
             return OraclePolicy(self.benchmark.oracle_turns(task), self.conventions.oracle_reply)
         m = self.job.model
+        # Only what the benchmark's own runner sends (BFCL's: the temperature).
+        sent = self.conventions.sent_sampling(m)
+        if self._protective_cap:
+            sent["max_tokens"] = m.max_tokens
         return LlmPolicy(
-            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed, m.top_p
+            self._chat,
+            episode_id,
+            m.action_format,
+            sent["temperature"],
+            sent["max_tokens"],
+            sent["seed"],
+            sent["top_p"],
+            context_tokens=m.max_model_len,  # a benchmark that trims to the context reads it
         )
 
     async def preflight(self) -> str | None:
@@ -216,6 +234,12 @@ class EpisodeRunner:
         if outcome.reply_notes:
             extra["reply_notes"] = outcome.reply_notes
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped
+        # How often each protection fired (the loop's and the environment's own).
+        fired = outcome.limits_fired + Counter(getattr(env, "limits_fired", None) or {})
+        if self._protective_cap and outcome.length_stops:
+            fired["generation_cap"] += outcome.length_stops
+        if fired:
+            extra["limits_fired"] = dict(sorted(fired.items()))
         if extra:
             record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record

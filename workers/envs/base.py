@@ -44,6 +44,9 @@ class RejectedCall:
     as a call that changed nothing. `position` is its index in the response, so
     results keep the response's order. `counted` is False for output the benchmark's
     decoder rejects but an option chose to report (it never reaches the checker).
+    `limit` names the protection that refused it, when one did (a size limit, an
+    argument the benchmark would `eval`): such refusals are deviations from the
+    benchmark's own runner, recorded with every run and counted when they fire.
     """
 
     raw: str
@@ -51,6 +54,7 @@ class RejectedCall:
     call_id: str | None = None
     position: int = -1
     counted: bool = True
+    limit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,12 @@ class Environment(Protocol):
     #
     # `def task_done(self) -> bool` (world_ends_episode=True): whether the world
     # considers the task over after the last step (no I/O: learnt with that step).
+    #
+    # Looked up with getattr by the loop, for a benchmark whose own loop opens the
+    # conversation itself (AppWorld's ReAct prompt): `def opening_messages(self,
+    # action_format: str, memory: str) -> list[dict] | None`, the messages before the
+    # first reply (the task in the last) with `memory` where that prompt puts it; None
+    # for the system prompt and the task's first turn. No I/O.
 
     def score(self) -> Score:
         """Score the episode with the benchmark's own checker."""
@@ -203,6 +213,17 @@ class BenchmarkOptions(BaseModel):
         return self.model_dump(
             mode="json", exclude_defaults=True, exclude=set(self.deviation_names())
         )
+
+    def required_environment(self) -> dict[str, str]:
+        """Environment variables a run with these options reads (a key of a service the
+        benchmark's tools or user call), each with what needs it: a run stops before it
+        starts when one is unset. None by default."""
+        return {}
+
+    def notices(self) -> tuple[str, ...]:
+        """What a user must know before a run with these options starts (e.g. that it
+        is played off the benchmark's own harness), one sentence each. None by default."""
+        return ()
 
 
 class BenchmarkUnavailable(ImportError):

@@ -18,7 +18,7 @@ format of `calls.parse_text_calls` (``[name(key=value)]``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
@@ -40,6 +40,15 @@ STEP_LIMITS: tuple[str, ...] = get_args(StepLimit)
 # message or None when the user ends the conversation.
 UserTurns = Literal["task", "environment"]
 USER_TURNS: tuple[str, ...] = get_args(UserTurns)
+# normalized: the loop parses the client's cleaned reply (reasoning and <think> blocks
+# split off, empty arguments as {}, ids made unique, arguments encoded as strings) and
+# keeps a message rebuilt from it. as_sent: the loop parses and keeps the server's
+# message as the server sent it (`ChatResult.message`), as a runner that re-sends the
+# API's message object does (BFCL's): native observations get the reply's calls as sent.
+ReplyHandling = Literal["normalized", "as_sent"]
+REPLY_HANDLINGS: tuple[str, ...] = get_args(ReplyHandling)
+# The request parameters a model config may set that a runner sends.
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
 
 
 class ResultFeedback(Protocol):
@@ -76,6 +85,30 @@ def json_results_message(
     return [{"role": "user", "content": json.dumps(payload, ensure_ascii=False)}]
 
 
+class Trim(Protocol):
+    """Drops history so the request fits: `(messages, opening, fits)` -> (messages to
+    send, step pairs dropped). `opening` is the number of messages before the first
+    reply (never dropped); `fits` says whether a list of messages fits the budget."""
+
+    def __call__(
+        self,
+        messages: Sequence[dict[str, Any]],
+        opening: int,
+        fits: Callable[[list[dict[str, Any]]], Awaitable[bool]],
+    ) -> Awaitable[tuple[list[dict[str, Any]], int]]: ...
+
+
+@dataclass(frozen=True)
+class ContextTrim:
+    """A benchmark's own loop keeps its conversation within the model's context by
+    dropping history before each request (AppWorld's: the oldest steps): what a request
+    may hold is the model's context less its reply's room (max_tokens) and
+    `buffer_tokens`, counted by the model's own tokenizer."""
+
+    buffer_tokens: int
+    trim: Trim
+
+
 def call_list_reply(step: str) -> str:
     """A ground-truth call as a prompt-format reply of the shared call decoder."""
     return f"[{step}]"
@@ -97,6 +130,18 @@ class AgentConventions:
     # episode ends there, as the benchmark's own loop ends it (AppWorld's loop stops once
     # `complete_task` has been called).
     world_ends_episode: bool = False
+    # The prompt format's reply as the history keeps it (AppWorld's loop keeps it cut
+    # after the code it ran); None: as the model wrote it.
+    kept_reply: Callable[[str], str] | None = None
+    # The benchmark's loop trims the conversation to the model's context before each
+    # request (None: it sends it whole and an overflow is the model's failure).
+    context_trim: ContextTrim | None = None
+    # How a reply is parsed and kept in the history (see `ReplyHandling`).
+    reply: ReplyHandling = "normalized"
+    # Which of the model config's request parameters (`SAMPLING_FIELDS`) the benchmark's
+    # runner sends; None: every one the model config sets. BFCL's handler sends its
+    # temperature only (no token cap, no seed).
+    sampling: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.step_limit not in STEP_LIMITS:
@@ -107,9 +152,20 @@ class AgentConventions:
             raise ValueError(
                 f"user_turns must be one of {', '.join(USER_TURNS)}, not {self.user_turns!r}"
             )
+        if self.reply not in REPLY_HANDLINGS:
+            raise ValueError(
+                f"reply must be one of {', '.join(REPLY_HANDLINGS)}, not {self.reply!r}"
+            )
+        unknown = sorted(set(self.sampling or ()) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"sampling may name {', '.join(SAMPLING_FIELDS)} only, not {unknown}")
         for name in ("prompt_results", "native_results", "oracle_reply"):
             if not callable(getattr(self, name)):
                 raise TypeError(f"AgentConventions.{name} must be callable")
+        if self.kept_reply is not None and not callable(self.kept_reply):
+            raise TypeError("AgentConventions.kept_reply must be callable or None")
+        if self.context_trim is not None and not isinstance(self.context_trim, ContextTrim):
+            raise TypeError("AgentConventions.context_trim must be a ContextTrim or None")
 
     def results(
         self,
@@ -119,6 +175,14 @@ class AgentConventions:
     ) -> list[dict[str, Any]]:
         feedback = self.native_results if action_format == "native" else self.prompt_results
         return feedback(tool_calls, observations)
+
+    def sent_sampling(self, model: Any) -> dict[str, Any]:
+        """The request parameters of `model` (a model config) this runner sends: the
+        others are None (not sent)."""
+        return {
+            name: getattr(model, name) if self.sampling is None or name in self.sampling else None
+            for name in SAMPLING_FIELDS
+        }
 
     def turn_is_over_limit(self, steps_in_turn: int, max_steps_per_turn: int) -> bool:
         """Whether a turn that has made `steps_in_turn` steps is force-quit now."""

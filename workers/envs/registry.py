@@ -145,11 +145,17 @@ def identity_options(name: str, options: Mapping[str, Any] | None) -> dict[str, 
 
 def benchmark_deviations(name: str, options: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The names of the deviations from the benchmark's own pipeline that `options`
-    turn on (recorded with the run and in episode identity). Empty options import
-    nothing."""
-    if not options:
-        return ()
+    turn on (recorded with the run and in episode identity); default options may have
+    some (AppWorld without the authors' prompt file)."""
     return benchmark_options(name, options).deviations()
+
+
+def action_format_deviation(name: str, action_format: str) -> str | None:
+    """The deviation a model playing the benchmark in `action_format` makes from its
+    own harness (AppWorld's authors played text ReAct: native tool calling is one),
+    from the class attribute `action_format_deviations`; None where it makes none."""
+    found = getattr(benchmark_class(name), "action_format_deviations", None) or {}
+    return found.get(action_format)
 
 
 def known_deviations(name: str) -> tuple[str, ...]:

@@ -71,6 +71,7 @@ class ChatClient:
             max_retries=0,
             http_client=capped_http_client(max_response_bytes),
         )
+        self._tokenize_unsupported = False  # the server said it cannot count tokens
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, base_url: str) -> ChatClient:
@@ -142,6 +143,47 @@ class ChatClient:
             f"{self.base_url} failed {self.max_retries + 1} times; last: "
             f"{type(last).__name__}: {_short(last)}"
         )
+
+    async def count_tokens(self, messages: list[dict[str, Any]]) -> int | None:
+        """The conversation's tokens as the server's tokenizer and chat template count
+        them without a generation prompt (vLLM's ``POST /tokenize``, at the server's
+        root); None where the server has no such endpoint or cannot say (asked once:
+        a server that cannot is not asked again). Transport failures are retried as
+        chat requests are; an unusable answer is None, never an episode's failure."""
+        if self._tokenize_unsupported:
+            return None
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": False,
+        }
+        if self.shape.enable_thinking is not None:  # the template the chat request uses
+            request["chat_template_kwargs"] = {"enable_thinking": self.shape.enable_thinking}
+        url = self.base_url.rstrip("/").removesuffix("/v1") + "/tokenize"
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    response = await self._client.post(
+                        url, content=_encode_request(request), cast_to=bytes
+                    )
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500 and exc.status_code != 429:
+                    self._tokenize_unsupported = True
+                    return None
+            except (openai.APIConnectionError, openai.APITimeoutError, TimeoutError):
+                pass
+            else:
+                try:
+                    count = json.loads(response).get("count")
+                except (ValueError, AttributeError):
+                    count = None
+                if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                    self._tokenize_unsupported = True
+                    return None
+                return count
+            if attempt <= self.max_retries:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+        raise InfraError(f"{url} failed {self.max_retries + 1} times")
 
     async def _post(self, body: bytes) -> bytes:
         """The raw reply body. `timeout_s` bounds the whole request (httpx's timeouts

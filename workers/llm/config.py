@@ -46,6 +46,11 @@ class ModelConfig(BaseModel):
     # Cap on generated tokens per request (reasoning included); None: not sent.
     max_tokens: int | None = Field(default=512, gt=0)
     seed: int | None = 0
+    # Send `max_tokens` even where a benchmark's own runner sends no cap (BFCL's): for a
+    # model that is unusable without one (the CPU smoke-test model, whose uncapped reply
+    # runs to its context). A deviation from such a runner, counted per episode
+    # (`limits_fired.generation_cap`: replies stopped by the cap). Ours: no paper model.
+    cap_every_request: bool = False
 
     # How its server wants a request (see README "Model backends").
     token_limit_param: TokenLimitParam = "max_tokens"  # the body key max_tokens is sent as

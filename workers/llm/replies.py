@@ -334,7 +334,11 @@ def parse_completion(body: bytes, latency_s: float, attempts: int, endpoint: str
     fields = {k: message.get(k) for k in ("reasoning_content", "reasoning")}
     clean_fields = {k: clean_text(v)[0] if isinstance(v, str) else None for k, v in fields.items()}
     text, reasoning = split_reasoning({"content": content, **clean_fields})
+    as_sent, changed = _clean_value(message)
+    if changed:
+        notes.append("message as sent: NUL or lone surrogates removed")
     return ChatResult(
+        message=as_sent,
         text=text,
         reasoning=reasoning,
         tool_calls=tool_calls(message.get("tool_calls"), notes),

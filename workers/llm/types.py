@@ -72,6 +72,11 @@ class ChatResult:
     attempts: int = 1
     endpoint: str | None = None  # base_url that answered
     notes: tuple[str, ...] = ()  # what the client repaired in the reply (see replies.py)
-    # The model's reasoning text: kept for the record, never sent back in a history
-    # and never parsed for actions.
+    # The model's reasoning text: kept for the record; a history re-sends it only
+    # where the benchmark's own runner re-sends the server's message (`message`).
     reasoning: str = ""
+    # The message exactly as the server sent it (every field, reasoning and repairs
+    # the fields above make included), its strings only made encodable (NUL and lone
+    # surrogates, noted): what a benchmark whose runner re-sends the server's message
+    # (BFCL's) parses and keeps. Empty for results built by hand.
+    message: dict[str, Any] = field(default_factory=dict)

@@ -33,6 +33,8 @@ MEMORY_METHODS: dict[str, str] = {
     "trajectory_rag": "distillery.workers.memory.trajectory_rag.method:TrajectoryRag",
     "sasm": "distillery.workers.memory.sasm.method:SasmMethod",
     "memp": "distillery.workers.memory.memp.method:MempMethod",
+    # MemP as the AMD authors ported it (failed trajectories kept, labelled).
+    "memp_amd": "distillery.workers.memory.memp.method:MempAmdPort",
 }
 
 

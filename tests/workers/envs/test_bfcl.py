@@ -583,3 +583,40 @@ def test_hand_built_unsafe_call_is_refused_at_step(bench, task0):
         results = env.step(action)
     assert [r.rejected for r in results] == [True, True]
     assert executed == []
+
+
+def test_protections_are_far_above_every_tasks_ground_truth(bench, tasks):
+    """BFCL's protections (`PROTECTION_LIMITS`) stay out of any real task's way: every
+    turn of the 200 tasks' ground truth, written as one reply (the most a turn can ask
+    in one step), passes limits a tenth as large (a quarter for nesting and integer
+    digits), in either format."""
+    from distillery.workers.envs.calls import (
+        PROTECTION_LIMITS as P,
+    )
+    from distillery.workers.envs.calls import (
+        CallLimits,
+        parse_native_calls,
+        parse_text_calls,
+    )
+
+    tight = CallLimits(
+        max_text_chars=P.max_text_chars // 10,
+        max_call_chars=P.max_call_chars // 10,
+        max_calls=P.max_calls // 10,
+        max_depth=P.max_depth // 4,
+        max_values=P.max_values // 10,
+        max_int_digits=P.max_int_digits // 4,
+    )
+    for task in tasks:
+        names = {tool["function"]["name"] for tool in task.tools}
+        for turn in bench.oracle_turns(task):
+            if not turn:
+                continue
+            text = "[" + ", ".join(turn) + "]"
+            parsed = parse_text_calls(text, names, tight, arithmetic=True)
+            assert not parsed.rejected and len(parsed.calls) == len(turn), task.task_id
+            native = [
+                {"id": f"c{i}", "name": call.name, "arguments": json.dumps(call.kwargs)}
+                for i, call in enumerate(parsed.calls)
+            ]
+            assert not parse_native_calls(native, names, tight).rejected, task.task_id

@@ -290,18 +290,20 @@ def test_a_prompt_change_of_the_benchmark_changes_its_stage_keys(toy, monkeypatc
     assert toy_after["evaluate"].isdisjoint(toy_before["evaluate"])
 
 
-def test_bfcl_default_stage_keys_are_those_recorded_before_benchmarks_owned_them():
-    """The digests of the default config when stages.py listed BFCL's constants itself:
-    the same prompts give the same keys, so finished stages are reused. Change these
-    only on purpose (a prompt change re-runs every BFCL episode)."""
+def test_bfcl_default_stage_keys_are_pinned():
+    """The digests of the default config. Change these only on purpose: a change
+    re-runs every BFCL episode. Last changed by issue 20 (BFCL's own reading of a
+    reply, sampling and protections: `bfcl.REPLY_HANDLING` joined the fingerprint, and
+    the quickstart student's `cap_every_request`; before: prompts c016abba2dab67d5,
+    collect b66ef9eb..., evaluate 2c1f8c21...)."""
     assert _code(stages.CollectStage, BFCL) == {
         "version": "2",
-        "prompts": "c016abba2dab67d5",
+        "prompts": "1ea110038d402bd0",
     }
     default = _keys(to_config(compose(rewrite_role_overrides([]))))
     assert default["collect"] == {
-        "b66ef9eb2066ec7d180f0034194c20b80aec85d8f06f101c41ac7100b152ae72"
+        "b322b1d501cddfb5b5426bccbc13f766b02f735c359d1cafafd01d9a62c2bd3d"
     }
-    assert "2c1f8c211f7ee16dc11c982dc7715a61a37085d0ea8032ea7652dd1f5b6a2125" in default["evaluate"]
+    assert "86c6da551e2d62e87b1066e517544e8258ad92bcff313c192f1b48afbe2d4827" in default["evaluate"]
     explicit = to_config(compose(rewrite_role_overrides(["benchmark.options={}"])))
     assert _keys(explicit) == default

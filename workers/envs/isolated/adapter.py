@@ -236,6 +236,14 @@ class IsolatedBenchmark:
         the driver's that reach the world (`sandbox.environment`)."""
         return {}
 
+    def opening_messages(
+        self, task: Task, action_format: str, memory: str
+    ) -> list[dict[str, Any]] | None:
+        """A benchmark whose own loop opens with a conversation of its own (AppWorld's
+        ReAct prompt) returns it here, `memory` placed where that prompt puts it; None:
+        the system prompt and the task's first turn (override to open otherwise)."""
+        return None
+
     # -- how model output becomes calls (override for another action format) ---------
 
     def parse_text(self, task: Task, text: str) -> ParsedAction:
@@ -281,6 +289,11 @@ class IsolatedEnvironment:
 
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
         return self._benchmark.parse_tool_calls(self.task, tool_calls)
+
+    def opening_messages(self, action_format: str, memory: str) -> list[dict[str, Any]] | None:
+        """The benchmark's own opening of the conversation with `memory` in its place,
+        or None (the system prompt and the task's first turn); no I/O."""
+        return self._benchmark.opening_messages(self.task, action_format, memory)
 
     def parse_text(self, text: str) -> ParsedAction:
         return self._benchmark.parse_text(self.task, text)

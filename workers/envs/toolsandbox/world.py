@@ -241,6 +241,12 @@ def _task(name: str, scenario, excluded: int) -> dict:
         m.content for m in messages if m.sender == RoleType.USER and m.recipient == RoleType.AGENT
     ]
     docs = [tool["function"] for tool in tools]
+    # The simulated user's own instruction (its last system message; the earlier ones
+    # are few-shot examples), which the agent never sees: metadata for an option of a
+    # memory method that retrieves by it, as the AMD authors' ToolSandbox student did.
+    briefs = [
+        m.content for m in messages if m.sender == RoleType.SYSTEM and m.recipient == RoleType.USER
+    ]
     return {
         "task_id": name,
         "turns": opening[-1:],
@@ -251,6 +257,7 @@ def _task(name: str, scenario, excluded: int) -> dict:
             "categories": [str(c) for c in scenario.categories],
             "max_messages": scenario.max_messages,
             "excluded_network_scenarios": excluded,
+            "user_instruction": _user_instruction(briefs[-1]) if briefs else None,
         },
         "system_prompts": {
             "native": system,
@@ -258,6 +265,15 @@ def _task(name: str, scenario, excluded: int) -> dict:
         },
         "oracle": [],
     }
+
+
+def _user_instruction(brief: str) -> str:
+    """The scenario's part of the user's system message (after ToolSandbox's shared
+    USER_INSTRUCTION), as the AMD authors' `extract_task_instruction` reads it."""
+    from tool_sandbox.scenarios.user_simulator_few_shot_examples import USER_INSTRUCTION
+
+    content, shared = brief.strip(), USER_INSTRUCTION.strip()
+    return content[content.index(shared) + len(shared) :].strip() if shared in content else content
 
 
 def versions() -> dict:

@@ -64,7 +64,9 @@ class AmdMethod(BaseMemoryMethod):
         from distillery.workers.memory.amd.settings import BFCL_NAME, profile_for
 
         profile = profile_for(benchmark)
-        return None if profile.name == BFCL_NAME else f"{profile.name}:{profile.version()}"
+        if profile.name == BFCL_NAME or not profile.builds_differently:
+            return None
+        return f"{profile.name}:{profile.version()}"
 
     def read_identity(self, settings: RetrievalConfig) -> dict[str, Any]:
         return settings.read_settings()
@@ -151,6 +153,7 @@ class AmdMethod(BaseMemoryMethod):
             ask_model=ask_model,
             user_turns=list(task.turns),
             profile=profile,
+            hidden_query=task.metadata.get("user_instruction"),
         )
 
     def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
@@ -178,6 +181,8 @@ class AmdMethod(BaseMemoryMethod):
         out = {"memory_types": "+".join(settings.types)}
         if getattr(settings, "profile", None):  # AMD as on a benchmark of its own
             out["amd_profile"] = settings.profile  # type: ignore[attr-defined]
+        if settings.query != "user_turn":  # retrieval by what the agent is not given
+            out["amd_query"] = settings.query
         if settings.thresholds_set_for != embedder:  # cosine scales differ between embedders
             out["thresholds_embedder"] = (
                 f"set for {settings.thresholds_set_for}, run with {embedder}"

@@ -14,6 +14,14 @@ from distillery.workers.memory.amd import appworld_prompts
 from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType, Representation
 
 SubtaskQuery = Literal["decompose", "per_turn"]
+# What the proactive retrieval (Workflow, and the decomposition that queries Subtask
+# memory) is asked with: the task's user turn, what the agent is given; or, where the
+# benchmark's simulated user has an instruction of its own (ToolSandbox), that hidden
+# instruction, as the AMD authors' ToolSandbox student retrieved
+# (toolsandbox/common/roles/memory_augmented_agent.py reads the SYSTEM->USER message).
+# Off by default: the agent never sees that instruction, so retrieving by it hands the
+# student the user's private goal, which no deployed agent has.
+RetrievalQuery = Literal["user_turn", "hidden_user_instruction"]
 
 
 class RetrievalConfig(BaseModel):
@@ -41,6 +49,7 @@ class RetrievalConfig(BaseModel):
     subtask_query: SubtaskQuery = "per_turn"
     max_subtasks: int = Field(default=6, ge=1, le=12)
     block_max_chars: int = Field(default=6000, ge=200, description="Cap of the WF+ST block.")
+    query: RetrievalQuery = "user_turn"
 
     @model_validator(mode="after")
     def _types_known(self) -> RetrievalConfig:
@@ -73,6 +82,8 @@ class RetrievalConfig(BaseModel):
                 out["max_subtasks"] = self.max_subtasks
         if "wf" in self.types or "st" in self.types:
             out["block_max_chars"] = self.block_max_chars
+            if self.query != "user_turn":  # off by default: existing keys unchanged
+                out["query"] = self.query
         return out
 
     def threshold(self, memory_type: MemoryType) -> float | None:
@@ -122,6 +133,12 @@ class BenchmarkProfile(BaseModel):
         base = config.model_dump(exclude={"profile"})
         return ProfiledRetrievalConfig.model_validate({**base, **changed, "profile": self.name})
 
+    @property
+    def builds_differently(self) -> bool:
+        """Whether a build on this benchmark differs from BFCL's (code actions, or
+        prompts of its own); its read values alone do not make it."""
+        return self.name != BFCL_NAME and (self.actions != "calls" or self.name in PROFILE_PROMPTS)
+
     def version(self) -> str:
         """This profile's values and the prompts its builders and students are given
         (AppWorld's: the paper's figures 13-15), as a short digest."""
@@ -158,7 +175,15 @@ APPWORLD = BenchmarkProfile(
     # AppWorld prompt the paper gives, instead of BFCL's per-turn queries.
     retrieval={"threshold_wf": 0.30, "subtask_query": "decompose"},
 )
-PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD}
+TOOLSANDBOX = BenchmarkProfile(
+    name="toolsandbox",
+    # The authors' ToolSandbox student (toolsandbox/common/memory/injection.py
+    # `build_static_memory_prompt`, store.py): Workflow top-1 at cosine >= 0.5, the task
+    # decomposed into at most 6 labels for Subtask memory, and 2 Function examples per
+    # failing tool (`max_examples=2`). Subtask cosine >= 0.45 is BFCL's default too.
+    retrieval={"threshold_wf": 0.5, "subtask_query": "decompose", "k_fn": 2},
+)
+PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD, "toolsandbox": TOOLSANDBOX}
 # The prompt texts of each profile (module constants), part of its identity.
 PROFILE_PROMPTS = {"appworld": appworld_prompts}
 

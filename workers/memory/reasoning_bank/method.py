@@ -4,8 +4,9 @@ Ouyang et al., 2025 (arXiv 2509.25140; code: google-research/reasoning-bank), ad
 to teacher->student transfer as the AMD paper describes its baseline: the bank is
 built once from the teacher's collection (successful AND failed trajectories, judged
 by the benchmark's checker), and the frozen student reads it (no online update).
-Defaults are the original's (`settings.py`); the AMD authors' AppWorld setting is the
-catalog entry `reasoning_bank_amd_appworld` (top_k = 3).
+Defaults are the original's (`settings.py`); the AMD authors' ports are the catalog
+entries `reasoning_bank_amd_appworld` (top_k = 3, items withdrawn after the first step)
+and `reasoning_bank_amd_toolsandbox` (top_k = 3).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from distillery.workers.memory.method import BaseMemoryMethod, own_settings, sum
 from distillery.workers.memory.reasoning_bank import build, prompts
 from distillery.workers.memory.reasoning_bank.hooks import ReasoningBankHooks
 from distillery.workers.memory.reasoning_bank.records import COLLECTIONS, STORE_PREFIX
-from distillery.workers.memory.reasoning_bank.settings import ReasoningBankSettings
+from distillery.workers.memory.reasoning_bank.settings import DIFFERENCES, ReasoningBankSettings
 
 _METRICS = (
     "isolation_checked",
@@ -52,8 +53,14 @@ class ReasoningBank(BaseMemoryMethod):
 
     def read_identity(self, settings: ReasoningBankSettings) -> dict[str, Any]:
         # What the student is shown enters its evaluate stage's key: the settings and
-        # the injected text (the builders' prompts are the bank's, upstream).
-        return {**settings.model_dump(mode="json"), "texts": [prompts.MEMORY_PREAMBLE]}
+        # the injected text (the builders' prompts are the bank's, upstream). A setting
+        # added later enters only when on, so existing keys stay.
+        out = settings.model_dump(mode="json", exclude={"remove_after_first_step"})
+        texts = [prompts.MEMORY_PREAMBLE]
+        if settings.remove_after_first_step:
+            out["remove_after_first_step"] = True
+            texts.append(prompts.WITHDRAWN)
+        return {**out, "texts": texts}
 
     def build_identity(self, memory: Any) -> dict[str, Any]:
         # Who writes is the build's builder model; no shared builder knob (concurrency,
@@ -96,7 +103,10 @@ class ReasoningBank(BaseMemoryMethod):
         return summed_counters(records, _METRICS)
 
     def tags(self, settings: ReasoningBankSettings, embedder: str) -> dict[str, str]:
-        return {"rb_top_k": str(settings.top_k), "rb_threshold": _text(settings.threshold)}
+        return {
+            **self.descriptors(settings),
+            "differences": ",".join(DIFFERENCES),
+        }
 
     def report_columns(self, settings: ReasoningBankSettings) -> dict[str, Any]:
         # An integer: a sweep over top_k gets its success-vs-k panel.
@@ -106,4 +116,7 @@ class ReasoningBank(BaseMemoryMethod):
         return f"rb k={settings.top_k}"
 
     def descriptors(self, settings: ReasoningBankSettings) -> dict[str, str]:
-        return {"rb_top_k": str(settings.top_k), "rb_threshold": _text(settings.threshold)}
+        out = {"rb_top_k": str(settings.top_k), "rb_threshold": _text(settings.threshold)}
+        if settings.remove_after_first_step:
+            out["rb_remove_after_first_step"] = "true"
+        return out
