@@ -110,27 +110,27 @@ class ToolSandboxOptions(IsolatedOptions):
         "arg_description_scrambled",
         "tool_name_scrambled",
     ] = Field(
-        default="base",
+        "base",
         description="Which scenarios: the base ones (no distraction tools, the default) "
         "or one of ToolSandbox's augmentations of them.",
     )
     network: bool = Field(
-        default=True,
+        True,
         description="Include the scenarios whose tools call RapidAPI over the network, "
         "as ToolSandbox and the AMD paper run them (all 129 base scenarios; RAPID_API_KEY "
         "must be set, checked before a run starts). False excludes them and counts them: "
         "the deviation network_scenarios_excluded, recorded.",
     )
     user_model: str = Field(
-        default=USER_MODEL,
+        USER_MODEL,
         description="The simulated user's model (ToolSandbox's own user role, decoding "
         "as ToolSandbox sends it: the server's defaults).",
     )
     user_base_url: str | None = Field(
-        default=None, description="OpenAI-compatible endpoint of the user's model (None: OpenAI's)."
+        None, description="OpenAI-compatible endpoint of the user's model (None: OpenAI's)."
     )
     user_api_key_env: str = Field(
-        default="OPENAI_API_KEY",
+        "OPENAI_API_KEY",
         description="Name of the environment variable holding the user endpoint's key "
         "(unset with a user_base_url: no key).",
     )
