@@ -345,8 +345,13 @@ def route(argv: list[str]) -> int:
     its name is the first word, else a sweep. `-v`/`--verbose` may stand anywhere,
     before the subcommand too (`distillery -v memory list ...`): it only turns the
     third-party messages back on and is not passed to the subcommand."""
+    from distillery import redaction
     from distillery.orchestrator.quiet import quiet_third_party
 
+    # Before anything can print: every subcommand's output, logs and tracebacks are
+    # redacted (the keys of this environment and of the command line, such as a URL's
+    # userinfo; a sweep adds its configs' own).
+    redaction.protect(argv, [a.partition("=")[2] for a in argv])  # `key=URL` overrides too
     quiet_third_party(verbose=any(a in _VERBOSE for a in argv))
     rest = [a for a in argv if a not in _VERBOSE]
     command = rest[0] if rest else None

@@ -231,8 +231,8 @@ def run_agent(
     caps = capacity.caps
     pool = EpisodeWorkers(job, endpoints, cluster, capacity.n_workers, directory)
     nodes, unreachable = pool.start()
-    if unreachable:
-        tqdm.write(f"warning: {job.model.name} preflight request failed: {unreachable[:300]}")
+    if unreachable:  # a server down or a reply of any shape: the episodes decide
+        tqdm.write(f"warning: {job.model.name} preflight request: {unreachable[:300]}")
     if progress and len(set(nodes)) > 1:
         tqdm.write(f"  {pool.n} episode workers on {len(set(nodes))} nodes")
     cpu_before = pool.cpu_times()

@@ -22,6 +22,7 @@ from distillery.orchestrator.stages import (
     StageKey,
     digest_of,
 )
+from distillery.workers.memory.bounds import bound_bank, memory_delimiters
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import (
     BuiltBank,
@@ -95,14 +96,19 @@ class MemoryStage:
         finally:
             ray.kill(cast(Any, service))
 
-    def read_job(self, read: MemoryRead) -> MemoryJob:
+    def read_job(self, read: MemoryRead, max_injected_chars: int) -> MemoryJob:
         """What an episode worker needs to let its student read `read`'s bank (opened
-        in the service now); a method without a bank gets a job with none."""
+        in the service now; `max_injected_chars`: what one hook call may inject, the
+        point's `memory.bounds`); a method without a bank gets a job with none."""
         if read.bank_stage is None:
-            return MemoryJob(None, None, read.isolation, read.settings, read.kind)
+            return MemoryJob(
+                None, None, read.isolation, read.settings, read.kind, max_injected_chars
+            )
         bank_id = self.bank_of(read.bank_stage)
         ray_get(self.service.open_bank.remote(bank_id, read.isolation))
-        return MemoryJob(self.service, bank_id, read.isolation, read.settings, read.kind)
+        return MemoryJob(
+            self.service, bank_id, read.isolation, read.settings, read.kind, max_injected_chars
+        )
 
     def put_view(self, view_id: str, bank: BuiltBank, isolation: Isolation) -> None:
         """A live view (a bank a stage is still writing) searchable as `view_id`."""
@@ -183,6 +189,8 @@ class MemoryStage:
                     episodes, cfg.memory, model_name, source.split
                 ),
                 "embedder": stage.identity["embedder"],
+                # Bounds off their defaults make other entries (absent: the keys of old).
+                **({"bounds": stage.identity["bounds"]} if "bounds" in stage.identity else {}),
             }
         )
         reused = self.reused(bank_id)
@@ -211,9 +219,12 @@ class MemoryStage:
         model = source.builder_model
         remote: Any = ray.remote(num_cpus=0.5)(_run_async)
         if model is None:  # deterministic entries, no server needed
-            return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
-        endpoints = self.servers.endpoints(model)
-        return ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
+        else:
+            endpoints = self.servers.endpoints(model)
+            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+        # Builder output is model output: every method's entries within the same bounds.
+        return bound_bank(bank, cfg.memory.bounds, memory_delimiters(source.kind))
 
 
 def _run_async(body: BankBody, *args: Any) -> BuiltBank:
@@ -223,7 +234,6 @@ def _run_async(body: BankBody, *args: Any) -> BuiltBank:
     from distillery import redaction
 
     # The last three arguments are the builder config, its model and endpoints.
-    redaction.register_secrets(redaction.secrets_in(list(args[-3:])))
-    redaction.install()
+    redaction.protect(list(args[-3:]))
 
     return asyncio.run(body(*args))

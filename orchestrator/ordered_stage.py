@@ -520,6 +520,7 @@ class OrderedRun:
             self.isolation,
             self.stage.settings,
             self.stage.memory_kind,
+            self.sweep.cfg.memory.bounds.max_injected_chars,
             attempt=attempt,
             staged=staged,
         )

@@ -330,6 +330,8 @@ class StagePlanner:
                 "retrieval": memory.read_identity(retrieval),
                 "protocol": cfg.protocol.read_settings(),
             }
+            if cfg.memory.bounds.identity():  # what a student reads of memory is cut there
+                identity["memory_bounds"] = cfg.memory.bounds.identity()
             read = MemoryRead(method.kind, bank_stage, isolation, retrieval)
             # What the ordinary evaluate stage's key holds: a kind of the method's own
             # that scores the point instead starts from it (`evaluation_stage`).
@@ -461,6 +463,9 @@ def _bank(
     profile = memory.build_profile(cfg.benchmark.name)
     if profile is not None:
         identity["builder_profile"] = profile
+    bounds = cfg.memory.bounds.identity()
+    if bounds:  # only values off the defaults: the keys of every default build stay
+        identity["bounds"] = bounds
     source_label = graph.stages[source].label.split(" ", 1)[1]
     bank_source = BankSource(
         source, tuple(sorted(split.memory_ids)), split.memory_split, cfg, kind, origin
@@ -479,6 +484,8 @@ def _bank(
     base = graph.stages[build]  # the first point's node of this key: its source is built
     assert isinstance(base, BuildStage)
     render_identity = {"builder_model": builder_identity}
+    if bounds:
+        render_identity["bounds"] = bounds
     return graph.add(
         RenderStage(
             identity=render_identity,

@@ -59,6 +59,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "max_retries",
         "retry_backoff_s",
         "max_response_bytes",  # a guard against broken servers, far above any reply
+        "max_request_bytes",  # a guard against runaway histories, above any context
         "replicas",
         "max_concurrency_per_server",
         "startup_timeout_s",

@@ -111,7 +111,9 @@ class Sweep:
             f"({len(needed) - len(missing)} cached)  {self.line(stage)}"
         )
         model = self.model_of(stage)
-        memory = self.memory.read_job(read) if read is not None else None
+        cfg = self._config_of(stage)
+        bound = cfg.memory.bounds.max_injected_chars
+        memory = self.memory.read_job(read, bound) if read is not None else None
         job = self.agent_job(stage, model, memory)
         endpoints = self.servers.endpoints(model)
         run = run_agent(

@@ -25,6 +25,8 @@ from mlflow.entities import (  # noqa: E402
 from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey  # noqa: E402
 from mlflow.tracing.trace_manager import InMemoryTraceManager  # noqa: E402
 
+from distillery.orchestrator.stats import NO_SCORED_EPISODES  # noqa: E402
+
 if TYPE_CHECKING:
     from distillery.workers.trajectories import EpisodeRecord
 
@@ -239,6 +241,8 @@ def success_label(metrics: Mapping[str, float]) -> str:
     """`62.5% [42.7–78.8] n=24`: the success rate over scored episodes, its 95 % Wilson
     interval and n (as the report's cells)."""
     n = int(metrics.get("n_scored", 0))
+    if n <= 0:  # every episode unscored (infrastructure): no rate, no interval
+        return NO_SCORED_EPISODES
     return (
         f"{metrics['success_rate']:.1%} [{100 * metrics['success_rate_ci_low']:.1f}–"
         f"{100 * metrics['success_rate_ci_high']:.1f}] n={n}"

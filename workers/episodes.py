@@ -32,6 +32,7 @@ from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import clean_text
 from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
+from distillery.workers.memory.bounds import BoundedHooks
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import BankSearch, MemoryJob
 from distillery.workers.trajectories import (
@@ -98,8 +99,11 @@ class EpisodeRunner:
     ) -> None:
         self.job = job
         self.benchmark: Benchmark = make_benchmark(job.benchmark, job.benchmark_options)
-        # How this benchmark is played: its own conventions, never another benchmark's.
-        self.conventions: AgentConventions = conventions_of(self.benchmark)
+        # How this benchmark is played: its own conventions, never another benchmark's
+        # (with the observation cut the config chose, if it chose one).
+        self.conventions: AgentConventions = conventions_of(self.benchmark).with_observation_chars(
+            job.benchmark_options.get("max_observation_chars")
+        )
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
         # A cap the benchmark's runner would not send, sent for the model's sake.
@@ -138,15 +142,23 @@ class EpisodeRunner:
         """One request shaped exactly like an episode's (the same sampling, token cap,
         reasoning and thinking fields), so a server that refuses how this model's
         requests are built stops the run at its first request (`RequestConfigError`
-        propagates) instead of failing every episode. An unreachable server is left to
-        the episodes (they record it as `infra_error`); its message is returned."""
+        propagates) instead of failing every episode.
+
+        Its reply is data like any other: an unreachable server, or a reply of any
+        shape or size (`InvalidReply`, a refusal of the conversation, anything else a
+        reply can cause), is left to the episodes, which retry the one and score the
+        other as the model's; what happened is returned as one line."""
         if self._chat is None or not self._tasks:
             return None
         policy = self._policy(next(iter(self._tasks.values())), f"preflight-{uuid.uuid4().hex}")
         try:
             await policy.respond([{"role": "user", "content": PREFLIGHT_PROMPT}], None)
+        except RequestConfigError:
+            raise  # how distillery built the request: the run stops here
         except InfraError as exc:
-            return str(exc)
+            return _one_line(f"unreachable: {exc}")
+        except Exception as exc:  # the reply is the model's (its server's): data, not a stop
+            return _one_line(f"unusable reply ({type(exc).__name__}): {exc}")
         finally:
             await policy.close()
         return None
@@ -254,14 +266,16 @@ class EpisodeRunner:
             return await policy.respond(messages, None)
 
         isolation = memory.isolation
-        # The method acts inside the episode only through the hooks it returns.
-        return memory_method(memory.kind).hooks(
+        # The method acts inside the episode only through the hooks it returns; what
+        # they inject is bounded (memory/bounds.py), whatever the bank holds.
+        hooks = memory_method(memory.kind).hooks(
             task,
             BankSearch(memory),
             memory.retrieval,
             allows=lambda source: isolation.allows(source, task.task_id),
             ask_model=ask,
         )
+        return BoundedHooks(hooks, memory.max_injected_chars)
 
     def _base_fields(self, task: Task, episode_id: str, started: float, attempts: int) -> dict:
         m = self.job.model
@@ -344,6 +358,11 @@ class EpisodeRunner:
         )
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(clean_text(text)[0].split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 class EpisodeWorkerImpl:
     """Ray actor body: one EpisodeRunner per agent job, many episodes in flight."""
 
@@ -357,8 +376,7 @@ class EpisodeWorkerImpl:
         from distillery import redaction
 
         # Before anything can log: this worker's logs and streams are Ray session logs.
-        redaction.register_secrets(redaction.secrets_in(job.model))
-        redaction.install()
+        redaction.protect(job.model)
         logging.basicConfig(level=logging.WARNING)
         self._runner = EpisodeRunner(job, endpoints, directory=directory, share=share)
 

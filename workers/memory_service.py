@@ -60,19 +60,33 @@ class MemoryServiceImpl:
 
         from distillery import redaction
 
-        redaction.register_secrets(redaction.secrets_in([store, embedder]))
-        redaction.install()
+        redaction.protect([store, embedder])
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # A Qdrant server (url) replaces the embedded default folder of a local root.
         path = store.path or (None if store.url else default_path)
         self.store = MemoryStore(path=path, url=store.url, api_key_env=store.api_key_env)
-        self.embedder = make_embedder(embedder)
+        # Loaded when something is first embedded (a bank written, a bank opened for
+        # search): the model and its framework are most of this actor's memory, and
+        # checking a cached bank in the store needs neither.
+        self._embedder_config = embedder
+        self._embedder: Any = None
         self._retrievers: dict[tuple[str, Isolation], BankRetriever] = {}
         self._layouts: dict[str, tuple[CollectionSpec, ...]] | None = None
         self._embedded: dict[str, np.ndarray] = {}  # key text -> vector (live views)
 
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            self._embedder = make_embedder(self._embedder_config)
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, value: Any) -> None:
+        self._embedder = value
+
     def ready(self) -> dict[str, Any]:
-        return {"store": self.store.location, "embedder": self.embedder.name}
+        config = self._embedder_config
+        return {"store": self.store.location, "embedder": f"{config.kind}:{config.model}"}
 
     # -- which method's bank ------------------------------------------------------
 
@@ -247,6 +261,8 @@ class MemoryJob:
     isolation: Isolation
     retrieval: BaseModel  # the memory method's validated read settings
     kind: str  # the memory method, whose hooks the episode runs
+    # What one hook call may inject (`memory.bounds.max_injected_chars`, ours).
+    max_injected_chars: int = 32_000
     # An outcome-driven stage's play: which play of the task it is (1: the first) and
     # what the stage staged for this task's re-plays (its provisional slot, searchable
     # in `bank_id` too): the hooks read both from their search (`BankSearch`).

@@ -18,7 +18,7 @@ from distillery.orchestrator.costs import (
     unpriced_models,
 )
 from distillery.orchestrator.repeats import repeat_notes
-from distillery.orchestrator.report.load import SweepData, load_sweep
+from distillery.orchestrator.report.load import ReportError, SweepData, load_sweep
 from distillery.orchestrator.report.markdown import _cost_line, markdown_table, render_markdown
 from distillery.orchestrator.report.plots import (
     plot_steps_by_method,
@@ -133,6 +133,22 @@ def _default_out(data: SweepData) -> Path:
     return Path("distillery_reports") / data.sweep_id  # a remote sweep: report locally
 
 
+def _writable(out: Path) -> None:
+    """The report's folder exists and can be written (a ReportError says why not)."""
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file, not a folder: give a folder to write to")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".distillery-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ReportError(
+            f"--out {out}: cannot write there ({exc.strerror or exc}); give a folder you can "
+            "write to"
+        ) from None
+
+
 def build_report(
     sweep_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -151,7 +167,7 @@ def build_report(
     `report.references`; see `references.py`)."""
     data, picked = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else _default_out(data)
-    out.mkdir(parents=True, exist_ok=True)
+    _writable(out)
     _clean(out)
     notes = list(data.notes)
 

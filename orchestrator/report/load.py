@@ -89,6 +89,11 @@ def find_sweep(path: str | Path | Location) -> tuple[Location, str | None]:
         loc = Location(loc.uri.rsplit("/", 1)[0])  # a file of the sweep: its folder
     if not loc.exists():
         raise ReportError(f"{loc} does not exist; {_run_hint(str(path))}")
+    if loc.is_local and not loc.local_path.is_dir():
+        raise ReportError(
+            f"{loc} is a file, not a folder: give a sweep directory "
+            "(<output_dir>/sweeps/<sweep_id>) or an output root"
+        )
     if (loc / "sweep.json").exists():
         return loc, None
     base = loc / "sweeps" if (loc / "sweeps").exists() else loc
@@ -246,6 +251,13 @@ def load_sweep(path: str | Path | Location) -> tuple[SweepData, str | None]:
         raise ReportError(f"{loc}/sweep.json is not valid JSON ({exc})") from None
     if not isinstance(meta, dict):
         raise ReportError(f"{loc}/sweep.json is not a JSON object")
+    try:
+        PriceTable.from_dict(meta.get("prices"))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ReportError(
+            f"{loc}/sweep.json: prices is not a price table ({type(exc).__name__}: {exc}); "
+            "it holds the sweep's cost.prices: re-run the sweep's command to rewrite it"
+        ) from None
     tables = {spec.file: _read_table(loc, spec, root_hint) for spec in TABLES}
     points_table = tables[POINTS.file]
     kinds = set(points_table.column("method_kind").to_pylist())

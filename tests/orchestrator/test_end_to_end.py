@@ -140,9 +140,19 @@ def test_a_server_that_stays_down_is_an_infra_error_not_a_failure(tmp_path, ray_
     assert student.metrics["n_scored"] == 0
 
 
-def test_replies_that_used_to_abort_the_sweep_are_scored_and_the_run_finishes(tmp_path, ray_local):
+def test_replies_that_used_to_abort_the_sweep_are_scored_and_the_run_finishes(
+    tmp_path, ray_local, monkeypatch
+):
     """Content as a number, a lone surrogate in the last turn, usage of 10**20: each
-    aborted the whole sweep (parent run FAILED, the same crash on every re-run)."""
+    aborted the whole sweep (parent run FAILED, the same crash on every re-run); the
+    script bends the preflight request too, so an odd first reply is among them. A
+    zero-shot sweep never starts the memory service (no stage of it needs memory)."""
+    from distillery.orchestrator.memory_stage import MemoryStage
+
+    def no_service(self):
+        raise AssertionError("a zero-shot sweep started the memory service")
+
+    monkeypatch.setattr(MemoryStage, "service", property(no_service))
     with run_stub_server(script="tests.support.hostile:hostile") as url:
         for mode in ("content_number", "content_surrogate@9", "usage_huge"):
             student = [*_student(url, "native"), f"student.model={mode}"]

@@ -30,7 +30,13 @@ with the ids they came with. What is kept in the history, and re-sent at every s
 bounded: text over `MAX_HISTORY_TEXT` characters, arguments over
 `MAX_HISTORY_ARGUMENTS` and calls beyond `MAX_HISTORY_CALLS` in one reply (all beyond
 what any environment accepts) are cut, with a note saying so, and counted
-(`EpisodeOutcome.limits_fired`, `history_cut`).
+(`EpisodeOutcome.limits_fired`, `history_cut`). Every observation (and every message of
+a benchmark's own user) is cut to the benchmark's observation cut before it enters the
+history (`conventions.observation_cut`: the benchmark's own where its runner has one,
+else distillery's default cap), counted (`observation_cut`); before that, every secret
+this process knows (`distillery.redaction`: its environment's keys, its model's) is
+redacted by value from it, counted (`observation_redacted`): a world that shows one (a
+program printing its environment) never sends it to the model or stores it.
 """
 
 from __future__ import annotations
@@ -41,11 +47,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
+from distillery.redaction import redact_values
 from distillery.workers.agents.context import request_view
 from distillery.workers.agents.policies import OBSERVATION_NAME, PROMPT_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
 from distillery.workers.envs.calls import PROTECTION_LIMITS
-from distillery.workers.envs.conventions import AgentConventions
+from distillery.workers.envs.conventions import AgentConventions, ObservationCut
 from distillery.workers.envs.execution import run_in_env_thread
 from distillery.workers.llm.types import (
     ChatResult,
@@ -119,7 +126,8 @@ class EpisodeOutcome:
     rejection: str | None = None
     reply_notes: list[str] = field(default_factory=list)  # repairs of the model's replies
     reply_notes_dropped: int = 0
-    # How often each protection of the loop fired (the environment counts its own).
+    # How often each protection of the loop fired (the environment counts its own):
+    # `observation_cut` and `observation_redacted` among them.
     limits_fired: Counter[str] = field(default_factory=Counter)
     length_stops: int = 0  # replies that stopped at the token cap (finish_reason length)
 
@@ -213,6 +221,7 @@ async def run_agent_loop(
             if action.empty:  # no call, or nothing decodable: the turn ends
                 break
             observations = await run_in_env_thread(env.step, action)
+            observations = _cut_observations(out, conventions.observation_cut, observations)
             if hooks is not None:
                 observations = await hooks.after_step(turn_index, user_text, observations)
             out.messages.extend(_observation_messages(conventions, fmt, sent_calls, observations))
@@ -241,7 +250,7 @@ async def run_agent_loop(
         if from_world:  # the closing reply reaches the user, who answers or ends
             answer = await run_in_env_thread(cast(Any, env).next_user_message, result.text or "")
             if answer is not None:
-                pending.append(answer)
+                pending.append(_cut_text(out, conventions.observation_cut, answer))
     return out
 
 
@@ -429,6 +438,35 @@ def _bounded_as_sent(
         )
     kept["tool_calls"] = calls
     return kept, answered, notes
+
+
+def _cut_text(
+    out: EpisodeOutcome, cut: ObservationCut, text: str, cut_from: int | None = None
+) -> str:
+    shown = redact_values(text)
+    if shown != text:  # a secret of this process, shown by the world: never sent or kept
+        out.limits_fired["observation_redacted"] += 1
+        text = shown
+    if len(text) > cut.max_chars:
+        out.limits_fired["observation_cut"] += 1
+        return cut.cut(text, cut.max_chars)
+    if cut_from is not None:  # cut on the world's side already (isolated servers bound it)
+        out.limits_fired["observation_cut"] += 1
+    return text
+
+
+def _cut_observations(
+    out: EpisodeOutcome, cut: ObservationCut, observations: list[ToolResult]
+) -> list[ToolResult]:
+    """The observations as the history keeps them: each cut to the benchmark's cut."""
+    kept = []
+    for o in observations:
+        content = _cut_text(out, cut, o.content, o.cut_from)
+        error = redact_values(o.error) if o.error else o.error
+        if content is not o.content or error != o.error:
+            o = replace(o, content=content, error=error)
+        kept.append(o)
+    return kept
 
 
 def _keep_notes(out: EpisodeOutcome, turn: int, step: int, result: ChatResult) -> None:

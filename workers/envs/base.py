@@ -85,6 +85,9 @@ class ToolResult:
     function: str | None = None  # function name, when known
     call_id: str | None = None
     rejected: bool = False  # never reached the executor (failed validation)
+    # The content's length before the world's side cut it (an isolated world's server
+    # bounds what it sends); None: not cut there. The loop counts such cuts too.
+    cut_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,16 @@ class BenchmarkOptions(BaseModel):
     `deviation(...)` are the benchmark's deviations from its own pipeline."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Every benchmark has it: the safety limit on what one observation adds to the
+    # history (see `conventions.ObservationCut`). None: the benchmark's own cut where
+    # its runner has one, else distillery's documented default cap.
+    max_observation_chars: int | None = Field(
+        None,
+        gt=0,
+        description="Longest observation kept in the history, in characters (None: the "
+        "benchmark's own cut, else distillery's default of 100,000); a cut is counted.",
+    )
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

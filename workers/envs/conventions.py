@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, get_args
 
 from distillery.workers.envs.base import ToolResult
@@ -49,6 +49,50 @@ ReplyHandling = Literal["normalized", "as_sent"]
 REPLY_HANDLINGS: tuple[str, ...] = get_args(ReplyHandling)
 # The request parameters a model config may set that a runner sends.
 SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
+
+
+# Ours: the longest observation the history keeps where the benchmark's own runner has
+# no cut of its own. Far above any observation of BFCL (a few KB) or ToolSandbox, so
+# their episodes never meet it; what it stops is an output of megabytes (AppWorld
+# returns a program's stdout uncut: `print('x' * 30_000_000)` is 30 bytes of code) kept
+# and re-sent at every later step. `benchmark.options.max_observation_chars` changes it.
+DEFAULT_OBSERVATION_CHARS = 100_000
+
+
+def cut_with_marker(text: str, max_chars: int) -> str:
+    """Ours: the first `max_chars` characters and a line saying how many were cut."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n[... {len(text) - max_chars} characters cut]"
+
+
+@dataclass(frozen=True)
+class ObservationCut:
+    """How long one observation may be when it enters the history, and how a longer one
+    is cut: the benchmark's own cut where its runner has one (its length and its way of
+    cutting, `origin` citing the file), else distillery's documented default
+    (`DEFAULT_OBSERVATION_CUT`). Every cut that fires is counted in the episode record
+    (`limits_fired`: `observation_cut`)."""
+
+    max_chars: int
+    # (text, max_chars) -> the text as the benchmark shows a cut observation.
+    cut: Callable[[str, int], str] = cut_with_marker
+    origin: str = "ours"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_chars, int) and self.max_chars > 0):
+            raise ValueError(
+                f"ObservationCut.max_chars must be a positive int, not {self.max_chars!r}"
+            )
+        if not callable(self.cut):
+            raise TypeError("ObservationCut.cut must be callable")
+
+
+DEFAULT_OBSERVATION_CUT = ObservationCut(
+    DEFAULT_OBSERVATION_CHARS,
+    cut_with_marker,
+    "ours: distillery's default cap (conventions.DEFAULT_OBSERVATION_CHARS)",
+)
 
 
 class ResultFeedback(Protocol):
@@ -130,6 +174,15 @@ class AgentConventions:
     # episode ends there, as the benchmark's own loop ends it (AppWorld's loop stops once
     # `complete_task` has been called).
     world_ends_episode: bool = False
+    # How long one observation (a tool result, a program's output) may be when it
+    # enters the history. A benchmark whose own runner cuts its tool output declares
+    # that cut here, `ObservationCut(max_chars, cut, origin)`: its length, its way of
+    # cutting and the file it comes from (AppWorld's 20,000 characters). One that
+    # declares none gets distillery's default cap (`DEFAULT_OBSERVATION_CUT`, ours).
+    # Either way a cut that fires is counted in the record; the config's
+    # `benchmark.options.max_observation_chars` changes the length (a deviation where
+    # the benchmark has its own).
+    observation_cut: ObservationCut = DEFAULT_OBSERVATION_CUT
     # The prompt format's reply as the history keeps it (AppWorld's loop keeps it cut
     # after the code it ran); None: as the model wrote it.
     kept_reply: Callable[[str], str] | None = None
@@ -162,6 +215,11 @@ class AgentConventions:
         for name in ("prompt_results", "native_results", "oracle_reply"):
             if not callable(getattr(self, name)):
                 raise TypeError(f"AgentConventions.{name} must be callable")
+        if not isinstance(self.observation_cut, ObservationCut):
+            raise TypeError(
+                "AgentConventions.observation_cut must be an ObservationCut, not "
+                f"{type(self.observation_cut).__name__}"
+            )
         if self.kept_reply is not None and not callable(self.kept_reply):
             raise TypeError("AgentConventions.kept_reply must be callable or None")
         if self.context_trim is not None and not isinstance(self.context_trim, ContextTrim):
@@ -175,6 +233,12 @@ class AgentConventions:
     ) -> list[dict[str, Any]]:
         feedback = self.native_results if action_format == "native" else self.prompt_results
         return feedback(tool_calls, observations)
+
+    def with_observation_chars(self, max_chars: int | None) -> AgentConventions:
+        """These conventions with observations cut at `max_chars` (None: as declared)."""
+        if max_chars is None or max_chars == self.observation_cut.max_chars:
+            return self
+        return replace(self, observation_cut=replace(self.observation_cut, max_chars=max_chars))
 
     def sent_sampling(self, model: Any) -> dict[str, Any]:
         """The request parameters of `model` (a model config) this runner sends: the

@@ -14,7 +14,8 @@ once and reused) and sent as bytes through the openai client's generic POST, and
 reply is read with `json.loads`; the typed `create()` path and pydantic parsing cost
 more than the rest of an episode step.
 
-A reply is data: its body is capped as it arrives (`transport.py`), `timeout_s` bounds
+A request body over the model's `max_request_bytes` is never sent (`RequestTooLarge`,
+a context overflow: the model's failure). A reply is data: its body is capped as it arrives (`transport.py`), `timeout_s` bounds
 the whole request, and the body is normalised into a clean `ChatResult` or refused
 with a reason (`replies.py`; `InvalidReply` is the model's failure, never retried).
 """
@@ -43,7 +44,13 @@ from distillery.workers.llm.transport import (
     capped_http_client,
     timeout_request,
 )
-from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply, RequestConfigError
+from distillery.workers.llm.types import (
+    ChatResult,
+    InfraError,
+    InvalidReply,
+    RequestConfigError,
+    RequestTooLarge,
+)
 
 
 class ChatClient:
@@ -57,6 +64,7 @@ class ChatClient:
         backoff_s: float = 1.0,
         max_response_bytes: int = 2 * 1024 * 1024,
         shape: RequestShape | None = None,
+        max_request_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -64,6 +72,7 @@ class ChatClient:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
+        self.max_request_bytes = max_request_bytes
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or "EMPTY",
@@ -84,6 +93,7 @@ class ChatClient:
             backoff_s=cfg.retry_backoff_s,
             max_response_bytes=cfg.max_response_bytes,
             shape=RequestShape.of(cfg),
+            max_request_bytes=cfg.max_request_bytes,
         )
 
     def __repr__(self) -> str:  # never shows the key
@@ -113,6 +123,11 @@ class ChatClient:
             extra_body=extra_body,
         )
         body = _encode_request(request)
+        if len(body) > self.max_request_bytes:
+            raise RequestTooLarge(
+                f"request body of {len(body)} bytes exceeds the ceiling of "
+                f"{self.max_request_bytes} (max_request_bytes): not sent"
+            )
         last: Exception | None = None
         for attempt in range(1, self.max_retries + 2):
             started = time.perf_counter()

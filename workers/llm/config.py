@@ -72,6 +72,11 @@ class ModelConfig(BaseModel):
     # A reply body over this is refused unread (an endless or enormous body would grow
     # the worker without bound); chat replies are kilobytes.
     max_response_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
+    # Ours: a request body over this is never sent; the episode ends as the model's
+    # failure (`RequestTooLarge`, termination context_overflow). Above any model's
+    # context (1M tokens are ~4 MB of text), so it only stops a history that outgrew
+    # every window, before it costs the worker its memory.
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
 
     # Launching it (llama_cpp / vllm).
     replicas: int = Field(default=1, ge=1)

@@ -55,6 +55,9 @@ class ReplicaDirectoryImpl:
     """Ray actor body: the pool's current view of its replicas, for the routers."""
 
     def __init__(self, snapshot: list[dict[str, Any]]) -> None:
+        from distillery import redaction
+
+        redaction.protect()  # a Ray worker: its logs are Ray's session logs
         self._snapshot = snapshot
 
     def publish(self, snapshot: list[dict[str, Any]]) -> None:

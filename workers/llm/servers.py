@@ -288,8 +288,7 @@ class LlmServerImpl:
     def __init__(self, cfg: ModelConfig, log_dir: str, node_address: bool = False) -> None:
         import ray
 
-        redaction.register_secrets(redaction.secrets_in(cfg))
-        redaction.install()
+        redaction.protect(cfg)
 
         # On a cluster, the node's own address: episode workers on other nodes must
         # reach it. A private local Ray keeps its servers on loopback.
@@ -326,6 +325,9 @@ class LlmServerImpl:
 class GpuLeaseImpl:
     """Ray actor body holding one GPU bundle of a tensor-parallel replica: it reports
     the GPU Ray assigned it, so the replica's server can be given all of them."""
+
+    def __init__(self) -> None:
+        redaction.protect()  # a Ray worker: its logs are Ray's session logs
 
     def gpu_ids(self) -> list[str]:
         import ray

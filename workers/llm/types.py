@@ -27,6 +27,12 @@ class ContextOverflow(RequestRejected):
     its own termination reason (`context_overflow`), scored and counted apart."""
 
 
+class RequestTooLarge(ContextOverflow):
+    """The request body passed the model's hard ceiling (`max_request_bytes`): never
+    sent. A history that big outgrew every context window, so it ends the episode as a
+    context overflow, the model's failure; the worker's memory stays bounded."""
+
+
 class RequestConfigError(ValueError):
     """The server refused a request because of how distillery built it from the model
     config (an unsupported parameter, a bad key, an unknown model).

@@ -90,6 +90,17 @@ MAX_STEPS = 40
 _CANARY = re.compile(r"^# Canary String:.*$\n?", re.MULTILINE)
 
 
+class CallFailed(Exception):
+    """Protocol 2 (`isolated/server.py`): running the model's code broke AppWorld's own
+    harness (its interpreter catches the program's errors and prints them; what
+    escapes `AppWorld.execute` was still caused by that code): the call's failure, an
+    observation, never an infrastructure error."""
+
+    def __init__(self, message: str, results: list) -> None:
+        super().__init__(message)
+        self.results = results
+
+
 def versions() -> dict:
     return {name: importlib.metadata.version(name) for name in ("appworld", "pydantic")}
 
@@ -224,7 +235,13 @@ class World:
             elif self.world.task_completed():
                 results.append({"content": COMPLETED, "error": "task already completed"})
             else:
-                output = self.world.execute(code)
+                try:
+                    output = self.world.execute(code)
+                except BaseException as exc:  # noqa: BLE001 - the model's code did it
+                    # (KeyboardInterrupt and SystemExit too: the worker has no terminal.)
+                    raise CallFailed(
+                        f"AppWorld could not run the code: {type(exc).__name__}: {exc}", results
+                    ) from exc
                 # AppWorld's own loop stops once the task is completed: so does ours.
                 done = self.world.task_completed()
                 results.append({"content": output, "error": None, "task_done": done})

@@ -81,6 +81,19 @@ PROMPT_FORMAT = (
 Wanted = Callable[[str, str], bool]  # (base scenario name, scenario name) -> build it?
 
 
+class CallFailed(Exception):
+    """Protocol 2 (`isolated/server.py`): ToolSandbox raised while executing the agent's
+    calls. Its own runner (`cli/utils.py`, `run_scenario`) scores a scenario whose play
+    raised as a failure (similarity 0) and plays no further: the task ends there
+    (`ends_task`) and `World.evaluate` scores it so. Never an infrastructure error."""
+
+    ends_task = True
+
+    def __init__(self, message: str, results: list) -> None:
+        super().__init__(message)
+        self.results = results
+
+
 def _digest(function) -> str:
     return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
 
@@ -379,6 +392,7 @@ class World:
         self.start_index = self.context.max_sandbox_message_index
         self.agent = _agent_role()
         self.calls = 0
+        self.raised: str | None = None  # what ToolSandbox raised executing the calls
 
     def _last(self) -> tuple[bool, object]:
         """(whether ToolSandbox's play loop goes on, the last message's recipient): the
@@ -437,7 +451,11 @@ class World:
             self.agent.add_messages(messages)
             going, _ = self._last()
             if going:
-                ExecutionEnvironment().respond()
+                try:
+                    ExecutionEnvironment().respond()
+                except Exception as exc:  # scored 0 by ToolSandbox's runner (CallFailed)
+                    self.raised = f"{type(exc).__name__}: {exc}"[:2000]
+                    raise CallFailed(f"ToolSandbox raised: {self.raised}", []) from exc
             replies = {
                 m.openai_tool_call_id: m
                 for m in self.agent.get_messages()
@@ -497,6 +515,17 @@ class World:
 
     def evaluate(self) -> dict:
         from tool_sandbox.common.execution_context import get_current_context
+
+        if self.raised is not None:  # as ToolSandbox's runner scores a scenario that raised
+            details = {"similarity": 0.0, "milestone_similarity": 0.0}
+            details.update(minefield_similarity=0.0, turn_count=self.scenario.max_messages)
+            message = f"ToolSandbox raised: {self.raised}"
+            return {
+                "success": False,
+                "error_type": "toolsandbox:exception",
+                "error_message": message,
+                "details": details,
+            }
 
         # The context as the episode left it, as ToolSandbox's runner evaluates it.
         result = self.scenario.evaluation.evaluate(

@@ -43,6 +43,13 @@ class AmdMethod(BaseMemoryMethod):
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
     store_prefix: ClassVar[str] = STORE_PREFIX
+    # Where its rendering starts a block (hooks.py): inert in built text (memory/bounds.py).
+    memory_delimiters: ClassVar[tuple[str, ...]] = (
+        r"\[Workflow\]",
+        r"\[Subtask\]",
+        r"\[Function memory\]",
+        r"\[memory truncated\]",
+    )
 
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None

@@ -107,7 +107,6 @@ def test_a_hang_times_out_and_the_worker_is_killed(venv_ready, no_leftovers):
     ("fault", "error"),
     [
         ("raise", WorkerRaised),
-        ("oversized", MalformedReply),
         ("bad_shape", MalformedReply),
         ("wrong_count", MalformedReply),
         ("bad_result", MalformedReply),
