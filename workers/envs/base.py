@@ -192,7 +192,7 @@ class BenchmarkOptions(BaseModel):
     # history (see `conventions.ObservationCut`). None: the benchmark's own cut where
     # its runner has one, else distillery's documented default cap.
     max_observation_chars: int | None = Field(
-        None,
+        default=None,
         gt=0,
         description="Longest observation kept in the history, in characters (None: the "
         "benchmark's own cut, else distillery's default of 100,000); a cut is counted.",

@@ -73,13 +73,15 @@ class MemoryBounds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_field_chars: int = Field(16_000, ge=200, description="One text field of an entry.")
-    max_entry_chars: int = Field(64_000, ge=200, description="All text fields of an entry.")
+    max_field_chars: int = Field(default=16_000, ge=200, description="One text field of an entry.")
+    max_entry_chars: int = Field(default=64_000, ge=200, description="All text fields of an entry.")
     max_injected_chars: int = Field(
-        32_000, ge=200, description="What one hook call adds to a prompt, message or result."
+        default=32_000,
+        ge=200,
+        description="What one hook call adds to a prompt, message or result.",
     )
     neutralise_markers: bool = Field(
-        True,
+        default=True,
         description="Chat-template control tokens and the methods' memory delimiters in "
         "built text are made inert (counted).",
     )
