@@ -165,7 +165,7 @@ def expand_grid(overrides: list[str], multirun: bool) -> list[list[str]]:
             key = override.get_key_element()
             axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
         else:
-            axes.append([override.input_line])
+            axes.append([str(override.input_line)])
     return [list(point) for point in itertools.product(*axes)] or [[]]
 
 
@@ -210,7 +210,10 @@ def sweep_points(overrides: list[str], multirun: bool) -> list[tuple[list[str], 
     return points
 
 
-def _validated(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+def validated_configs(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+    """Every sweep point typed and validated (`to_config`), an error naming the point
+    when the sweep has several: what `distillery`, `--plan` and `distillery submit` all
+    accept (submit validates here before anything reaches the cluster)."""
     configs = []
     for overrides, composed in points:
         try:
@@ -297,7 +300,7 @@ def validate_sweep(
     from distillery.orchestrator.preflight import check_config
     from distillery.orchestrator.requirements_check import check_requirements
 
-    configs = _validated(points)
+    configs = validated_configs(points)
     # What is installed first (planning loads the benchmark's tasks); `models`: the
     # model servers' packages and files too.
     check_requirements(configs, models=models, services=False)

@@ -23,7 +23,9 @@ from distillery.workers.memory_service import method_layouts
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="distillery memory", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="distillery memory", description=(__doc__ or "").split("\n\n")[0]
+    )
     # --store/--url go before or after the subcommand (`memory --store D list` and
     # `memory list --store D`): the subcommands repeat them without a default, so a
     # value given after the subcommand wins and none given keeps the one before it.

@@ -363,7 +363,7 @@ def check_store(cfg: DistilleryConfig) -> None:
 def endpoints_in_use(graph: StageGraph, uses_memory: bool) -> Iterator[Endpoint]:
     """What the planned stages will call: each point's teacher and student where a
     stage plays them, builder models of the banks, the embedder and the Qdrant server."""
-    used = {server_key(s.model) for s in graph.stages.values() if s.model is not None}
+    used = {server_key(m) for s in graph.stages.values() for m in s.models.values()}
     for cfg in graph.configs:
         for role, model in (("teacher", cfg.teacher), ("student", cfg.student)):
             if model.backend != "oracle" and server_key(model) in used:

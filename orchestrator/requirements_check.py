@@ -58,13 +58,23 @@ def _installed(module: str) -> bool:
         return False
 
 
+def _reads_teacher(kind: str) -> bool:
+    """The teacher's own score, or memory whose bank comes from the teacher's collection
+    or from a stage of its own (such stages call the teacher)."""
+    from distillery.workers.memory.registry import bank_origin, is_memory_method
+
+    if kind == "teacher":
+        return True
+    return is_memory_method(kind) and bank_origin(kind) not in (None, "student")
+
+
 def models_in_use(cfg: DistilleryConfig) -> list[tuple[str, ModelConfig]]:
     """(role, model) pairs the configured methods run: the teacher for its own score
     and for the episodes memory is built from, the student for every student method,
     the builder model for memory methods."""
     methods = [cfg.method(name) for name in cfg.methods]
     used: list[tuple[str, ModelConfig]] = []
-    if any(m.reads_teacher_episodes for m in methods):
+    if any(_reads_teacher(m.kind) for m in methods):
         used.append(("teacher", cfg.teacher))
     if any(m.kind != "teacher" for m in methods):
         used.append(("student", cfg.student))

@@ -16,4 +16,7 @@ if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev
 fi
 export HF_HUB_OFFLINE=1 MLFLOW_DISABLE_TELEMETRY=true RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 ruff check .
+# Static types of distillery.orchestrator and distillery.workers (pyproject's
+# [tool.pyright], basic mode): zero errors.
+pyright
 exec python -m pytest "$@"

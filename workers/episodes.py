@@ -18,7 +18,7 @@ import traceback
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -34,7 +34,7 @@ from distillery.workers.llm.replies import clean_text
 from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
 from distillery.workers.memory.bounds import BoundedHooks
 from distillery.workers.memory.registry import memory_method
-from distillery.workers.memory_service import BankSearch
+from distillery.workers.memory_service import BankSearch, MemoryJob
 from distillery.workers.trajectories import (
     EpisodeFile,
     EpisodeRecord,
@@ -63,7 +63,18 @@ class AgentJob:
     episode_timeout_s: float = 1800.0
     episode_retries: int = 2
     retry_backoff_s: float = 2.0
-    memory: Any = None  # a MemoryJob when the student reads memory
+    memory: MemoryJob | None = None  # when the student reads memory
+
+
+@dataclass(frozen=True)
+class PlayRequest:
+    """One play of a task an outcome-driven stage decided at run time: which play it is
+    (recorded in the episode), the memory it reads (its stage's live view and what was
+    staged for the task) and where its episode file goes (one folder per play)."""
+
+    attempt: int
+    memory: MemoryJob | None
+    episodes_dir: str
 
 
 def make_chat_backend(
@@ -152,8 +163,9 @@ class EpisodeRunner:
             await policy.close()
         return None
 
-    async def run_task(self, task_id: str) -> EpisodeSummary:
-        """Play one task (retrying infrastructure failures) and persist the record."""
+    async def run_task(self, task_id: str, play: PlayRequest | None = None) -> EpisodeSummary:
+        """Play one task (retrying infrastructure failures) and persist the record
+        (`play`: one play of an outcome-driven stage, else the job's own)."""
         task = self._tasks.get(task_id)
         if task is None:
             raise ValueError(f"task {task_id!r} is not in benchmark {self.job.benchmark!r}")
@@ -164,9 +176,9 @@ class EpisodeRunner:
             attempts += 1
             episode_id = f"{self.job.role}-{task_id}-{uuid.uuid4().hex[:12]}"
             try:
-                record = await self._attempt(task, episode_id, started, attempts)
+                record = await self._attempt(task, episode_id, started, attempts, play)
                 # Inside the handling too: nothing in a record may abort the sweep.
-                written = await self._write(record)
+                written = await self._write(record, play)
             except RequestConfigError:
                 raise  # not a result: the run stops (never retried, never recorded)
             except InfraError as exc:
@@ -181,26 +193,34 @@ class EpisodeRunner:
             if attempts <= self.job.episode_retries:
                 await asyncio.sleep(self.job.retry_backoff_s * attempts)
         record = self._unscored_record(task, episode_id, started, attempts, *failure)
-        return EpisodeSummary.of(record, await self._write(record))
+        if play is not None:
+            record = replace(record, attempt=play.attempt)
+        return EpisodeSummary.of(record, await self._write(record, play))
 
-    async def _write(self, record: EpisodeRecord) -> EpisodeFile:
+    async def _write(self, record: EpisodeRecord, play: PlayRequest | None = None) -> EpisodeFile:
         # In a thread: the write ends in an fsync (milliseconds of waiting) that would
         # otherwise stall every other episode of this worker's event loop.
+        directory = play.episodes_dir if play is not None else self.job.episodes_dir
         try:
-            return await asyncio.to_thread(write_episode, self.job.episodes_dir, record)
+            return await asyncio.to_thread(write_episode, directory, record)
         except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
             # A value Parquet cannot hold (replies are cleaned by the client; this is
             # the net under it): store the record with such values repaired.
             log.warning("episode %s stored repaired: %s", record.task_id, exc)
             repaired = storable_record(record)
-            return await asyncio.to_thread(write_episode, self.job.episodes_dir, repaired)
+            return await asyncio.to_thread(write_episode, directory, repaired)
 
     async def _attempt(
-        self, task: Task, episode_id: str, started: float, attempts: int
+        self,
+        task: Task,
+        episode_id: str,
+        started: float,
+        attempts: int,
+        play: PlayRequest | None = None,
     ) -> EpisodeRecord:
         env = self.benchmark.make_env(task, episode_id)
         policy = self._policy(task, episode_id)
-        hooks = self._hooks(task, policy)
+        hooks = self._hooks(task, policy, play.memory if play is not None else self.job.memory)
         try:
             # Environment code runs off the event loop (see envs/execution.py), so the
             # timeout ends an episode stuck in a slow call too, scoring included.
@@ -219,6 +239,8 @@ class EpisodeRunner:
             outcome.tokens_out += usage.completion_tokens
             outcome.tokens_reasoning += usage.reasoning_tokens
         record = self._record(task, episode_id, started, attempts, outcome, score)
+        if play is not None:
+            record = replace(record, attempt=play.attempt)
         extra: dict[str, Any] = hooks.record() if hooks is not None else {}
         extra.update(score.counters)  # the benchmark's own counts (Score.counters)
         if outcome.reply_notes:
@@ -234,8 +256,9 @@ class EpisodeRunner:
             record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record
 
-    def _hooks(self, task: Task, policy: EpisodePolicy) -> MemoryHooks | None:
-        memory = self.job.memory
+    def _hooks(
+        self, task: Task, policy: EpisodePolicy, memory: MemoryJob | None
+    ) -> MemoryHooks | None:
         if memory is None:
             return None
 
@@ -357,8 +380,8 @@ class EpisodeWorkerImpl:
         logging.basicConfig(level=logging.WARNING)
         self._runner = EpisodeRunner(job, endpoints, directory=directory, share=share)
 
-    async def run_task(self, task_id: str) -> EpisodeSummary:
-        return await self._runner.run_task(task_id)
+    async def run_task(self, task_id: str, play: PlayRequest | None = None) -> EpisodeSummary:
+        return await self._runner.run_task(task_id, play)
 
     def ready(self) -> str:
         """The Ray node this worker runs on."""
@@ -369,7 +392,7 @@ class EpisodeWorkerImpl:
     def routing_stats(self) -> dict[str, int]:
         """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""
         stats = getattr(self._runner._chat, "stats", None)
-        return stats() if callable(stats) else {}
+        return cast(dict[str, int], stats()) if callable(stats) else {}
 
     async def preflight(self) -> str | None:
         return await self._runner.preflight()

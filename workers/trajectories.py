@@ -95,6 +95,10 @@ class EpisodeRecord:
     messages_json: str = "[]"  # the full chat transcript, as sent to the model
     extra_json: str = "{}"  # method-specific details (e.g. memory retrievals)
     tokens_reasoning: Int64 = 0  # of tokens_out, thinking tokens (as the server reports)
+    # Which play of the task this is in an outcome-driven stage, whose re-plays are
+    # decided at run time (1: the first play; 2: the first re-play, ...); `attempts`
+    # counts the infrastructure tries of this one play.
+    attempt: Int32 = 1
 
     @property
     def scored(self) -> bool:
@@ -186,6 +190,7 @@ class EpisodeSummary:
     # The task's scenario/group (the record's): the report's scenario goal completion
     # needs it; None in ledger records written before it was kept.
     group_id: str | None = None
+    attempt: int = 1  # which play of the task (outcome-driven stages; see the record's)
 
     @property
     def finished(self) -> bool:

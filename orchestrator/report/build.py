@@ -12,6 +12,7 @@ import pandas as pd
 
 from distillery.orchestrator.costs import (
     cost_breakdown,
+    model_costs,
     point_costs,
     stage_costs,
     unpriced_models,
@@ -177,6 +178,7 @@ def build_report(
     s_costs = stage_costs(data.stages, prices)
     p_costs = point_costs(data.points, s_costs)
     breakdown = cost_breakdown(s_costs)
+    by_model = model_costs(s_costs)
     # With no price table at all every model is unpriced: say "no prices" once instead.
     unpriced = unpriced_models(s_costs) if prices.has_prices else []
     use_usd = prices.has_prices and bool(breakdown["usd"].sum() > 0)
@@ -246,6 +248,7 @@ def build_report(
         # Only where a benchmark has scenarios: BFCL's report has no such table.
         **({"scenario_goal_completion": scenarios} if not scenarios.empty else {}),
         "costs_breakdown": breakdown,
+        "costs_models": by_model,
         "costs_stages": s_costs,
         "costs_points": point_view,
     }
@@ -281,6 +284,7 @@ def build_report(
         references=against,
         steps_method=by_method,
         scenarios=scenarios,
+        by_model=by_model,
     )
     (out / "report.md").write_text(markdown)
     files = [out / "report.md", *plots.values(), *files]

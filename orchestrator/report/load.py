@@ -25,7 +25,7 @@ from distillery.orchestrator.sweep_tables import (
     TableSpec,
     read_sweep_table,
 )
-from distillery.workers.memory.registry import is_memory_method, memory_method
+from distillery.workers.memory.registry import bank_origin, is_memory_method, memory_method
 from distillery.workers.storage import Location
 
 # Descriptors that define a cell (everything but the seed), in display order; a sweep's
@@ -188,7 +188,7 @@ def normalize_points(points: pd.DataFrame, columns: MethodColumns | None = None)
     out.loc[teacher_rows, "teacher"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student_params_b"] = np.nan
-    no_teacher = out["method_kind"].map(lambda k: kind_rank(k) in (1, 2)).astype(bool)
+    no_teacher = out["method_kind"].map(lambda k: kind_rank(str(k)) in (1, 2)).astype(bool)
     out.loc[no_teacher, "teacher"] = ""
     return out.drop_duplicates("point_id", keep="last").reset_index(drop=True)
 
@@ -201,7 +201,7 @@ def kind_rank(kind: str) -> int:
     if not is_memory_method(kind):
         return 3
     try:
-        return 2 if memory_method(kind).bank_source == "student" else 3
+        return 2 if bank_origin(kind) == "student" else 3
     except Exception:  # a broken plugin must not break the report of its old sweeps
         return 3
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -141,11 +142,11 @@ def mcnemar_table(
         mine = outcome.get(point["point_id"], pd.Series(dtype=bool))
         best: tuple[int, int, str, pd.DataFrame] | None = None
         for ref in candidates.itertuples(index=False):
-            theirs = outcome.get(ref.point_id, pd.Series(dtype=bool))
+            theirs = outcome.get(cast(str, ref.point_id), pd.Series(dtype=bool))
             paired = pd.concat([mine.rename("m"), theirs.rename("z")], axis=1, join="inner")
             rank = (int(ref.eval_task_ids_sha == point["eval_task_ids_sha"]), len(paired))
             if best is None or rank > best[:2]:
-                best = (*rank, ref.point_id, paired)
+                best = (*rank, cast(str, ref.point_id), paired)
         assert best is not None
         paired, ref_id = best[3], best[2]
         b = int((paired["m"] & ~paired["z"]).sum())

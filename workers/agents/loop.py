@@ -45,7 +45,7 @@ import json
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from distillery.redaction import redact_values
 from distillery.workers.agents.context import request_view
@@ -82,11 +82,13 @@ class EpisodeHooks(Protocol):
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
         """The system prompt to use from this turn on (proactive injection)."""
+        ...
 
     async def after_step(
         self, turn_index: int, user_text: str, observations: list[ToolResult]
     ) -> list[ToolResult]:
         """The observations as the model will see them (reactive injection)."""
+        ...
 
     # Optional (looked up with getattr, so existing hooks need not define them):
     # `async def user_message(self, turn_index: int, user_text: str) -> str`, the user
@@ -103,9 +105,11 @@ class MemoryHooks(EpisodeHooks, Protocol):
     def model_usage(self) -> tuple[int, Usage]:
         """Calls the hooks made to the agent's own model and their tokens (they count
         as the agent's usage)."""
+        ...
 
     def record(self) -> dict[str, Any]:
         """What the episode record keeps (its `extra_json`): retrievals, audits."""
+        ...
 
 
 @dataclass
@@ -228,7 +232,7 @@ async def run_agent_loop(
                 opening = await _after_step(
                     hooks, env, fmt, out.messages, opening, turn_index, steps_in_turn, base_prompt
                 )
-            if conventions.world_ends_episode and env.task_done():
+            if conventions.world_ends_episode and cast(Any, env).task_done():
                 env.end_turn()  # the benchmark's own loop stops here; the task is scored
                 out.steps_per_turn.append(steps_in_turn)
                 return out
@@ -244,7 +248,7 @@ async def run_agent_loop(
             out.reply_notes.append(f"the user spoke {MAX_WORLD_USER_TURNS} turns: stopped")
             return out
         if from_world:  # the closing reply reaches the user, who answers or ends
-            answer = await run_in_env_thread(env.next_user_message, result.text or "")
+            answer = await run_in_env_thread(cast(Any, env).next_user_message, result.text or "")
             if answer is not None:
                 pending.append(_cut_text(out, conventions.observation_cut, answer))
     return out

@@ -121,18 +121,23 @@ class Environment(Protocol):
 
     def system_prompt(self, action_format: str) -> str:
         """The benchmark's system prompt for `native` tool calling or the `prompt` format."""
+        ...
 
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
         """OpenAI-style `tool_calls` (name + JSON arguments) -> validated calls."""
+        ...
 
     def parse_text(self, text: str) -> ParsedAction:
         """The benchmark's prompt format (e.g. ``[f(a=1), g()]``) -> validated calls."""
+        ...
 
     def step(self, action: ParsedAction) -> list[ToolResult]:
         """Execute the validated calls in order; rejected ones come back as errors."""
+        ...
 
     def end_turn(self) -> None:
         """The current user turn is over (the model stopped calling functions)."""
+        ...
 
     # Asked only of a benchmark whose conventions say so (`conventions.py`):
     #
@@ -152,9 +157,11 @@ class Environment(Protocol):
 
     def score(self) -> Score:
         """Score the episode with the benchmark's own checker."""
+        ...
 
     def close(self) -> None:
         """Release every resource of this episode (instances, caches)."""
+        ...
 
 
 # What a benchmark's episodes hold for memory methods to build from
@@ -169,7 +176,7 @@ def deviation(description: str) -> Any:
     pipeline: off, an episode sees what the benchmark's own runner shows the model and
     is scored as its checker scores it. One that is on is recorded with the run (its
     `deviations`) and, by name, in the identity of the episodes it plays."""
-    return Field(False, description=description, json_schema_extra={"deviation": True})
+    return Field(default=False, description=description, json_schema_extra={"deviation": True})
 
 
 class BenchmarkOptions(BaseModel):
@@ -185,7 +192,7 @@ class BenchmarkOptions(BaseModel):
     # history (see `conventions.ObservationCut`). None: the benchmark's own cut where
     # its runner has one, else distillery's documented default cap.
     max_observation_chars: int | None = Field(
-        None,
+        default=None,
         gt=0,
         description="Longest observation kept in the history, in characters (None: the "
         "benchmark's own cut, else distillery's default of 100,000); a cut is counted.",
@@ -273,16 +280,20 @@ class Benchmark(Protocol):
         order. The orchestrator hashes them into every episode stage's identity, so a
         change re-runs the benchmark's episodes. Read them at call time (not at import),
         and list a hash of anything long rather than leaving it out."""
+        ...
 
     @classmethod
     def versions(cls) -> dict[str, str]:
         """The benchmark's own packages and their installed versions (provenance)."""
+        ...
 
     def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
         """Tasks in the benchmark's canonical order, optionally restricted."""
+        ...
 
     def make_env(self, task: Task, episode_tag: str) -> Environment:
         """A new isolated environment; `episode_tag` is unique per episode attempt."""
+        ...
 
     # Optional, read from the class: `trajectory_contents(options) -> frozenset[str]`,
     # what its episodes hold for memory methods (of TRAJECTORY_CONTENTS); a benchmark
@@ -297,3 +308,4 @@ class Benchmark(Protocol):
         through `parse_text`, so every string must make a reply `parse_text` accepts
         (by default one call of the shared `calls.parse_text_calls`:
         ``name(key=literal, ...)``)."""
+        ...

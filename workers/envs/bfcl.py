@@ -508,7 +508,7 @@ class BfclEnvironment:
         return names
 
     def _drop_instances(self, suffixes: tuple[str, ...]) -> None:
-        namespace = vars(multi_turn_utils)
+        namespace = multi_turn_utils.__dict__
         for name in self.instance_names(suffixes):
             namespace.pop(name, None)
 

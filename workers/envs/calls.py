@@ -32,7 +32,7 @@ import json
 import keyword
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,7 +215,7 @@ def refusal(
 
 
 def _validated(
-    decoded: list[DecodedCall | RejectedCall],
+    decoded: Sequence[DecodedCall | RejectedCall],
     allowed: Collection[str],
     limits: CallLimits,
     positional_args: bool,
@@ -294,7 +294,7 @@ def _too_long(body: str, limits: CallLimits) -> ParsedAction:
     return ParsedAction(rejected=(RejectedCall(_clip(body, limits), reason, limit=CALL_SIZE),))
 
 
-def _raw_of(decoded: list[DecodedCall | RejectedCall]) -> str:
+def _raw_of(decoded: Sequence[DecodedCall | RejectedCall]) -> str:
     return ", ".join(item.raw for item in decoded)
 
 

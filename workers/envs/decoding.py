@@ -43,7 +43,7 @@ import json
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 # `DecodedCall.limit` of a call refused because BFCL would evaluate model text.
 UNSAFE_ARGUMENTS = "unsafe_arguments"
@@ -165,7 +165,7 @@ def _decode_value(node: ast.expr, arithmetic: ArithmeticBounds | None = None) ->
         operand = node.operand
         if isinstance(operand, ast.Constant):
             try:
-                return -operand.value
+                return -cast(Any, operand.value)  # a TypeError is caught below
             except TypeError:
                 pass
         raise DecodeFailure("unsupported unary operand")

@@ -28,10 +28,10 @@ class BuilderConfig(BaseModel):
     # by default the student's own model writes them (the paper's "student-generated
     # memories"). Who wrote a bank is part of its identity and tagged on every run.
     student_memory_model: str = "student"
-    concurrency: int = Field(8, ge=1)
-    max_segments: int = Field(6, ge=1, le=12)
-    observation_chars: int = Field(500, ge=50)
-    function_result_chars: int = Field(300, ge=50)
+    concurrency: int = Field(default=8, ge=1)
+    max_segments: int = Field(default=6, ge=1, le=12)
+    observation_chars: int = Field(default=500, ge=50)
+    function_result_chars: int = Field(default=300, ge=50)
 
 
 class StoreConfig(BaseModel):
@@ -53,7 +53,7 @@ class EmbedderConfig(BaseModel):
     model: str = "all-MiniLM-L6-v2"
     base_url: str | None = None  # openai: any OpenAI-compatible embeddings endpoint
     api_key_env: str | None = None
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(default=64, ge=1)
 
     @model_validator(mode="after")
     def _url_for_openai(self) -> EmbedderConfig:
@@ -73,13 +73,15 @@ class MemoryBounds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_field_chars: int = Field(16_000, ge=200, description="One text field of an entry.")
-    max_entry_chars: int = Field(64_000, ge=200, description="All text fields of an entry.")
+    max_field_chars: int = Field(default=16_000, ge=200, description="One text field of an entry.")
+    max_entry_chars: int = Field(default=64_000, ge=200, description="All text fields of an entry.")
     max_injected_chars: int = Field(
-        32_000, ge=200, description="What one hook call adds to a prompt, message or result."
+        default=32_000,
+        ge=200,
+        description="What one hook call adds to a prompt, message or result.",
     )
     neutralise_markers: bool = Field(
-        True,
+        default=True,
         description="Chat-template control tokens and the methods' memory delimiters in "
         "built text are made inert (counted).",
     )

@@ -269,14 +269,19 @@ def test_scenario_groups_are_the_benchmarks_fact(toy):
 # ---------------------------------------------------------------------- fingerprint
 
 
+def _code(node_type: type, benchmark: str) -> dict[str, str]:
+    """What an episode stage's code contributes to its key on `benchmark`."""
+    return node_type(identity={"benchmark": benchmark}, upstream=(), label="", model=None).code()
+
+
 def test_a_prompt_change_of_the_benchmark_changes_its_stage_keys(toy, monkeypatch):
     from distillery.workers.envs import bfcl
 
     before = bfcl.BfclMultiTurnBase.fingerprint()
-    code_before = stages.code_fingerprint("collect", BFCL)
+    code_before = _code(stages.CollectStage, BFCL)
     monkeypatch.setattr(bfcl, "PYTHON_HINT", bfcl.PYTHON_HINT + " Really.")
     assert bfcl.BfclMultiTurnBase.fingerprint() != before
-    assert stages.code_fingerprint("evaluate", BFCL) != code_before
+    assert _code(stages.EvaluateStage, BFCL) != code_before
     # A benchmark of another package is hashed the same way, by its name in the identity.
     toy_before = _keys(_config("benchmark.name=toy"))
     monkeypatch.setattr(sys.modules[toy], "PROMPT", "Answer the toy, briefly.")
@@ -291,7 +296,7 @@ def test_bfcl_default_stage_keys_are_pinned():
     reply, sampling and protections: `bfcl.REPLY_HANDLING` joined the fingerprint, and
     the quickstart student's `cap_every_request`; before: prompts c016abba2dab67d5,
     collect b66ef9eb..., evaluate 2c1f8c21...)."""
-    assert stages.code_fingerprint("collect", BFCL) == {
+    assert _code(stages.CollectStage, BFCL) == {
         "version": "2",
         "prompts": "1ea110038d402bd0",
     }

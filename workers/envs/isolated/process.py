@@ -34,7 +34,7 @@ import weakref
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from distillery.workers.envs.isolated import server
 from distillery.workers.llm.types import InfraError
@@ -279,7 +279,7 @@ class WorkerProcess:
         if self._closed:
             raise WorkerCrashed(f"worker {self.pid} is closed")
 
-    def _fail(self, error: IsolatedWorkerError) -> None:
+    def _fail(self, error: IsolatedWorkerError) -> NoReturn:
         """Kill the worker (its state can no longer be trusted) and raise `error`."""
         self._broken = error
         self.kill()

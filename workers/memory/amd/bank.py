@@ -137,7 +137,7 @@ async def build_bank(
     docs, classes = docs_and_classes(tasks)
     turns = {t.task_id: list(t.turns) for t in tasks}
     stats = BuildStats()
-    common = dict(
+    common: dict[str, Any] = dict(
         docs_by_function=docs,
         class_of_function=classes,
         split=split,

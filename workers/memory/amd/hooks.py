@@ -46,8 +46,10 @@ MEMORY_HEADER = (
 
 
 class Hit(Protocol):
-    entry: Any
-    score: float
+    @property
+    def entry(self) -> Any: ...
+    @property
+    def score(self) -> float: ...
 
 
 class MemoryLookup(Protocol):

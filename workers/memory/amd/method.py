@@ -16,10 +16,11 @@ from distillery.workers.memory.amd.records import COLLECTIONS, MEMORY_TYPES, STO
 from distillery.workers.memory.amd.settings import RetrievalConfig
 from distillery.workers.memory.config import BuilderConfig, MemoryConfig
 from distillery.workers.memory.entries import CollectionSpec
-from distillery.workers.memory.method import BankSourceKind
+from distillery.workers.memory.method import BankPlanner, BaseMemoryMethod
 
 if TYPE_CHECKING:
-    from distillery.workers.agents.loop import EpisodeHooks
+    from distillery.orchestrator.stages import StageKey
+    from distillery.workers.agents.loop import MemoryHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank
     from distillery.workers.trajectories import EpisodeRecord
@@ -31,11 +32,10 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-class AmdMethod:
+class AmdMethod(BaseMemoryMethod):
     """Workflow, Subtask and Function memory from the teacher's trajectories."""
 
     kind: ClassVar[str] = "amd"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[RetrievalConfig]] = RetrievalConfig
@@ -141,7 +141,7 @@ class AmdMethod:
         settings: RetrievalConfig,
         allows: Callable[[Any], bool],
         ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
-    ) -> EpisodeHooks:
+    ) -> MemoryHooks:
         from distillery.workers.memory.amd.hooks import AmdHooks
         from distillery.workers.memory.amd.lookup import SearchLookup
         from distillery.workers.memory.amd.settings import profile_for
@@ -149,9 +149,12 @@ class AmdMethod:
         # The task's benchmark picks the profile; its values replace the settings
         # still at BFCL's defaults (AppWorld: Workflow cosine >= 0.30, figure 15).
         profile = profile_for(task.benchmark)
+        # SearchLookup's hits are `isolation.Hit`s, which the hooks' `Hit` protocol reads
+        # (lists are invariant, so the checker cannot see it through `list[Hit]`).
+        lookup: Any = SearchLookup(search)
         return AmdHooks(
             task.task_id,
-            SearchLookup(search),
+            lookup,
             profile.apply(settings),
             allows=allows,
             ask_model=ask_model,
@@ -223,4 +226,6 @@ class AmdStudentMemory(AmdMethod):
     """AMD built from the student's own successful zero-shot runs."""
 
     kind: ClassVar[str] = "student_memory"
-    bank_source: ClassVar[BankSourceKind] = "student"
+
+    def bank_stage(self, planner: BankPlanner) -> StageKey | None:
+        return planner.build(planner.student_runs())

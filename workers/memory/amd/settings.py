@@ -31,12 +31,12 @@ class RetrievalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     types: tuple[MemoryType, ...] = MEMORY_TYPES
-    k_wf: int = Field(1, ge=1, le=20)
-    k_st: int = Field(1, ge=1, le=20)
-    k_fn: int = Field(1, ge=1, le=20)
-    threshold_wf: float | None = Field(None, ge=-1, le=1)
-    threshold_st: float | None = Field(0.45, ge=-1, le=1)
-    threshold_fn: float | None = Field(None, ge=-1, le=1)
+    k_wf: int = Field(default=1, ge=1, le=20)
+    k_st: int = Field(default=1, ge=1, le=20)
+    k_fn: int = Field(default=1, ge=1, le=20)
+    threshold_wf: float | None = Field(default=None, ge=-1, le=1)
+    threshold_st: float | None = Field(default=0.45, ge=-1, le=1)
+    threshold_fn: float | None = Field(default=None, ge=-1, le=1)
     representation_wf: Representation = "text"
     representation_st: Representation = "code"
     representation_fn: Representation = "code"
@@ -47,8 +47,8 @@ class RetrievalConfig(BaseModel):
     # decompose: the student splits the first instruction into <= max_subtasks labels
     # (paper Algorithm 1); per_turn: each user turn is the query (authors' BFCL code).
     subtask_query: SubtaskQuery = "per_turn"
-    max_subtasks: int = Field(6, ge=1, le=12)
-    block_max_chars: int = Field(6000, ge=200, description="Cap of the WF+ST block.")
+    max_subtasks: int = Field(default=6, ge=1, le=12)
+    block_max_chars: int = Field(default=6000, ge=200, description="Cap of the WF+ST block.")
     query: RetrievalQuery = "user_turn"
 
     @model_validator(mode="after")
@@ -70,7 +70,7 @@ class RetrievalConfig(BaseModel):
         decomposes); the block cap only when a WF or ST block is injected. A stage's
         identity holds these and nothing else, so a sweep over `k_st` does not re-run
         a Workflow-only method."""
-        types = [t for t in MEMORY_TYPES if t in self.types]  # order is not read
+        types: list[MemoryType] = [t for t in MEMORY_TYPES if t in self.types]  # order unread
         out: dict[str, Any] = {"types": types}
         for t in types:
             out[f"k_{t}"] = self.k(t)

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.building import (
@@ -283,7 +283,7 @@ def validate_answer(text: str) -> tuple[tuple[str, tuple[str, ...]] | None, list
     problems += keyword_problems
     if problems:
         return None, problems
-    return (script, keywords), []
+    return (cast(str, script), keywords), []
 
 
 def builder_prompt(query: str, trajectory: str, failed: bool = False) -> str:

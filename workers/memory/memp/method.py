@@ -32,7 +32,7 @@ from distillery.workers.memory.memp.settings import (
     MempPortSettings,
     MempSettings,
 )
-from distillery.workers.memory.method import BankSourceKind, own_settings
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings
 
 _METRICS = (
     "isolation_checked",
@@ -43,9 +43,8 @@ _METRICS = (
 )
 
 
-class MempMethod:
+class MempMethod(BaseMemoryMethod):
     kind: ClassVar[str] = "memp"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[MempSettings]] = MempSettings
@@ -123,7 +122,7 @@ class MempMethod:
         return MempHooks(task.task_id, search, settings, allows, ask_model)
 
     def metrics(self, records: Sequence[Any]) -> dict[str, float]:
-        out = dict.fromkeys(_METRICS, 0.0)
+        out: dict[str, float] = dict.fromkeys(_METRICS, 0.0)
         chars = 0.0
         for record in records:
             log = json.loads(record.extra_json or "{}")

@@ -33,9 +33,9 @@ class MempSettings(BaseModel):
     retrieve: Literal["query", "keywords"] = "query"
     # Entries read: `retrieve_num: 10` of `run_memp_offline.py` (also the Memory
     # default). The AMD authors' AppWorld student reads 3 (`retrieval_top_k: 3`).
-    k: int = Field(10, ge=1, le=20)
+    k: int = Field(default=10, ge=1, le=20)
     # Cosine floor: QUERY_THRESHOLD for "query", none for "keywords" (see above).
-    threshold: float | None = Field(None, ge=-1, le=1)
+    threshold: float | None = Field(default=None, ge=-1, le=1)
     # What an entry shows: "script" (the original code's `workflow` guidelines; the AMD
     # authors' student shows the script), "trajectory" (the executed calls), or "both"
     # (the paper's Proceduralization, script and trajectory together, its best build).

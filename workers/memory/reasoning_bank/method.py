@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
-from distillery.workers.memory.method import BankSourceKind, own_settings, summed_counters
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.reasoning_bank import build, prompts
 from distillery.workers.memory.reasoning_bank.hooks import ReasoningBankHooks
 from distillery.workers.memory.reasoning_bank.records import COLLECTIONS, STORE_PREFIX
@@ -36,9 +36,8 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-class ReasoningBank:
+class ReasoningBank(BaseMemoryMethod):
     kind: ClassVar[str] = "reasoning_bank"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[ReasoningBankSettings]] = ReasoningBankSettings

@@ -28,8 +28,8 @@ class ReasoningBankSettings(BaseModel):
 
     # Records (past trajectories) retrieved per task; the original warns above 10
     # (memory_management.select_memory).
-    top_k: int = Field(1, ge=1, le=10)
-    threshold: float | None = Field(None, ge=-1, le=1)
+    top_k: int = Field(default=1, ge=1, le=10)
+    threshold: float | None = Field(default=None, ge=-1, le=1)
     remove_after_first_step: bool = False
 
 
