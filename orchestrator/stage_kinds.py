@@ -30,6 +30,7 @@ STAGE_KINDS: dict[str, str] = {
     "evaluate": "distillery.orchestrator.stages:EvaluateStage",
     "build": "distillery.orchestrator.stages:BuildStage",
     "render": "distillery.orchestrator.stages:RenderStage",
+    "brew": "distillery.workers.memory.agentbrew.stage:BrewStage",  # AgentBrew's
 }
 
 # What every kind's node type must override (the base raises NotImplementedError).

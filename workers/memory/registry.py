@@ -35,6 +35,8 @@ MEMORY_METHODS: dict[str, str] = {
     "memp": "distillery.workers.memory.memp.method:MempMethod",
     # MemP as the AMD authors ported it (failed trajectories kept, labelled).
     "memp_amd": "distillery.workers.memory.memp.method:MempAmdPort",
+    # AgentBrew: its bank is brewed by a stage of its own kind, `brew`.
+    "agentbrew": "distillery.workers.memory.agentbrew.method:AgentBrewMethod",
 }
 
 
