@@ -11,7 +11,7 @@ that succeeds only with the right note in its prompt, a JSON teacher and a curat
   group (scope `bfcl_multi_turn`); with $AGENTBREW_GATE naming a folder, its
   `GATE_CALL`-th request first writes `asked` there and waits for `release` (so a test
   can kill a brew while a teacher call is in flight).
-- `curator`: "add" for a candidate whose key no listed note has, "merge" into the one
+- `curator` (the teacher's server answers it too): "add" for a candidate whose key no listed note has, "merge" into the one
   that has it.
 """
 
@@ -67,7 +67,11 @@ def _task_of(prompt: str) -> Any:
 
 
 def teacher(request: dict[str, Any]) -> dict[str, Any]:
+    """The teacher, and the curator where the brew's curator is the teacher's model (the
+    default): a curator's request is answered by `curator`."""
     global _teacher_calls
+    if str(request["messages"][0].get("content")).startswith("You curate"):
+        return curator(request)
     _teacher_calls += 1
     gate = os.environ.get("AGENTBREW_GATE")
     if gate and _teacher_calls == GATE_CALL:
@@ -79,14 +83,15 @@ def teacher(request: dict[str, Any]) -> dict[str, Any]:
     if task is None:
         return {"content": "I cannot tell which task this is."}
     classes = task.group_id.split("+")
+    functions = sorted(d["name"] for d in task.function_docs)
     note = {
         "note_key": note_key(task.group_id),
         "scope": "bfcl_multi_turn",
         "scope_description": "Multi-turn requests served by calling file system, social "
         "media, ticket and other API functions in order.",
-        "trigger_pattern": f"A request that needs the functions of {' and '.join(classes)}.",
-        "corrective_rule": f"Call the {' and '.join(classes)} functions the request names, "
-        "one call per step, and check each result before the next call.",
+        "trigger_pattern": f"A request for {' and '.join(classes)}: {', '.join(functions)}.",
+        "corrective_rule": f"Use only {' and '.join(classes)} calls, one per step, and check "
+        "each result before the next call.",
         "minimal_steps": [
             "Read every action the request asks for.",
             "Call one function per step, in the order asked.",

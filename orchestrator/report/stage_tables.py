@@ -102,7 +102,7 @@ def _costs(
             rows.append({"stage": columns[stage_hash], "what": "itself",
                          **{k: cost[k] for k in keep}})  # fmt: skip
         points = data.points
-        readers = points[points["upstream"].map(lambda up, h=stage_hash: h in list(up or []))]
+        readers = points[points["upstream"].map(lambda up, h=stage_hash: h in _hashes(up))]
         for _, point in readers.iterrows():
             own = point.get("stage")
             if not isinstance(own, str) or own == stage_hash:
@@ -112,6 +112,14 @@ def _costs(
                 rows.append({"stage": columns[stage_hash], "what": what,
                              **{k: cost[k] for k in keep}})  # fmt: skip
     return pd.DataFrame(rows, columns=["stage", "what", *keep])
+
+
+def _hashes(value: object) -> list[str]:
+    if value is None or isinstance(value, float):  # none (NaN from a join)
+        return []
+    if isinstance(value, str):
+        return [v for v in value.split(",") if v]
+    return [str(v) for v in value]  # type: ignore[union-attr]
 
 
 def render_stage_tables(tables: list[StageTable], use_usd: bool) -> str:
