@@ -132,6 +132,22 @@ def test_every_play_records_the_notes_it_was_shown(tmp_path):
     assert shown[("t8", 1)] == ["note:use-percent", "note:use-fractions"]
 
 
+class Dying:
+    """Players that raise `Killed` at the `at`-th effect of any of them."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.count = at, 0
+
+    def __call__(self, fn):
+        def wrapped(*args):
+            self.count += 1
+            if self.count == self.at:
+                raise Killed
+            return fn(*args)
+
+        return wrapped
+
+
 def _portable(run, root):
     """The event log with the run's own folder written as ROOT."""
     return json.dumps(run.events, sort_keys=True).replace(str(root), "ROOT")
@@ -143,18 +159,7 @@ def test_a_brew_killed_at_any_effect_resumes_to_the_same_memory_and_log(tmp_path
     # Every third effect (a play, a teacher's or a curator's answer), the first and last.
     for kill_at in sorted({1, total, *range(2, total, 3)}):
         root = tmp_path / f"kill-{kill_at}"
-        count = 0
-
-        def dying(fn):
-            def wrapped(*args):
-                nonlocal count
-                count += 1
-                if count == kill_at:
-                    raise Killed
-                return fn(*args)
-
-            return wrapped
-
+        dying = Dying(kill_at)
         first = _brew(
             root,
             student=dying(players.student),
