@@ -131,10 +131,9 @@ def offered_functions(task: Task) -> tuple[str, ...]:
 
 
 def _empty_log() -> dict[str, Any]:
-    return audit_log(
-        shown=[], staged_shown=0, notes_shown=0, vanilla=1, candidates=0, dampened=0,
-        route="none", scope=None, route_turn=None, attempt=1, scores=[],
-    )  # fmt: skip
+    log = audit_log(staged_shown=0, notes_shown=0, vanilla=1, candidates=0, dampened=0, attempt=1)
+    log.update(shown=[], route="none", scope=None, route_turn=None, scores=[])
+    return log
 
 
 @dataclass
