@@ -295,8 +295,15 @@ class StagePlanner:
         self.graph.needs[key].update(self.split.memory_ids)
         return key
 
-    def build(self, source: StageKey) -> StageKey:
-        return _bank(self.graph, self.cfg, self.method_name, source, self.split)
+    def build(
+        self, source: StageKey, kind: str | None = None, settings: BaseModel | None = None
+    ) -> StageKey:
+        return _bank(self.graph, self.cfg, self.method_name, source, self.split, kind, settings)
+
+    @property
+    def read_settings(self) -> BaseModel:
+        """The point's memory method's validated read settings."""
+        return self.cfg.retrieval_for(self.method_name)
 
     def stage(self, kind: str, **inputs: Any) -> StageKey:
         return self.add(stage_type(kind).plan(self, **inputs))
@@ -444,9 +451,17 @@ def _zero_shot(
 
 
 def _bank(
-    graph: StageGraph, cfg: DistilleryConfig, name: str, source: StageKey, split: TaskSplit
+    graph: StageGraph,
+    cfg: DistilleryConfig,
+    name: str,
+    source: StageKey,
+    split: TaskSplit,
+    kind: str | None = None,
+    settings: BaseModel | None = None,
 ) -> StageKey:
-    kind = cfg.method(name).kind
+    # `kind`, `settings`: the bank another method builds and reads so (a composite
+    # memory's part); by default the point's own method's.
+    kind = kind or cfg.method(name).kind
     memory = memory_method(kind)
     origin = graph.stages[source].role  # whose episodes: teacher | student
     builder_model = cfg.builder_model(origin == "student")
@@ -479,7 +494,7 @@ def _bank(
             source=bank_source,
         )
     )
-    if not memory.derived_stage(cfg.retrieval_for(name)):
+    if not memory.derived_stage(settings if settings is not None else cfg.retrieval_for(name)):
         return build
     base = graph.stages[build]  # the first point's node of this key: its source is built
     assert isinstance(base, BuildStage)

@@ -92,7 +92,8 @@ class BrewStage(OrderedEpisodeStage):
                 "or agentbrew_brew for MATH, GSM8K and MBPP) or protocol=cross_split "
                 "(benchmarks without splits, e.g. BFCL)"
             )
-        settings = cfg.retrieval_for(name)
+        # A composite method (agentbrew_amd) hands its AgentBrew part's settings.
+        settings = inputs.get("settings") or cfg.retrieval_for(name)
         assert isinstance(settings, AgentBrewSettings)
         brew = settings.brew
         student = _model(cfg, brew.student, name, "student")
