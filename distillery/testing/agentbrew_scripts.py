@@ -7,7 +7,9 @@ that succeeds only with the right note in its prompt, a JSON teacher and a curat
   request shows the note written for its group of classes (`note_key(task)`, as the
   student's block renders it: "Note 1 (use-gorillafilesystem)"); otherwise it makes the
   task's first ground-truth call and gives up (a failure the checker scores).
-- `teacher`: reads the task from AgentBrew's prompt and answers one valid note for its
+- `teacher`: plays a BFCL task perfectly when asked to (a collect stage: AMD's); answers
+  "OK" to another method's builder prompts (AMD's builders fall back, counted); else
+  reads the task from AgentBrew's prompt and answers one valid note for its
   group (scope `bfcl_multi_turn`); with $AGENTBREW_GATE naming a folder, its
   `GATE_CALL`-th request first writes `asked` there and waits for `release` (so a test
   can kill a brew while a teacher call is in flight).
@@ -24,7 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distillery.testing.bfcl_scripts import _position, _tasks_by_first_turn, is_observation
+from distillery.testing.bfcl_scripts import (
+    _position,
+    _tasks_by_first_turn,
+    is_observation,
+    replay_native,
+    replay_text,
+)
 
 EASY = frozenset({0, 3, 4, 8})  # solved without a note (by task index)
 GATE_CALL = 2
@@ -70,8 +78,14 @@ def teacher(request: dict[str, Any]) -> dict[str, Any]:
     """The teacher, and the curator where the brew's curator is the teacher's model (the
     default): a curator's request is answered by `curator`."""
     global _teacher_calls
-    if str(request["messages"][0].get("content")).startswith("You curate"):
+    first = str(request["messages"][0].get("content"))
+    if first.startswith("You curate"):
         return curator(request)
+    users = [m for m in request["messages"] if m["role"] == "user" and not is_observation(m)]
+    if users and users[0]["content"] in _tasks_by_first_turn():  # the teacher plays a task
+        return replay_native(request) if request.get("tools") else replay_text(request)
+    if "The task:\n<<<" not in first:  # another method's builder (AMD's): no valid answer
+        return {"content": "OK"}
     _teacher_calls += 1
     gate = os.environ.get("AGENTBREW_GATE")
     if gate and _teacher_calls == GATE_CALL:

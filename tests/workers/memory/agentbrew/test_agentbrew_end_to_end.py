@@ -1,7 +1,9 @@
 """AgentBrew brew -> serve on BFCL offline, through the real `distillery` command: the
-shipped `agentbrew` entry under protocol=cross_split (7 memory tasks brewed, 3 held out),
-a scripted student that solves a hard task only with its group's note in its prompt, a
-scripted JSON teacher that is also the curator (distillery/testing/agentbrew_scripts.py).
+shipped `agentbrew` entry under protocol=cross_split (7 memory tasks brewed, 3 held out)
+beside zero-shot, AMD (WF+ST+FN) and both memories together (`agentbrew_amd`, whose
+banks are the two others'), a scripted student that solves a hard task only with its
+group's note in its prompt, a scripted JSON teacher that is also the curator and plays
+AMD's collection (distillery/testing/agentbrew_scripts.py).
 
 The sweep is planned, killed with SIGKILL (its whole process group, Ray included) while
 the teacher's second request is in flight, planned again, resumed, planned once more;
@@ -95,7 +97,7 @@ def test_agentbrew_brews_on_bfcl_resumes_after_sigkill_serves_and_reports(
         run_stub_server(script="distillery.testing.agentbrew_scripts:teacher") as teacher_url,
     ):
         argv = [
-            "methods=[zero_shot,agentbrew]",
+            "methods=[zero_shot,agentbrew,amd_wf_st_fn,agentbrew_amd]",
             "protocol=cross_split",
             "benchmark.limit=10",
             "experiment.name=agentbrew_e2e",
@@ -173,18 +175,38 @@ def test_agentbrew_brews_on_bfcl_resumes_after_sigkill_serves_and_reports(
     brew = sum(_play_calls(i, i in EASY or i == 7) for i in MEMORY)
     brew += sum(_play_calls(i, True) for i in groups)
     evaluated = sum(_play_calls(i, True) for i in HELD_OUT)
-    assert student_calls == zero_shot + brew + evaluated
-    assert teacher_calls == 3 + 2 + 1
+    assert zero_shot == 24 and evaluated == 36
 
-    # MLflow: the two points, and the brew's own run with the paper's Table 3.
+    # MLflow: the four points, and the brew's own run with the paper's Table 3.
     client = MlflowClient(tracking)
     experiment = client.get_experiment_by_name("distillery")
     found = client.search_runs([experiment.experiment_id])
     (parent,) = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     points = {r.data.tags["method"]: r for r in children if "method" in r.data.tags}
-    assert points["agentbrew"].data.metrics["success_rate"] == pytest.approx(1.0)
-    assert points["zero_shot"].data.metrics["success_rate"] == pytest.approx(1 / 3)
+    rates = {m: r.data.metrics["success_rate"] for m, r in points.items()}
+    assert rates == pytest.approx(
+        {"zero_shot": 1 / 3, "agentbrew": 1.0, "amd_wf_st_fn": 1 / 3, "agentbrew_amd": 1.0}
+    )
+    both = points["agentbrew_amd"].data.metrics
+    # Its banks are the ones each method reads alone (one brew, one AMD build), joined.
+    assert both["bank_notes"] == 3 and both["bank_wf"] == points["amd_wf_st_fn"].data.metrics[
+        "bank_wf"]  # fmt: skip
+    assert both["notes_shown"] == 9 and both["isolation_violations"] == 0
+    # The teacher's server: its collection and AMD's builder requests (as their stages
+    # count them), three drafts and two curator verdicts, and the draft in flight at
+    # the kill, sent again.
+    amd = points["amd_wf_st_fn"].data.metrics
+    # AMD's memory does not help this student, but its hooks ask the student's model
+    # (counted in its plays); with the notes beside it, every task is solved.
+    amd_calls = amd["cost.evaluate.student.n_llm_calls"]
+    assert both["cost.evaluate.student.n_llm_calls"] == evaluated + amd_calls - zero_shot
+    assert student_calls == zero_shot + brew + evaluated + amd_calls + (
+        evaluated + amd_calls - zero_shot
+    )
+    assert teacher_calls == (
+        amd["cost.collect.teacher.n_llm_calls"] + amd["cost.build.builder.n_llm_calls"] + 3 + 2 + 1
+    )
     served = points["agentbrew"].data.metrics
     assert served["vanilla_fallback"] == 0 and served["isolation_violations"] == 0
     assert served["route_explicit"] == 3  # the scope's functions are the task's
