@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,7 +119,11 @@ def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
     # All the options: identity leaves out where things are (AppWorld's `root`, a venv)
     # and may add what is not an option (AppWorld's data digest).
     options = json.dumps(dict(b.options), sort_keys=True)
-    return list(_load_tasks(b.name, options, b.limit, tuple(b.task_ids) if b.task_ids else None))
+    tasks = list(_load_tasks(b.name, options, b.limit, tuple(b.task_ids) if b.task_ids else None))
+    if b.sample is not None and b.sample < len(tasks):
+        chosen = set(random.Random(b.sample_seed).sample([t.task_id for t in tasks], b.sample))
+        tasks = [t for t in tasks if t.task_id in chosen]
+    return tasks
 
 
 @functools.lru_cache(maxsize=16)

@@ -97,3 +97,16 @@ def test_agentbrew_applies_to_the_single_reply_math_benchmarks(tmp_path):
     assert "data" in brew.identity["benchmark_options"]  # the split's digest
     # The leakage guard reads the brew tasks' gold answers.
     assert brew.truths("train_0") == ("72",)
+
+
+def test_a_seeded_sample_of_the_evaluated_tasks_is_fixed_and_in_benchmark_order(tmp_path):
+    def evaluated(*overrides):
+        graph = _graph(tmp_path, "methods=[zero_shot]", "benchmark.limit=null", *overrides)
+        (point,) = graph.points.values()
+        return list(point.split.eval_ids)
+
+    first = evaluated("+benchmark.sample=20")
+    assert len(first) == 6 and first == evaluated("+benchmark.sample=20")  # 30 % held out
+    order = [int(t.rsplit("_", 1)[1]) for t in first]
+    assert order == sorted(order) and max(order) > 19  # a sample, not the first 20
+    assert evaluated("+benchmark.sample=20", "+benchmark.sample_seed=1") != first
