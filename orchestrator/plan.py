@@ -159,12 +159,18 @@ def memory_options(cfg: DistilleryConfig) -> dict[str, Any] | None:
 
 def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:
     """protocol=split: the memory split's tasks (the first `memory_limit` in the
-    benchmark's order); None for the other protocols."""
+    benchmark's order, or of a seeded shuffle: `memory_shuffle_seed`); None for the
+    other protocols."""
     options = memory_options(cfg)
     if options is None:
         return None
     text = json.dumps(options, sort_keys=True)
-    return list(_load_tasks(cfg.benchmark.name, text, cfg.protocol.memory_limit, None))
+    protocol = cfg.protocol
+    if protocol.memory_shuffle_seed is None:
+        return list(_load_tasks(cfg.benchmark.name, text, protocol.memory_limit, None))
+    tasks = list(_load_tasks(cfg.benchmark.name, text, None, None))
+    random.Random(protocol.memory_shuffle_seed).shuffle(tasks)
+    return tasks[: protocol.memory_limit] if protocol.memory_limit else tasks
 
 
 def split_for(

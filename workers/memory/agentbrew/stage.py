@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from distillery.orchestrator.config import ConfigError
 from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, stage_events
+from distillery.orchestrator.protocols import ids_sha
 from distillery.orchestrator.stages import StageFigure, StageReport
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.agentbrew.program import BrewProgram, StudentProfile
@@ -107,14 +108,19 @@ class BrewStage(OrderedEpisodeStage):
                     f"note; set {role}= a model (teacher=gpt5_mini, teacher=external, ...)"
                 )
         plays = settings.for_brew_plays()
+        memory = set(planner.split.memory_ids)
         method = memory_method(kind)
         identity: dict[str, Any] = {
             **planner.episode_identity(student, 0, memory=True),
             "teacher": planner.model_identity(teacher),
             "curator": planner.model_identity(curator),
             "memory_task_ids": planner.memory_task_ids(),
+            # The brew's order (the memory split as planned: the benchmark's order, or a
+            # seeded shuffle of it) decides what each task reads.
+            "order": ids_sha([t for t in planner.graph.tasks if t in memory]),
             "split": planner.split.memory_split,
-            "brew": brew.model_dump(mode="json"),
+            # Who plays, teaches and curates is in identity as the models themselves.
+            "brew": brew.model_dump(mode="json", exclude={"student", "teacher", "curator"}),
             "read": method.read_identity(plays),
             "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
         }

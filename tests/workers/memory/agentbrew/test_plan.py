@@ -110,3 +110,25 @@ def test_a_seeded_sample_of_the_evaluated_tasks_is_fixed_and_in_benchmark_order(
     order = [int(t.rsplit("_", 1)[1]) for t in first]
     assert order == sorted(order) and max(order) > 19  # a sample, not the first 20
     assert evaluated("+benchmark.sample=20", "+benchmark.sample_seed=1") != first
+
+
+def test_a_shuffled_memory_split_gives_nested_mixed_brew_sets(tmp_path):
+    data = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+    if not data.is_dir():
+        pytest.skip(f"no GSM8K data at {data}")
+
+    def brewed(limit):
+        cfg = sweep_config(
+            tmp_path, "benchmark=gsm8k", f"+benchmark.options.data_path={data}",
+            "+benchmark.options.sandbox_without_namespaces=true", "benchmark.limit=3",
+            "protocol=split", "protocol.memory_split=train", f"protocol.memory_limit={limit}",
+            "+protocol.memory_shuffle_seed=7", "methods=[agentbrew]", *MODELS,
+        )  # fmt: skip
+        graph = plan_sweep([cfg])
+        (brew,) = _brews(graph).values()
+        return [t for t in graph.tasks if t in graph.needs[brew.key]], brew
+
+    small, brew_small = brewed(10)
+    large, brew_large = brewed(20)
+    assert large[:10] == small and small != [f"train_{i}" for i in range(10)]
+    assert brew_small.identity["order"] != brew_large.identity["order"]
