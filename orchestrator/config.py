@@ -6,6 +6,7 @@ that names the key (e.g. ``student.base_url``).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -83,12 +84,30 @@ MOVED_AGENT_KEYS = (
 
 class ClusterConfig(_Frozen):
     name: str = "local"
-    # None: start a private local Ray on loopback; "auto" or ray://...: join a cluster.
+    # True (cluster=ray): join an existing Ray cluster at `ray_address`, else at
+    # $RAY_ADDRESS; with neither the run refuses (it never guesses which Ray to join).
+    # False: start a private local Ray on loopback, unless `ray_address` names one.
+    join: bool = False
+    # The Ray cluster to join (ray://head:10001, head:6379, http://head:8265).
     ray_address: str | None = None
     num_cpus: int | None = Field(None, gt=0, description="Local Ray only.")
     num_workers: int = Field(2, ge=1, description="Episode worker actors per agent.")
     episodes_per_worker: int = Field(16, ge=1, description="Concurrent episodes per worker.")
     worker_num_cpus: float = Field(0.5, gt=0)
+
+    @property
+    def joins(self) -> bool:
+        """Whether the run joins an existing Ray cluster (rather than starting one)."""
+        return self.join or self.ray_address is not None
+
+    def address(self) -> str | None:
+        """The address a run joins: `ray_address`, else $RAY_ADDRESS (read when the run
+        starts: a job submitted to a cluster gets the cluster's own); None when the run
+        starts a private Ray, or when a joining run was given no address (refused
+        before anything starts: `preflight.check_cluster`)."""
+        if not self.joins:
+            return None
+        return self.ray_address or os.environ.get("RAY_ADDRESS") or None
 
 
 class TrackingConfig(_Frozen):
@@ -100,6 +119,11 @@ class TrackingConfig(_Frozen):
     # two runs task by task). None: every evaluated task; N: a deterministic sample
     # mixing successes and failures; 0: no traces.
     trace_sample: int | None = Field(None, ge=0)
+    # A running evaluation point's child run gets its running metrics (`progress.*`:
+    # episodes done, success so far, infrastructure errors, tokens) at most this often.
+    # Ours: one MLflow write per point per interval stays cheap for a tracking server
+    # while the UI is never more than this far behind.
+    progress_interval_s: float = Field(15.0, gt=0)
 
 
 class ModelPrice(_Frozen):

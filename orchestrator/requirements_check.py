@@ -219,7 +219,7 @@ def missing_requirements(
         checks = list(_benchmark(cfg))
         # On a Ray cluster servers start on worker nodes, whose installs the driver
         # cannot see; only a private local cluster is checked here.
-        if models and cfg.cluster.ray_address is None:
+        if models and not cfg.cluster.joins:
             for role, model in used:
                 checks += _launched_model(role, model)
         if services:

@@ -143,16 +143,21 @@ def ray_session(cluster: ClusterConfig) -> Iterator[None]:
     # Workers inherit the driver's interpreter and installed package; keep uv from
     # rewriting their environment.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    if cluster.ray_address:
+    address = cluster.address()
+    if cluster.joins:
+        if not address:  # checked before the run started (preflight.check_cluster)
+            raise ValueError("cluster.ray_address: no Ray cluster address to join")
+        print(f"joining the Ray cluster at {redact(address)} ...", flush=True)
         try:
-            ray.init(address=cluster.ray_address, log_to_driver=True)
+            ray.init(address=address, log_to_driver=True)
         except ConnectionError as exc:
             raise ConnectionError(
-                f"cannot join the Ray cluster at {cluster.ray_address} ({exc}). With token "
+                f"cannot join the Ray cluster at {redact(address)} ({exc}). With token "
                 "authentication (the default from Ray 2.59), export RAY_AUTH_MODE=token "
                 "and the cluster's token as RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH; "
                 "`ray get-auth-token` on the head prints it)"
             ) from exc
+        print(f"joined the Ray cluster at {redact(address)}: {cluster_resources()}", flush=True)
     else:
         # A private cluster on loopback: Ray may otherwise bind the machine's external
         # address.
@@ -166,6 +171,18 @@ def ray_session(cluster: ClusterConfig) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def cluster_resources() -> str:
+    """The joined cluster in one line: its live nodes, CPUs and GPUs (and Ray's version)."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    gpus = total.get("GPU", 0)
+    return (
+        f"{len(nodes)} node(s), {total.get('CPU', 0):g} CPUs, {gpus:g} GPUs (Ray {ray.__version__})"
+    )
 
 
 def unscored_points(result: SweepResult) -> list[tuple[MethodResult, int]]:

@@ -22,7 +22,7 @@ class ServerPool:
     def __init__(self, graph: StageGraph, log_dir: Location, say: Callable[[str], None]) -> None:
         self.graph = graph
         # Joined cluster: servers listen on their node's address for workers elsewhere.
-        self.node_address = graph.configs[0].cluster.ray_address is not None
+        self.node_address = graph.configs[0].cluster.joins
         self.log_dir = Path(log_dir.uri) if log_dir.is_local else Path("distillery_logs")
         self.say = say
         self._running: dict[str, Any] = {}  # server key -> ModelServerPool
