@@ -27,6 +27,7 @@ are cut, with a note saying so.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -43,7 +44,13 @@ from distillery.workers.llm.types import (
     RequestRejected,
     Usage,
 )
-from distillery.workers.trajectories import CallRecord, StepRecord
+from distillery.workers.trajectories import (
+    MAX_CALL_TEXT,
+    CallRecord,
+    InjectionRecord,
+    ModelCallRecord,
+    StepRecord,
+)
 
 # What one assistant message may keep in the history: the environment refuses longer
 # responses and arguments as calls anyway, and a reply of megabytes kept verbatim is
@@ -99,6 +106,8 @@ class EpisodeOutcome:
     rejection: str | None = None
     reply_notes: list[str] = field(default_factory=list)  # repairs of the model's replies
     reply_notes_dropped: int = 0
+    model_calls: list[ModelCallRecord] = field(default_factory=list)  # every call, in order
+    injections: list[InjectionRecord] = field(default_factory=list)  # what hooks added
 
 
 async def run_agent_loop(
@@ -131,6 +140,7 @@ async def run_agent_loop(
         turn_index += 1
         if hooks is not None:
             prompt = await hooks.before_turn(turn_index, user_text, base_prompt)
+            _note_injection(out, turn_index, -1, "system_prompt", base_prompt, prompt)
             _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
         content = user_text
         # Optional: hooks that inject into the user's message (e.g. MemP appends memory
@@ -138,9 +148,11 @@ async def run_agent_loop(
         rewrite = getattr(hooks, "user_message", None)
         if rewrite is not None:
             content = await rewrite(turn_index, user_text)
+            _note_injection(out, turn_index, -1, "user_message", user_text, content)
         out.messages.append({"role": "user", "content": content})
         steps_in_turn = 0
         while True:
+            request = _RequestShape.of(out.messages, tools)
             try:
                 result = await policy.respond(out.messages, tools)
             except RequestRejected as exc:  # the model's doing (RequestConfigError is not)
@@ -148,23 +160,39 @@ async def run_agent_loop(
                     "context_overflow" if isinstance(exc, ContextOverflow) else "request_rejected"
                 )
                 out.rejection = str(exc)
+                out.model_calls.append(
+                    request.failed(turn_index, steps_in_turn, out.termination, exc)
+                )
                 out.steps_per_turn.append(steps_in_turn)
                 return out
             except InvalidReply as exc:
                 out.termination, out.rejection = "invalid_reply", str(exc)
+                out.model_calls.append(
+                    request.failed(turn_index, steps_in_turn, out.termination, exc)
+                )
                 out.steps_per_turn.append(steps_in_turn)
                 return out
             result = _with_unique_ids(result)
             action = _parse(env, fmt, result)
+            out.model_calls.append(
+                request.answered(turn_index, steps_in_turn, result, action.empty)
+            )
             result = _bounded(result)  # parsed whole, kept bounded
             _count_usage(out, result)
             _keep_notes(out, turn_index, steps_in_turn, result)
             out.messages.append(_assistant_message(fmt, result))
             if action.empty:  # no call, or nothing decodable: the turn ends
                 break
+            acting = time.monotonic()
             observations = await run_in_env_thread(env.step, action)
             if hooks is not None:
+                before = observations
                 observations = await hooks.after_step(turn_index, user_text, observations)
+                for old, new in zip(before, observations, strict=False):
+                    _note_injection(
+                        out, turn_index, steps_in_turn, "observation", old.content, new.content
+                    )
+            out.model_calls[-1] = replace(out.model_calls[-1], action_s=time.monotonic() - acting)
             out.messages.extend(_observation_messages(conventions, fmt, result, observations))
             kept = observations[:MAX_HISTORY_CALLS]
             out.steps.append(_step_record(turn_index, steps_in_turn, result, kept))
@@ -329,4 +357,85 @@ def _step_record(
         tokens_out=result.usage.completion_tokens,
         latency_s=result.latency_s,
         endpoint=result.endpoint,
+    )
+
+
+@dataclass(frozen=True)
+class _RequestShape:
+    """A request as sent (its size and when), for the episode's model call records."""
+
+    started_at: float
+    clock: float
+    messages: int
+    chars: int
+    tools: int
+
+    @classmethod
+    def of(
+        cls, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> _RequestShape:
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        return cls(time.time(), time.monotonic(), len(messages), chars, len(tools or ()))
+
+    def answered(
+        self, turn: int, step: int, result: ChatResult, no_action: bool
+    ) -> ModelCallRecord:
+        calls = json.dumps(result.tool_calls, ensure_ascii=False, default=str)
+        return ModelCallRecord(
+            turn=turn,
+            step=step,
+            started_at=self.started_at,
+            latency_s=result.latency_s,
+            attempts=result.attempts,
+            endpoint=result.endpoint,
+            request_messages=self.messages,
+            request_chars=self.chars,
+            n_tools=self.tools,
+            outcome="no_action" if no_action else "action",
+            text=(result.text or "")[:MAX_CALL_TEXT],
+            tool_calls_json=calls[:MAX_CALL_TEXT],
+            finish_reason=result.finish_reason,
+            tokens_in=result.usage.prompt_tokens,
+            tokens_out=result.usage.completion_tokens,
+            tokens_reasoning=result.usage.reasoning_tokens,
+            error=None,
+        )
+
+    def failed(self, turn: int, step: int, outcome: str, exc: Exception) -> ModelCallRecord:
+        return ModelCallRecord(
+            turn=turn,
+            step=step,
+            started_at=self.started_at,
+            latency_s=time.monotonic() - self.clock,
+            attempts=1,
+            endpoint=None,
+            request_messages=self.messages,
+            request_chars=self.chars,
+            n_tools=self.tools,
+            outcome=outcome,
+            text="",
+            tool_calls_json="[]",
+            finish_reason=None,
+            tokens_in=0,
+            tokens_out=0,
+            tokens_reasoning=0,
+            error=str(exc)[:MAX_CALL_TEXT],
+        )
+
+
+def _note_injection(
+    out: EpisodeOutcome, turn: int, step: int, where: str, before: str, after: str
+) -> None:
+    """Record what hooks added to `before` (a prompt, a user message, an observation),
+    when they changed it: the text around the original where it is kept, else all."""
+    before, after = before or "", after or ""
+    if after == before:
+        return
+    added = (after.replace(before, "", 1) if before and before in after else after).strip()
+    if where == "system_prompt":  # the prompt is set every turn: the same block is no news
+        last = next((i for i in reversed(out.injections) if i.where == where), None)
+        if last is not None and last.chars == len(added) and last.text == added[:MAX_CALL_TEXT]:
+            return
+    out.injections.append(
+        InjectionRecord(turn, step, time.time(), where, added[:MAX_CALL_TEXT], len(added))
     )
