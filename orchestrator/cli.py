@@ -22,12 +22,15 @@ with benchmark/NAME.yaml, so that `benchmark=NAME` selects it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import itertools
 import os
 import re
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -271,12 +274,33 @@ def run_cli(argv: list[str]) -> int:
             print(plan(configs))
             print("Nothing ran. Drop --plan to run what is not cached.")
             return 0
-        result = run_sweep(configs)
+        with _sigterm_interrupts():  # a stopped sweep marks its MLflow runs KILLED
+            result = run_sweep(configs)
     except (UserError, ValueError) as exc:  # bad input or a busy output root, before Ray
         return _refuse(exc)
     print_summary(result)
     # Unscored episodes left after their retries: the sweep is not finished.
     return 3 if unscored_points(result) else 0
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`kill`, a pod deleted) stops the run as Ctrl-C does: every finished
+    episode is already in the ledger, the open MLflow runs are marked KILLED and the
+    same command resumes it."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def validate_sweep(

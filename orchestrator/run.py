@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig
+from distillery.orchestrator.heartbeat import Heartbeat
 from distillery.orchestrator.ledger import Ledger, read_sweep_record
+from distillery.orchestrator.live_runs import LiveRuns
 from distillery.orchestrator.locks import run_locks
+from distillery.orchestrator.observers import notify
 from distillery.orchestrator.plan import StageGraph, format_plan, plan_sweep, stage_status
 from distillery.orchestrator.preflight import check_run
 from distillery.orchestrator.results import (
@@ -28,6 +31,7 @@ from distillery.orchestrator.results import (
     _local,
     _log_points,
     _shared_params,
+    config_params,
     git_sha,
     log_infra_counts,
     package_versions,
@@ -74,7 +78,8 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
     sweep_json = sweep.sweep_dir / "sweep.json"
     previous = read_sweep_record(sweep_json)
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment)
-    shared = _shared_params([safe_params(c.model_dump(mode="json")) for c in graph.configs])
+    # The sweep's settings, with the catalog cut to the methods it evaluates.
+    shared = _shared_params([safe_params(config_params(c, None, c.methods)) for c in graph.configs])
     tags = {
         "distillery.sweep_id": sweep.sweep_id,
         "git_sha": git_sha(),
@@ -107,11 +112,19 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
                 "points": [point_ids for point_ids in graph.point_ids_of],
             }
         )
+        live = LiveRuns(sweep, tracker, pid, tags)
+        sweep.observers.append(live)
+        if progress:
+            sweep.observers.append(Heartbeat(sweep))
         try:
             sweep.run_stages()
+        except BaseException as exc:
+            live.abort(interrupted=isinstance(exc, KeyboardInterrupt))
+            raise
         finally:
+            notify(sweep.observers, "close")
             log_infra_counts(sweep, tracker, pid)
-        logged = _log_points(sweep, tracker, pid, tags)
+        logged = _log_points(sweep, tracker, pid, tags, live.logged)
     write_sweep_tables(sweep, logged)
     results = []
     for cfg_i, ids in zip(graph.configs, graph.point_ids_of, strict=True):

@@ -22,6 +22,7 @@ from distillery.orchestrator.dispatch import ray_get, run_agent
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.memory_stage import MemoryStage, run_build, run_render
 from distillery.orchestrator.metrics import agent_metrics
+from distillery.orchestrator.observers import StageObserver, notify
 from distillery.orchestrator.plan import EvalPoint, StageGraph, server_key, stage_line
 from distillery.orchestrator.server_pool import ServerPool
 from distillery.orchestrator.stages import (
@@ -68,6 +69,9 @@ class Sweep:
         self.names = name_sweep(graph)
         self.stages_run = 0
         self.stages_cached = 0
+        # Told when each stage starts and ends and when each episode lands (live MLflow
+        # runs, the heartbeat): `observers.StageObserver`.
+        self.observers: list[StageObserver] = []
 
     # -- stages --------------------------------------------------------------------
 
@@ -79,6 +83,7 @@ class Sweep:
         for index, key in enumerate(order, 1):
             stage = self.graph.stages[key]
             self.ledger.describe(stage)
+            notify(self.observers, "stage_started", key, f"[{index}/{len(order)}]")
             started = time.perf_counter()
             ran = stage_runner(stage.kind)(self, stage, f"[{index}/{len(order)}]")
             if ran:
@@ -87,6 +92,7 @@ class Sweep:
                 self.ledger.record_run(key, wall, wall * self.servers.gpus(stage.model))
             else:
                 self.stages_cached += 1
+            notify(self.observers, "stage_finished", key, ran)
             self.servers.release_unused(order[index:])
 
     def _model_order(self, key: StageKey) -> str:
@@ -139,12 +145,16 @@ class Sweep:
             missing,
             self.cfg.cluster,
             self.progress,
-            on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+            on_summary=lambda s: self._episode_done(stage.key, s),
             directory=self.servers.directory(model),
             desc=f"{stage.key.kind} {stage.role}:{model.name} {self.names.stage(stage.key)}".strip(),
         )
         self.infra.update(run.infra)
         return True
+
+    def _episode_done(self, key: StageKey, summary: EpisodeSummary) -> None:
+        self.ledger.record_episode(key, summary)  # first: no result is lost
+        notify(self.observers, "episode", key, summary)
 
     def _config_of(self, stage: Stage) -> DistilleryConfig:
         """A sweep point's config that uses this stage (all agree on its identity)."""
