@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveFloat,
     ValidationError,
     field_validator,
     model_validator,
@@ -138,6 +139,10 @@ class CostConfig(_Frozen):
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     embedding_per_mtok: float = Field(0.0, ge=0)
     gpu_hour: float = Field(0.0, ge=0)
+    # Tokens (prompt + completion) one server replica of a launched model processes per
+    # second, by model name: `--plan` turns its estimated tokens into GPU-hours. Yours to
+    # measure (e.g. bench/serving.py): it depends on the GPU, the model and the load.
+    throughput_tokens_per_s: dict[str, PositiveFloat] = Field(default_factory=dict)
 
     def prices_dict(self) -> dict[str, Any]:
         return {
@@ -405,7 +410,14 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
             named, msg = msg.split(": ", 1)  # whole-config checks name their key first
             key = prefix + named
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (typo?)"
+            from distillery.orchestrator.hydra_flags import model_field_suggestion
+
+            close = None if prefix else model_field_suggestion(tuple(err["loc"]))
+            if close:
+                parent = ".".join(str(p) for p in err["loc"][:-1])
+                msg = f"unknown key; did you mean {parent + '.' if parent else ''}{close}?"
+            else:
+                msg = "unknown key (typo?)"
         elif err["type"] == "missing":
             msg = "required key is missing"
         lines.append(f"{key}: {msg}")

@@ -171,7 +171,7 @@ def test_the_quickstart_line_runs_end_to_end(tmp_path):
 
 
 @pytest.mark.parametrize("line", readme_commands() + experiment_commands())
-def test_command_line_runs(line, tmp_path, monkeypatch, capsys):
+def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
     monkeypatch.chdir(tmp_path)
     argv = _argv(line, tmp_path)
     if argv[0] == "memory":

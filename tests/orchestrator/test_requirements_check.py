@@ -124,8 +124,9 @@ def test_plain_pip_install_without_setup_script_is_one_line_per_piece():
 
 
 def test_plan_needs_only_the_benchmark_package():
-    """--plan and --cfg start no server: a GPU student plans on a CPU machine, but
-    without the benchmark's package there are no tasks to plan."""
+    """--plan and --cfg start no server: a GPU student plans on a CPU machine (its
+    pre-flight says what a run here would lack), but without the benchmark's package
+    there are no tasks to plan."""
     blocked = "import sys; sys.modules.update(llama_cpp=None, vllm=None)"
     run = "from distillery.orchestrator.cli import main; main()"
     argv = "['distillery', 'student=qwen3_4b', 'methods=[zero_shot]', '--plan']"
@@ -133,8 +134,10 @@ def test_plan_needs_only_the_benchmark_package():
         [sys.executable, "-c", f"{blocked}; sys.argv = {argv}; {run}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "Nothing ran" in done.stdout
+    assert done.returncode == 2, done.stderr
+    assert "evaluate student=qwen3-4b zero_shot" in done.stdout  # planned all the same
+    assert "student=qwen3-4b (backend vllm): vLLM is not installed" in done.stderr
+    assert "Nothing ran" in done.stderr
     no_bfcl = blocked.replace("vllm=None", "vllm=None, bfcl_eval=None")
     done = subprocess.run(
         [sys.executable, "-c", f"{no_bfcl}; sys.argv = {argv}; {run}"],

@@ -120,9 +120,11 @@ def test_schema_is_derived_from_the_record_and_matches_the_hand_kept_one():
     old_plus_reasoning = _OLD_SCHEMA.append(pa.field("tokens_reasoning", pa.int64()))
     later = EPISODE_SCHEMA.names[len(old_plus_reasoning.names) :]
     assert later == ["model_calls", "injections"]  # every model call, what hooks injected
-    assert EPISODE_SCHEMA.remove(EPISODE_SCHEMA.get_field_index("injections")).remove(
-        EPISODE_SCHEMA.get_field_index("model_calls")
-    ).equals(old_plus_reasoning)
+    assert (
+        EPISODE_SCHEMA.remove(EPISODE_SCHEMA.get_field_index("injections"))
+        .remove(EPISODE_SCHEMA.get_field_index("model_calls"))
+        .equals(old_plus_reasoning)
+    )
     step = EPISODE_SCHEMA.field("steps").type.value_type
     assert [f.name for f in step] == list(StepRecord.__dataclass_fields__)
 

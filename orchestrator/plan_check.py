@@ -1,0 +1,52 @@
+"""`distillery ... --plan`: the stage graph, what is cached, the totals of what would
+run, and a pre-flight that reports at once every problem a run would stop on
+(`readiness`). Nothing runs, nothing is written; the exit status is 2 when a run would
+be refused, 0 when every check passed. A config that does not validate, or a sweep
+that cannot be planned, is refused first, with the message a run would give."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from distillery.orchestrator.config import DistilleryConfig
+from distillery.orchestrator.ledger import Ledger
+from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.plan_totals import format_totals, plan_totals
+from distillery.orchestrator.readiness import world_problems
+
+
+def plan_command(
+    configs: list[DistilleryConfig],
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    *,
+    probe_endpoints: bool = True,
+) -> int:
+    """The plan of validated `configs` (`cli.validate_sweep`: a config or a plan a run
+    would refuse is refused before, with the run's own message) and the pre-flight of
+    the world it points at."""
+    out, err = out or sys.stdout, err or sys.stderr
+    graph = plan_sweep(configs)
+    ledger = Ledger(graph.configs[0].output_dir)
+    statuses = stage_status(graph, ledger)
+    print(format_plan(graph, statuses), file=out)
+    cost = graph.configs[0].cost
+    totals = plan_totals(graph, statuses, ledger)
+    print(format_totals(totals, cost.prices, cost.throughput_tokens_per_s, cost.gpu_hour), file=out)
+    out.flush()
+    problems = world_problems(configs, graph, probe_endpoints=probe_endpoints)
+    if problems:
+        for problem in problems:
+            print(f"distillery: {problem}", file=err)
+        print(
+            f"pre-flight: {len(problems)} problem(s), listed above; a run would stop at the "
+            "first. Nothing ran.",
+            file=err,
+        )
+        return 2
+    print(
+        "pre-flight: every check passed. Nothing ran. Drop --plan to run what is not cached.",
+        file=out,
+    )
+    return 0
