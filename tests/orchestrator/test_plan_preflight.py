@@ -145,3 +145,29 @@ def test_a_typo_gets_the_key_it_was_meant_to_be(override, said, capsys):
     err = capsys.readouterr().err
     assert err.splitlines()[0] == f"distillery: {said}"
     assert "+benchmark" not in err.split("\n", 1)[0]  # never Hydra's "use +key" advice
+
+
+def test_cfg_prints_one_labelled_yaml_document_per_sweep_point(capsys):
+    import yaml
+
+    assert run_cli(["-m", "seed=0,1", "benchmark.limit=1", "--cfg", "job"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("--- # sweep point 1 of 2: seed=0 benchmark.limit=1\n")
+    assert "--- # sweep point 2 of 2: seed=1 benchmark.limit=1\n" in out
+    assert [d["seed"] for d in yaml.safe_load_all(out)] == [0, 1]
+    assert run_cli(["--cfg", "job", "--package", "benchmark", "benchmark.limit=3"]) == 0
+    (benchmark,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert benchmark["limit"] == 3
+
+
+def test_hydras_help_flags_work(capsys):
+    assert run_cli(["--hydra-help"]) == 0
+    assert "== Flags ==" in capsys.readouterr().out
+    assert run_cli(["--info", "defaults"]) == 0
+    assert "Defaults List" in capsys.readouterr().out
+    assert run_cli(["--cfg", "hydra"]) == 0
+    assert "--- # Hydra's config" in capsys.readouterr().out
+    assert run_cli(["--help"]) == 0
+    assert "experiment: " in capsys.readouterr().out  # the config groups and options
+    assert run_cli(["--config-name", "x"]) == 2
+    assert "is a flag of Hydra applications" in capsys.readouterr().err
