@@ -95,6 +95,18 @@ class ClusterConfig(_Frozen):
     num_workers: int = Field(2, ge=1, description="Episode worker actors per agent.")
     episodes_per_worker: int = Field(16, ge=1, description="Concurrent episodes per worker.")
     worker_num_cpus: float = Field(0.5, gt=0)
+    # A cluster whose GPU worker groups each advertise a Ray resource per pod named
+    # `<gpu_node_resource>_<N>` (N: the pod's GPUs; k8s/overlays/gpu): a vLLM replica
+    # of gpus_per_server N reserves one of `<gpu_node_resource>_N`, so it is placed on
+    # (and the autoscaler starts) a pod of the group with exactly N GPUs on one node.
+    # None: any node with N free GPUs.
+    gpu_node_resource: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    def replica_resources(self, gpus: int) -> dict[str, float]:
+        """The custom Ray resource a replica of `gpus` GPUs reserves on this cluster."""
+        if self.gpu_node_resource is None or gpus < 1:
+            return {}
+        return {f"{self.gpu_node_resource}_{gpus}": 1.0}
 
     @property
     def joins(self) -> bool:

@@ -14,7 +14,8 @@ Two halves:
   refuse these configs with the same message.
 * `check_run` adds what needs I/O, and so runs only before a real run (`run_sweep`):
   the output root, the tracking store's folder and the embedded store's folder can be
-  written, an object store's bucket exists, every `api_key_env` the run reads is set.
+  written, an object store's bucket exists, every `api_key_env` the run reads is set,
+  and so is every variable a cluster launcher asked for (DISTILLERY_REQUIRED_ENV).
   `--plan` and `--cfg job` do not write or read these, so they do not check them.
 """
 
@@ -34,6 +35,9 @@ from distillery.redaction import redact, url_secrets
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.storage import Location
 
+# Set in the pods of k8s/ (the distillery-env ConfigMap): the Secret keys come from.
+KEYS_SECRET_ENV = "DISTILLERY_KEYS_FROM"
+REQUIRED_ENV = "DISTILLERY_REQUIRED_ENV"  # k8s.REQUIRED_ENV
 # MLflow's tracking store schemes (database dialects may add a driver: postgresql+psycopg2).
 TRACKING_SCHEMES = frozenset(
     {"file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "uc"}
@@ -81,6 +85,31 @@ def check_run(graph: StageGraph) -> None:
         check_store(cfg)
     for endpoint in _unique_endpoints(graph, uses_memory):
         check_endpoint(endpoint)
+    check_required_env()
+
+
+def check_required_env() -> None:
+    """The variables a cluster's launcher wired into this process and asked to be set
+    (`distillery submit --k8s --env NAME`: DISTILLERY_REQUIRED_ENV), checked here so a
+    missing key stops the sweep before the cluster does any work."""
+    names = [n for n in os.environ.get(REQUIRED_ENV, "").split(",") if n.strip()]
+    for name in names:
+        if not os.environ.get(name.strip()):
+            raise PreflightError(
+                f"--env {name.strip()}: the variable is not set in this pod{_secret_hint(name)}"
+            )
+
+
+def _secret_hint(name: str) -> str:
+    """Where a key comes from on Kubernetes (the pods' DISTILLERY_KEYS_FROM)."""
+    secret = os.environ.get(KEYS_SECRET_ENV)
+    if not secret:
+        return ""
+    return (
+        f"; on Kubernetes every key of the Secret {secret} is a variable of every Ray pod: "
+        f"kubectl -n NAMESPACE create secret generic {secret} --from-literal={name}=... "
+        "(add it to the existing Secret with kubectl edit), then submit the sweep again"
+    )
 
 
 def check_cluster(cfg: DistilleryConfig) -> None:
@@ -314,7 +343,7 @@ def check_endpoint(endpoint: Endpoint) -> None:
     if not os.environ.get(name):
         raise PreflightError(
             f"{env_key}: environment variable {name} is not set; export it with the "
-            "endpoint's API key before running"
+            f"endpoint's API key before running{_secret_hint(name)}"
         )
 
 

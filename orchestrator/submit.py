@@ -2,6 +2,7 @@
 
     distillery submit [--address URL] [--follow] <overrides>     # Ray Jobs API
     distillery submit --k8s [--overlay gpu] [--out FILE] <overrides>   # a KubeRay RayJob
+    distillery submit --k8s --weights <overrides>     # the Job filling the model cache
 
 The overrides are validated here first (a bad config never reaches the cluster) and
 the sweep id is computed as `distillery` itself computes it, so the job writes to the
@@ -12,30 +13,30 @@ output root at a time).
 With the Jobs API the job's code is this checkout (the working directory is packaged
 and uploaded; `.gitignore`d files, the virtualenv and run outputs stay behind) and its
 runtime environment carries the variables named with `--env`. With `--k8s` the RayJob
-runs the image of the overlay's RayCluster, whose spec it copies.
+runs the image of the overlay's RayCluster, whose spec it copies, and `--env` wires a
+variable from a Kubernetes Secret (k8s.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distillery.orchestrator import k8s as kuberay
 from distillery.orchestrator.config import ConfigError, DistilleryConfig
+from distillery.orchestrator.errors import UserError
+from distillery.orchestrator.k8s import OUTPUT_DIR_KEY, SWEEP_ID_KEY, SWEEP_LABEL, checkout_root
+from distillery.workers.envs.base import BenchmarkUnavailable
 
-SWEEP_ID_KEY = "distillery.sweep_id"  # job metadata; the RayJob's annotation
-OUTPUT_DIR_KEY = "distillery.output_dir"
-SWEEP_LABEL = "distillery.io/sweep"  # the RayJob's label (a label-safe sweep id)
+__all__ = ["OUTPUT_DIR_KEY", "SWEEP_ID_KEY", "SWEEP_LABEL", "checkout_root", "main"]
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 # The job's processes get these whatever the submitting shell has.
 JOB_ENV = {
@@ -56,8 +57,6 @@ WORKING_DIR_EXCLUDES = [
     "outputs",
 ]
 _ACTIVE = {"PENDING", "RUNNING"}
-_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
-_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,8 @@ class PreparedSweep:
     output_dir: str
     tracking_uri: str
     notes: list[str] = field(default_factory=list)  # warnings worth printing
+    # The validated configs (the job's), kept so --k8s need not compose them again.
+    configs: list[DistilleryConfig] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def argv(self) -> list[str]:
@@ -137,7 +138,8 @@ def prepare(
             f"tracking.uri={cfg.tracking_uri}: a SQLite file on the head node; "
             "point tracking.uri at an MLflow server on a real cluster"
         )
-    configs = _configs(overrides, multirun)
+    if overrides != merge_overrides(defaults, user_overrides):
+        configs = _configs(overrides, multirun)  # the job's own overrides, validated
     return PreparedSweep(
         sweep_id=sweep_id_of(configs),
         overrides=overrides,
@@ -145,19 +147,11 @@ def prepare(
         output_dir=configs[0].output_dir,
         tracking_uri=configs[0].tracking_uri,
         notes=notes,
+        configs=configs,
     )
 
 
 # -- Ray Jobs API ---------------------------------------------------------------------
-
-
-def checkout_root() -> Path | None:
-    """The distillery checkout this module runs from, if it runs from one."""
-    root = Path(__file__).resolve().parents[1]
-    pyproject = root / "pyproject.toml"
-    if pyproject.is_file() and 'name = "distillery"' in pyproject.read_text():
-        return root
-    return None
 
 
 def runtime_env(working_dir: Path | None, env_names: Sequence[str]) -> dict[str, Any]:
@@ -245,94 +239,6 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", text)
 
 
-# -- KubeRay RayJob -------------------------------------------------------------------
-
-
-def k8s_dir() -> Path:
-    root = checkout_root()
-    if root is None or not (root / "k8s").is_dir():
-        raise ConfigError("--k8s needs the k8s/ folder of a distillery checkout")
-    return root / "k8s"
-
-
-def render_overlay(overlay: str, k8s: Path | None = None) -> list[dict[str, Any]]:
-    """`kubectl kustomize k8s/overlays/<overlay>`, parsed."""
-    import yaml
-
-    base = k8s or k8s_dir()
-    folder = base / "overlays" / overlay
-    if not folder.is_dir():
-        known = sorted(p.name for p in (base / "overlays").iterdir() if p.is_dir())
-        raise ConfigError(f"--overlay {overlay}: no such overlay; known: {', '.join(known)}")
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise ConfigError("--k8s renders the overlay with `kubectl kustomize`: install kubectl")
-    done = subprocess.run(
-        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120
-    )
-    if done.returncode != 0:
-        raise ConfigError(f"kubectl kustomize {folder}: {done.stderr.strip()}")
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
-
-
-def rayjob_template(k8s: Path | None = None) -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(((k8s or k8s_dir()) / "rayjob" / "rayjob.yaml").read_text())
-
-
-def template_defaults(template: dict[str, Any]) -> list[str]:
-    """The overrides written in the template's entrypoint (after the command)."""
-    words = shlex.split(template["spec"]["entrypoint"])
-    return [w for w in words if "=" in w]
-
-
-def dns_name(text: str, limit: int) -> str:
-    name = _DNS_LABEL.sub("-", text.lower()).strip("-")
-    return name[:limit].rstrip("-") or "sweep"
-
-
-def build_rayjob(
-    template: dict[str, Any], cluster: dict[str, Any], sweep: PreparedSweep
-) -> dict[str, Any]:
-    """The template with the overlay's RayCluster spec, this sweep's entrypoint and
-    names. A fresh name per submission (generateName: `kubectl create`); the sweep
-    label finds every attempt of one sweep."""
-    job = copy.deepcopy(template)
-    meta = job.setdefault("metadata", {})
-    # KubeRay derives the cluster's and its pods' names from the job's: keep it short.
-    meta.pop("name", None)
-    meta["generateName"] = f"{dns_name(sweep.sweep_id, 40)}-"
-    namespace = cluster.get("metadata", {}).get("namespace")
-    if namespace:
-        meta["namespace"] = namespace
-    meta.setdefault("labels", {})[SWEEP_LABEL] = (
-        _LABEL_VALUE.sub("_", sweep.sweep_id)[:63].strip("_.-") or "sweep"
-    )
-    meta.setdefault("annotations", {}).update(
-        {SWEEP_ID_KEY: sweep.sweep_id, OUTPUT_DIR_KEY: sweep.output_dir}
-    )
-    spec = job["spec"]
-    spec["entrypoint"] = sweep.entrypoint
-    spec["rayClusterSpec"] = copy.deepcopy(cluster["spec"])
-    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    for container in spec.get("submitterPodTemplate", {}).get("spec", {}).get("containers", []):
-        container["image"] = head["image"]  # the overlay's image, registry included
-    return job
-
-
-def render_rayjob(
-    user_overrides: list[str], multirun: bool, overlay: str, k8s: Path | None = None
-) -> tuple[dict[str, Any], PreparedSweep]:
-    docs = render_overlay(overlay, k8s)
-    clusters = [d for d in docs if d.get("kind") == "RayCluster"]
-    if len(clusters) != 1:
-        raise ConfigError(f"overlay {overlay} has {len(clusters)} RayClusters; expected one")
-    template = rayjob_template(k8s)
-    sweep = prepare(user_overrides, multirun, template_defaults(template), k8s=True)
-    return build_rayjob(template, clusters[0], sweep), sweep
-
-
 # -- command line ---------------------------------------------------------------------
 
 
@@ -354,7 +260,9 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="pass this environment variable to the job (e.g. an API key the config "
-        "names); its value is visible to whoever can read the cluster's jobs",
+        "names); its value is visible to whoever can read the cluster's jobs. With --k8s: "
+        f"NAME comes from the key NAME of the Secret {kuberay.KEYS_SECRET}, NAME=SECRET:KEY "
+        "from another Secret's key, in every Ray pod (never a value in the manifest)",
     )
     parser.add_argument(
         "--working-dir",
@@ -362,7 +270,18 @@ def _parser() -> argparse.ArgumentParser:
         help="the code to upload (default: this distillery checkout)",
     )
     parser.add_argument("--k8s", action="store_true", help="print a KubeRay RayJob instead")
-    parser.add_argument("--overlay", default="cpu", help="k8s/overlays/<NAME> (with --k8s)")
+    parser.add_argument(
+        "--overlay",
+        default=None,
+        help="k8s/overlays/<NAME> (with --k8s; default: gpu when the sweep serves a model "
+        "with vLLM, else cpu)",
+    )
+    parser.add_argument(
+        "--weights",
+        action="store_true",
+        help="with --k8s: print the Job that downloads the sweep's vLLM models into the "
+        "model cache instead",
+    )
     parser.add_argument("--out", default=None, help="write the RayJob here (with --k8s)")
     parser.add_argument("-m", "--multirun", action="store_true", help="a grid sweep")
     return parser
@@ -384,34 +303,89 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"distillery submit: unknown option {unknown[0]}", file=sys.stderr)
         return 2
+    if (args.weights or args.overlay or args.out) and not args.k8s:
+        print("distillery submit: --weights, --overlay and --out need --k8s", file=sys.stderr)
+        return 2
     try:
         if args.k8s:
             return _main_k8s(args, overrides)
         return _main_jobs(args, overrides)
-    except ConfigError as exc:
+    except (ConfigError, UserError, BenchmarkUnavailable) as exc:
+        # BenchmarkUnavailable: the sweep is planned here, so a benchmark's data must be
+        # here too (docs/cluster.md, "Benchmark data").
         print(f"distillery submit: {exc}", file=sys.stderr)
         return 2
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    job: dict[str, Any]
+    sweep: PreparedSweep
+    overlay: str
+    vllm_models: list[Any]
+
+
+def render_rayjob(
+    user_overrides: list[str],
+    multirun: bool,
+    overlay: str | None = None,
+    env: Sequence[str] = (),
+    k8s: Path | None = None,
+    weights: bool = False,
+) -> RenderedJob:
+    """The sweep's RayJob (or, with `weights`, the Job filling the model cache with its
+    vLLM models), after every check that needs no cluster."""
+    wired = kuberay.parse_env(env)
+    template = kuberay.rayjob_template(k8s)
+    sweep = prepare(user_overrides, multirun, kuberay.template_defaults(template), k8s=True)
+    models = kuberay.vllm_models(
+        kuberay.plan_of(sweep.configs or _configs(sweep.overrides, multirun))
+    )
+    chosen = kuberay.choose_overlay(overlay, models)
+    cluster = kuberay.the_raycluster(kuberay.render_overlay(chosen, k8s), chosen)
+    kuberay.check_gpu_groups(chosen, cluster, models)
+    bare = kuberay.images_without_registry(cluster)
+    if bare:
+        sweep.notes.append(
+            f"image {', '.join(bare)} names no registry: set yours in "
+            'k8s/components/images/kustomization.yaml (docs/cluster.md, "Images")'
+        )
+    if weights:
+        if not models:
+            raise ConfigError(
+                "--weights: the sweep serves no model with vLLM; there are no weights to fetch"
+            )
+        job = kuberay.build_weights_job(kuberay.weights_template(k8s), cluster, models)
+    else:
+        job = kuberay.build_rayjob(template, cluster, sweep, wired)
+    return RenderedJob(job, sweep, chosen, models)
 
 
 def _main_k8s(args: argparse.Namespace, overrides: list[str]) -> int:
     import yaml
 
-    job, sweep = render_rayjob(overrides, args.multirun, args.overlay)
+    rendered = render_rayjob(overrides, args.multirun, args.overlay, args.env, weights=args.weights)
+    job, sweep = rendered.job, rendered.sweep
     text = yaml.safe_dump(job, sort_keys=False)
     for note in sweep.notes:
         print(f"note: {note}", file=sys.stderr)
+    if args.weights:
+        what = f"the weights Job for {', '.join(job['spec']['template']['spec']['containers'][0]['args'])}"
+        after = (
+            "`kubectl -n distillery wait --for=condition=complete job -l "
+            "app.kubernetes.io/name=distillery-weights --timeout=4h` waits for it"
+        )
+    else:
+        label = job["metadata"]["labels"][SWEEP_LABEL]
+        what = f"sweep {sweep.sweep_id} (overlay {rendered.overlay})"
+        after = f"`kubectl get rayjobs -l {SWEEP_LABEL}={label}` lists its attempts"
     if args.out:
         Path(args.out).write_text(text)
-        print(f"sweep {sweep.sweep_id}: RayJob written to {args.out}", file=sys.stderr)
+        print(f"{what}: written to {args.out}", file=sys.stderr)
         print(f"  kubectl create -f {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-        print(
-            f"sweep {sweep.sweep_id}: pipe this into `kubectl create -f -`; "
-            f"`kubectl get rayjobs -l {SWEEP_LABEL}={job['metadata']['labels'][SWEEP_LABEL]}` "
-            "lists its attempts",
-            file=sys.stderr,
-        )
+        print(f"{what}: pipe this into `kubectl create -f -`; {after}", file=sys.stderr)
     return 0
 
 

@@ -1,11 +1,15 @@
-"""k8s/: every overlay renders with kustomize, every object is valid (strictly: unknown
-fields are errors) for the Kubernetes API or for KubeRay's CRDs, and the rules hold:
-the Ray head runs no work, GPU workers start from zero and request the GPUs vLLM
-uses, no Secret value is in a manifest, every image is pinned, every container has
-requests and limits, and every Secret key the pods read is one the README creates."""
+"""k8s/: every overlay and Job renders with kustomize, every object is valid (strictly:
+unknown fields are errors) for the Kubernetes API or for KubeRay's CRDs, passes the
+KubeRay operator's own validation rules (kuberay_rules.py), and the rules hold: the Ray
+head runs no work, GPU workers start from zero and request the GPUs vLLM uses, no
+Secret value is in a manifest, every image is pinned, every pod runs non-root with
+a seccomp profile and every container has no privilege escalation, requests and
+limits, and every Secret key the pods read is one docs/cluster.md creates."""
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 import shlex
 import shutil
@@ -17,13 +21,18 @@ from typing import Any
 import pytest
 import yaml
 
-from distillery.orchestrator.submit import (
-    PreparedSweep,
+from distillery.orchestrator.k8s import (
     build_rayjob,
+    build_weights_job,
+    kustomize,
     rayjob_template,
     render_overlay,
     template_defaults,
+    weights_template,
 )
+from distillery.orchestrator.submit import PreparedSweep
+from distillery.workers.llm.config import ModelConfig
+from tests.k8s.kuberay_rules import cluster_errors, rayjob_errors
 from tests.k8s.validation import REPO_ROOT, core_errors, crd_errors
 
 pytestmark = pytest.mark.skipif(
@@ -32,8 +41,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 K8S = REPO_ROOT / "k8s"
+RUNBOOK = REPO_ROOT / "docs" / "cluster.md"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
-SECRETS = {"distillery-s3", "distillery-postgres", "distillery-qdrant"}
+SECRETS = {
+    "distillery-s3",
+    "distillery-postgres",
+    "distillery-qdrant",
+    "distillery-mlflow",
+    "distillery-redis",
+    "distillery-keys",
+    "distillery-hf",
+}
 _SECRET_ENV = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|ACCESS_KEY", re.IGNORECASE)
 
 
@@ -68,7 +86,8 @@ def pod_specs(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(where, pod spec) of every pod an object would run."""
     spec = obj.get("spec", {})
     if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
-        yield obj["metadata"]["name"], spec["template"]["spec"]
+        meta = obj["metadata"]
+        yield meta.get("name") or meta["generateName"], spec["template"]["spec"]
     elif obj["kind"] == "RayCluster":
         yield from ray_pod_specs(obj["metadata"]["name"], spec)
     elif obj["kind"] == "RayJob":
@@ -88,8 +107,19 @@ def containers(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield f"{obj['kind']} {where}/{c['name']}", c
 
 
+@cache
+def benchmarks_job() -> dict[str, Any]:
+    (job,) = kustomize(K8S / "jobs" / "benchmarks")
+    return job
+
+
+def a_weights_job(overlay: str) -> dict[str, Any]:
+    models = [ModelConfig(name="q", backend="vllm", model="Qwen/Qwen3-4B")]
+    return build_weights_job(weights_template(K8S), the_raycluster(overlay), models)
+
+
 def all_objects(overlay: str) -> list[dict[str, Any]]:
-    return [*rendered(overlay), a_rayjob(overlay)]
+    return [*rendered(overlay), a_rayjob(overlay), a_weights_job(overlay), benchmarks_job()]
 
 
 def test_there_are_a_cpu_and_a_gpu_overlay():
@@ -101,7 +131,11 @@ def test_core_objects_are_valid_kubernetes_objects(overlay):
     docs = [d for d in rendered(overlay) if not d["apiVersion"].startswith("ray.io/")]
     kinds = {d["kind"] for d in docs}
     assert {"Namespace", "ConfigMap", "Service", "StatefulSet", "Deployment"} <= kinds
-    errors = {f"{d['kind']}/{d['metadata']['name']}": core_errors(d) for d in docs}
+    docs += [a_weights_job(overlay), benchmarks_job()]
+    errors = {
+        f"{d['kind']}/{d['metadata'].get('name') or d['metadata']['generateName']}": core_errors(d)
+        for d in docs
+    }
     assert not {k: v for k, v in errors.items() if v}
 
 
@@ -159,21 +193,23 @@ def gpus(container: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def test_gpu_overlay_has_vllm_workers_that_request_gpus():
     spec = the_raycluster("gpu")["spec"]
-    (vllm,) = [g for g in spec["workerGroupSpecs"] if g["groupName"] == "vllm"]
-    assert vllm["minReplicas"] == 0 and vllm["replicas"] == 0
-    (worker,) = vllm["template"]["spec"]["containers"]
-    requested, limit = gpus(worker)
-    assert requested == limit and int(requested) >= 1  # extended resources: equal
-    assert worker["image"].split(":")[0].endswith("distillery-gpu")  # the vLLM image
-    assert "/dev/shm" in {m["mountPath"] for m in worker.get("volumeMounts", [])}
-    # Episode workers stay off the GPU nodes: too few Ray CPUs there for them.
-    assert int(vllm["rayStartParams"]["num-cpus"]) <= int(requested) * 2
+    groups = [g for g in spec["workerGroupSpecs"] if g["groupName"].startswith("vllm")]
+    assert len(groups) == 4
+    for vllm in groups:
+        assert vllm["minReplicas"] == 0 and vllm["replicas"] == 0
+        (worker,) = vllm["template"]["spec"]["containers"]
+        requested, limit = gpus(worker)
+        assert requested == limit and int(requested) >= 1  # extended resources: equal
+        assert worker["image"].split(":")[0].endswith("distillery-gpu")  # the vLLM image
+        assert "/dev/shm" in {m["mountPath"] for m in worker.get("volumeMounts", [])}
+        # Episode workers stay off the GPU nodes: too few Ray CPUs there for them.
+        assert int(vllm["rayStartParams"]["num-cpus"]) <= int(requested) * 2
     # And no other pod asks for a GPU.
     others = [
         where
         for obj in all_objects("gpu")
         for where, c in containers(obj)
-        if any(gpus(c)) and "/vllm/" not in where
+        if any(gpus(c)) and "/vllm-" not in where
     ]
     assert others == []
 
@@ -242,9 +278,9 @@ def secret_refs(obj: dict[str, Any]) -> Iterator[tuple[str, str | None]]:
                 yield source["secretRef"]["name"], None
 
 
-def readme_secrets() -> dict[str, set[str]]:
-    """The Secrets README.md tells users to create, with their keys."""
-    text = (REPO_ROOT / "README.md").read_text().replace("\\\n", " ")  # join continued lines
+def runbook_secrets() -> dict[str, set[str]]:
+    """The Secrets docs/cluster.md tells users to create, with their keys."""
+    text = RUNBOOK.read_text().replace("\\\n", " ")  # join continued lines
     found: dict[str, set[str]] = {}
     for command in re.findall(r"kubectl [^\n]*create secret generic [^\n]*", text):
         words = shlex.split(command)
@@ -255,8 +291,8 @@ def readme_secrets() -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_readme_creates_every_secret_key_the_pods_read(overlay):
-    documented = readme_secrets()
+def test_the_runbook_creates_every_secret_key_the_pods_read(overlay):
+    documented = runbook_secrets()
     assert set(documented) == SECRETS
     for obj in all_objects(overlay):
         for name, key in secret_refs(obj):
@@ -300,7 +336,7 @@ def test_qdrant_and_mlflow_are_wired_as_the_rayjob_expects(overlay):
     (mlflow,) = of_kind(docs, "Deployment")
     (server,) = mlflow["spec"]["template"]["spec"]["containers"]
     args = " ".join(server["args"])
-    assert "--backend-store-uri=postgresql://" in args and "--serve-artifacts" in args
+    assert "--backend-store-uri=postgresql+psycopg://" in args and "--serve-artifacts" in args
     env = {e["name"]: e for e in server["env"]}
     for name in ("PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "MLFLOW_S3_ENDPOINT_URL"):
         assert "secretKeyRef" in env[name]["valueFrom"]
@@ -341,10 +377,12 @@ def test_the_image_is_built_on_the_pinned_ray():
     assert base.startswith(f"rayproject/ray:{ray_version()}-")
 
 
-def test_the_readme_documents_one_command_per_overlay():
-    text = (REPO_ROOT / "README.md").read_text()
+def test_the_runbook_documents_one_command_per_overlay():
+    text = RUNBOOK.read_text()
     for overlay in OVERLAYS:
         assert f"kubectl apply -k k8s/overlays/{overlay}" in text
+    assert "kubectl apply -k k8s/jobs/benchmarks" in text
+    assert "docs/cluster.md" in (REPO_ROOT / "README.md").read_text()
 
 
 def test_submit_k8s_renders_a_valid_rayjob_for_the_sweep(tmp_path, capsys):
@@ -359,7 +397,7 @@ def test_submit_k8s_renders_a_valid_rayjob_for_the_sweep(tmp_path, capsys):
     words = shlex.split(job["spec"]["entrypoint"])
     # The user's overrides win over the template's defaults; the rest of them stay.
     assert "output_dir=s3://mine/runs" in words and "output_dir=s3://distillery/runs" not in words
-    assert {"cluster=ray", "tracking.uri=http://distillery-mlflow:5000"} <= set(words)
+    assert {"cluster=kuberay", "tracking.uri=http://distillery-mlflow:5000"} <= set(words)
     assert words[-3:] == argv
     # Named after the sweep `distillery` would run: re-submitting resumes it.
     expected = prepare(argv, False, template_defaults(rayjob_template(K8S)), k8s=True)
@@ -372,3 +410,233 @@ def test_submit_k8s_renders_a_valid_rayjob_for_the_sweep(tmp_path, capsys):
     assert "known: cpu, gpu" in capsys.readouterr().err
     assert main(["--k8s", "student.temperature=9"]) == 2
     assert "student.temperature" in capsys.readouterr().err
+
+
+# -- KubeRay's operator validation (not the CRD schema) ---------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_operator_accepts_the_raycluster_and_the_rayjob(overlay):
+    assert cluster_errors(the_raycluster(overlay)) == []
+    assert rayjob_errors(a_rayjob(overlay)) == []
+
+
+def test_the_operator_rules_catch_what_they_encode():
+    """Each rule fails on the mistake it is there for, starting with the one that made
+    KubeRay 1.6+ refuse the GPU overlay: a group's idleTimeoutSeconds without v2."""
+    cluster = copy.deepcopy(the_raycluster("gpu"))
+    del cluster["spec"]["autoscalerOptions"]["version"]
+    assert any("idleTimeoutSeconds is set, but autoscaler v2" in e for e in cluster_errors(cluster))
+    cluster = copy.deepcopy(the_raycluster("gpu"))
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    head["containers"][0].setdefault("env", []).append({"name": "REDIS_PASSWORD", "value": "x"})
+    head["restartPolicy"] = "Always"
+    errors = cluster_errors(cluster)
+    assert any("REDIS_PASSWORD env var" in e for e in errors)
+    assert any("restartPolicy should be Never" in e for e in errors)
+    group = cluster["spec"]["workerGroupSpecs"][1]
+    group["resources"] = {"CPU": "1"}  # both rayStartParams and the group's resources
+    assert any("in both rayStartParams and Resources" in e for e in cluster_errors(cluster))
+    job = a_rayjob("cpu")
+    job["metadata"]["generateName"] = "2026-sweep-"  # a name must start with a letter
+    assert any("DNS1035" in e for e in rayjob_errors(job))
+    job["metadata"]["generateName"] = "a" * 50 + "-"
+    assert any("no more than 47" in e for e in rayjob_errors(job))
+
+
+def test_a_sweep_named_with_a_leading_digit_gets_a_name_kuberay_accepts():
+    template = rayjob_template(K8S)
+    for sweep_id in ("2026-05-ablation-0123456789abcdef", "x" * 90, "Über_Sweep/7"):
+        sweep = PreparedSweep(sweep_id, template_defaults(template), False, "s3://b/r", "u")
+        job = build_rayjob(template, the_raycluster("cpu"), sweep)
+        assert rayjob_errors(job) == [], sweep_id
+        assert crd_errors(job) == []
+
+
+# -- pods: least privilege ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_runs_unprivileged(overlay):
+    for obj in all_objects(overlay):
+        for where, pod in pod_specs(obj):
+            context = pod.get("securityContext", {})
+            assert context.get("runAsNonRoot") is True, where
+            assert context.get("seccompProfile", {}).get("type") == "RuntimeDefault", where
+        for where, c in containers(obj):
+            context = c.get("securityContext", {})
+            assert context.get("allowPrivilegeEscalation") is False, where
+            assert context.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert not context.get("privileged"), where
+    autoscaler = the_raycluster(overlay)["spec"]["autoscalerOptions"]["securityContext"]
+    assert autoscaler["allowPrivilegeEscalation"] is False and autoscaler["runAsNonRoot"]
+
+
+# -- GPU topology ---------------------------------------------------------------------
+
+
+def test_each_replica_size_is_placed_on_its_own_gpu_group():
+    """Ray's own autoscaler reads the RayCluster (its KubeRay config derivation), and a
+    vLLM replica's placement bundles (STRICT_PACK: one node) under cluster=kuberay fit
+    exactly one node type: the group with gpus_per_server GPUs per pod."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import (
+        _derive_autoscaling_config_from_ray_cr,
+    )
+
+    from distillery.orchestrator.config import ClusterConfig
+    from distillery.orchestrator.k8s import gpu_groups
+    from distillery.workers.llm.pool import placement_bundles
+    from tests.k8s.kuberay_rules import ray_start_flag
+
+    cluster = the_raycluster("gpu")
+    kuberay = yaml.safe_load((REPO_ROOT / "conf" / "cluster" / "kuberay.yaml").read_text())
+    cluster_cfg = ClusterConfig(**kuberay)
+    types = _derive_autoscaling_config_from_ray_cr(cluster)["available_node_types"]
+    assert gpu_groups(cluster) == {1: "vllm-1gpu", 2: "vllm-2gpu", 4: "vllm-4gpu", 8: "vllm-8gpu"}
+    for gpus, group in gpu_groups(cluster).items():
+        model = ModelConfig(
+            name="m",
+            backend="vllm",
+            model="Qwen/Qwen3-32B",
+            gpus_per_server=gpus,
+            tensor_parallel_size=gpus,
+            server_resources=cluster_cfg.replica_resources(gpus),
+        )
+        need: dict[str, float] = {}
+        for bundle in placement_bundles(model):
+            for key, value in bundle.items():
+                need[key] = need.get(key, 0) + value
+        fits = [
+            name
+            for name, node in types.items()
+            if all(node["resources"].get(k, 0) >= v for k, v in need.items())
+        ]
+        assert fits == [group], (gpus, fits)
+        # The pod's GPUs are its Kubernetes GPUs, all on one node.
+        (spec,) = [g for g in cluster["spec"]["workerGroupSpecs"] if g["groupName"] == group]
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == str(gpus)
+        # KubeRay passes the resource through a shell (pod.go, convertParamMap): it
+        # reaches `ray start` as valid JSON.
+        flag = ray_start_flag("resources", spec["rayStartParams"]["resources"])
+        assert json.loads(flag.split("=", 1)[1]) == {f"distillery_gpus_{gpus}": 1}
+    # Episode workers (1 CPU each under cluster=kuberay) never fit on a GPU pod.
+    assert all(
+        types[g]["resources"]["CPU"] < kuberay["worker_num_cpus"] + 1
+        for g in gpu_groups(cluster).values()
+    )
+
+
+def test_gpu_pods_read_weights_offline_from_the_cache_the_weights_job_fills():
+    (env_map,) = [d for d in rendered("gpu") if d["metadata"]["name"] == "distillery-env"]
+    assert env_map["data"]["HF_HUB_OFFLINE"] == "1"
+    cache = env_map["data"]["HF_HUB_CACHE"]
+    job = a_weights_job("gpu")
+    (download,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in download["env"]}
+    assert env["HF_HUB_OFFLINE"]["value"] == "0" and env["HF_HUB_CACHE"]["value"] == cache
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "distillery-hf",
+        "key": "HF_TOKEN",
+        "optional": True,
+    }
+    assert download["command"][:3] == ["python", "-m", "distillery.workers.llm.weights"]
+    assert download["args"] == ["Qwen/Qwen3-4B"]
+    mounts = {m["name"]: m["mountPath"] for m in download["volumeMounts"]}
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert cache.startswith(mounts["models"] + "/")
+    claim = volumes["models"]["persistentVolumeClaim"]["claimName"]
+    assert claim in {
+        d["metadata"]["name"] for d in of_kind(rendered("gpu"), "PersistentVolumeClaim")
+    }
+    for group in the_raycluster("gpu")["spec"]["workerGroupSpecs"]:
+        if not group["groupName"].startswith("vllm"):
+            continue
+        pod = group["template"]["spec"]
+        claims = {
+            v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]
+        }
+        (container,) = pod["containers"]
+        mounted = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert claims["models"] == claim and mounted["models"] == mounts["models"]
+    assert job["metadata"]["namespace"] == "distillery"
+    head = the_raycluster("gpu")["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert download["image"] == head["image"]
+
+
+def test_benchmark_data_and_venvs_live_where_the_pods_look():
+    (env_map,) = [d for d in rendered("cpu") if d["metadata"]["name"] == "distillery-env"]
+    job = benchmarks_job()
+    (fill,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in fill["env"]}
+    for name in ("APPWORLD_ROOT", "TOOLSANDBOX_CHECKOUT", "DISTILLERY_ENVS_DIR"):
+        assert env[name] == env_map["data"][name], name
+    assert "isolated install appworld" in fill["args"][0]
+    assert "isolated install toolsandbox" in fill["args"][0]
+    vendored = REPO_ROOT.parent / "shared" / "vendor" / "README.md"
+    if vendored.exists():  # the commit the adapter and its tests were checked against
+        assert env["TOOLSANDBOX_COMMIT"] in vendored.read_text()
+    claim = job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    spec = the_raycluster("cpu")["spec"]
+    pods = [spec["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in spec["workerGroupSpecs"]
+    ]
+    for pod in pods:
+        claims = {v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]}
+        mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert claim in claims and "/data" in mounts
+
+
+def test_mlflow_needs_basic_auth_and_reaches_postgres_without_a_uri_password():
+    docs = rendered("cpu")
+    (mlflow,) = of_kind(docs, "Deployment")
+    (server,) = mlflow["spec"]["template"]["spec"]["containers"]
+    assert "--app-name=basic-auth" in server["args"]
+    assert "--backend-store-uri=postgresql+psycopg://" in server["args"]
+    env = {e["name"]: e for e in server["env"]}
+    for name in ("PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD"):
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "distillery-postgres"
+    for name in (
+        "MLFLOW_AUTH_ADMIN_USERNAME",
+        "MLFLOW_AUTH_ADMIN_PASSWORD",
+        "MLFLOW_FLASK_SERVER_SECRET_KEY",
+    ):
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "distillery-mlflow"
+    (auth,) = [d for d in docs if d["metadata"]["name"] == "distillery-mlflow-auth"]
+    assert "database_uri = postgresql+psycopg://\n" in auth["data"]["basic_auth.ini"]
+    # The Ray pods log in with the same user (MLflow's client reads these variables).
+    for container in ray_containers(the_raycluster("cpu")["spec"]):
+        login = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+        assert login == {
+            name: {"name": "distillery-mlflow", "key": name}
+            for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+        }
+
+
+def ray_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    pods = [spec["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in spec["workerGroupSpecs"]
+    ]
+    return [p["containers"][0] for p in pods]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_ray_group_gets_the_keys_secret_and_gcs_survives_the_head(overlay):
+    spec = the_raycluster(overlay)["spec"]
+    for container in ray_containers(spec):
+        keys = [
+            s["secretRef"]
+            for s in container["envFrom"]
+            if s.get("secretRef", {}).get("name") == "distillery-keys"
+        ]
+        assert keys == [{"name": "distillery-keys", "optional": True}]
+    ft = spec["gcsFaultToleranceOptions"]
+    redis = [
+        s
+        for s in of_kind(rendered(overlay), "Service")
+        if s["metadata"]["name"] == "distillery-redis"
+    ]
+    assert (
+        redis and ft["redisAddress"] == f"distillery-redis:{redis[0]['spec']['ports'][0]['port']}"
+    )
+    assert ft["redisPassword"]["valueFrom"]["secretKeyRef"]["name"] == "distillery-redis"

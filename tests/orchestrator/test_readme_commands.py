@@ -111,7 +111,9 @@ def test_every_readme_command_line_is_collected():
             in_block = not in_block
         elif in_block and line.startswith("distillery "):
             counted += 1
-    assert counted >= 14  # as of writing; grows with the README
+    # As of writing; grows with the README (the Kubernetes runbook's lines live in
+    # docs/cluster.md, run by tests/k8s/test_runbook.py).
+    assert counted >= 13
     assert len(readme_block_commands()) == counted
     commands = readme_commands()
     assert QUICKSTART in commands  # after the inline ```python of the prose

@@ -1,18 +1,22 @@
 """Servers where users have them: a sweep whose output root is on an S3-compatible
 object store (moto's server, through pyarrow's S3 filesystem configured from the
 environment) and whose tracking is an MLflow server on PostgreSQL with its artifacts
-on the same store. Killed with SIGKILL mid-sweep and resumed, it ends with every
-(point, task) once, one MLflow parent run, and results readable back through pyarrow
-and MLflow's client."""
+on the same store, run as k8s/base/mlflow.yaml runs it: behind basic auth, reaching
+PostgreSQL through psycopg 3 with libpq's variables and a password full of `@:/%`.
+Killed with SIGKILL mid-sweep and resumed, it ends with every (point, task) once, one
+MLflow parent run, results readable back through pyarrow and MLflow's client, and
+docs/cluster.md's `distillery report s3://...` line reporting it from the store."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 
+import httpx
 import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
@@ -89,11 +93,18 @@ def _done(fs: pafs.FileSystem, kind: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(postgres_bin() is None, reason="PostgreSQL is not installed")
-def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path):
+def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path, monkeypatch):
     s3 = pafs.S3FileSystem(**s3_options(store.env))
+    login = ("admin", "mlflow-admin:p@ss/w%rd")
     with (
-        postgres_server() as postgres,
-        mlflow_server(postgres.uri, "s3://distillery/mlflow", store.env) as tracking,
+        postgres_server(password="pg:p@ss/w%rd#1") as postgres,
+        # No password in any URI: libpq's variables, as the k8s Secret gives them.
+        mlflow_server(
+            "postgresql+psycopg://",
+            "s3://distillery/mlflow",
+            {**store.env, **postgres.libpq_env()},
+            basic_auth=login,
+        ) as tracking,
         run_stub_server(script="distillery.testing.bfcl_scripts:replay_native", delay_s=0.3) as url,
     ):
         argv = [
@@ -121,6 +132,9 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path):
             **store.env,
             "PYTHONPATH": str(REPO_ROOT),
             "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+            # MLflow's client logs in with these (the Ray pods get them from a Secret).
+            "MLFLOW_TRACKING_USERNAME": login[0],
+            "MLFLOW_TRACKING_PASSWORD": login[1],
         }
         process = subprocess.Popen(
             argv,
@@ -164,6 +178,10 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path):
         # -- read back through MLflow's client (runs in PostgreSQL, artifacts on S3) ----
         from mlflow.tracking import MlflowClient
 
+        anonymous = httpx.get(f"{tracking}/api/2.0/mlflow/experiments/search?max_results=1")
+        assert anonymous.status_code == 401  # basic auth guards the tracking server
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", login[0])
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", login[1])
         client = MlflowClient(tracking)
         experiment = client.get_experiment_by_name("distillery")
         assert experiment.artifact_location.startswith("mlflow-artifacts:")  # served
@@ -201,3 +219,26 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path):
         with psycopg.connect(postgres.uri) as db, db.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM runs WHERE lifecycle_stage = 'active'")
             assert cursor.fetchone()[0] == 3
+
+        # -- docs/cluster.md: the report from the object store, on a "laptop" --------
+        argv = shlex.split(runbook_report_line())
+        report = subprocess.run(
+            [sys.executable, "-m", "distillery.orchestrator.cli", *argv[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert report.returncode == 0, report.stderr[-3000:]
+        assert "zero_shot" in report.stdout
+        out = tmp_path / argv[argv.index("--out") + 1]
+        assert any(out.rglob("*.md")) and any(out.rglob("*.png"))
+
+
+def runbook_report_line() -> str:
+    """docs/cluster.md's `distillery report s3://...` line, as written."""
+    from tests.k8s.test_runbook import runbook_commands
+
+    (line,) = [c for c in runbook_commands() if c.startswith("distillery report s3://")]
+    return line

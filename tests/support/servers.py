@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 
@@ -49,16 +50,31 @@ def _as_postgres_user() -> dict:
 class Postgres:
     uri: str  # postgresql://user:password@127.0.0.1:port/database
     password: str
+    port: int = 5432
+
+    def libpq_env(self, database: str = "mlflow", user: str = "mlflow") -> dict[str, str]:
+        """The connection as libpq's variables (what the k8s MLflow server gets from
+        the distillery-postgres Secret): no password in any URI."""
+        return {
+            "PGHOST": "127.0.0.1",
+            "PGPORT": str(self.port),
+            "PGDATABASE": database,
+            "PGUSER": user,
+            "PGPASSWORD": self.password,
+        }
 
 
 @contextmanager
-def postgres_server(database: str = "mlflow", user: str = "mlflow") -> Iterator[Postgres]:
+def postgres_server(
+    database: str = "mlflow", user: str = "mlflow", password: str | None = None
+) -> Iterator[Postgres]:
+    """`password` may hold any character (a URI needs it percent-encoded: `uri` has it so)."""
     bin_dir = postgres_bin()
     if bin_dir is None:
         raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
     run_as = _as_postgres_user()
     root = Path(tempfile.mkdtemp(prefix="dpg-", dir="/tmp"))
-    password = secrets.token_hex(16)
+    password = password or secrets.token_hex(16)
     (root / "pw").write_text(password)
     if run_as:
         for path in (root, root / "pw"):
@@ -116,7 +132,11 @@ def postgres_server(database: str = "mlflow", user: str = "mlflow") -> Iterator[
             env=env,
             capture_output=True,
         )
-        yield Postgres(f"postgresql://{user}:{password}@127.0.0.1:{port}/{database}", password)
+        yield Postgres(
+            f"postgresql://{user}:{quote(password, safe='')}@127.0.0.1:{port}/{database}",
+            password,
+            port,
+        )
     finally:
         server.terminate()  # SIGTERM: smart shutdown, then fast
         try:
@@ -172,12 +192,25 @@ def s3_server(buckets: tuple[str, ...] = ("distillery",)) -> Iterator[ObjectStor
         _stop(server)
 
 
+# k8s/base/mlflow.yaml's auth config (the admin comes from the environment).
+BASIC_AUTH_INI = """[mlflow]
+default_permission = READ
+database_uri = {database_uri}
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+"""
+
+
 @contextmanager
 def mlflow_server(
-    backend_store_uri: str, artifacts_destination: str, env: dict[str, str]
+    backend_store_uri: str,
+    artifacts_destination: str,
+    env: dict[str, str],
+    basic_auth: tuple[str, str] | None = None,
 ) -> Iterator[str]:
     """`mlflow server` on `backend_store_uri`, serving artifacts from the destination
-    (an s3:// URI: `env` carries the store's endpoint and credentials)."""
+    (an s3:// URI: `env` carries the store's endpoint and credentials). `basic_auth`:
+    (user, password) of its admin, as k8s/base/mlflow.yaml runs it (`--app-name
+    basic-auth`, users in the same database)."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="dmlflow-", suffix=".log", delete=False)  # noqa: SIM115
     server_env = {
@@ -186,10 +219,24 @@ def mlflow_server(
         "MLFLOW_S3_ENDPOINT_URL": env["AWS_ENDPOINT_URL"],
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
+    auth_args: list[str] = []
+    if basic_auth is not None:
+        ini = Path(log.name).with_suffix(".ini")
+        ini.write_text(BASIC_AUTH_INI.format(database_uri=backend_store_uri))
+        server_env.update(
+            {
+                "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+                "MLFLOW_AUTH_ADMIN_USERNAME": basic_auth[0],
+                "MLFLOW_AUTH_ADMIN_PASSWORD": basic_auth[1],
+                "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+            }
+        )
+        auth_args = ["--app-name", "basic-auth"]
     server = subprocess.Popen(
         [
             str(BIN / "mlflow"),
             "server",
+            *auth_args,
             "--backend-store-uri",
             backend_store_uri,
             "--serve-artifacts",

@@ -25,6 +25,7 @@ from typing import Any
 
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.servers import GpuLeaseImpl, LlmServerImpl
+from distillery.workers.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,16 @@ def placement_bundles(cfg: ModelConfig) -> list[dict[str, float]]:
     if cfg.backend == "vllm":
         return [{"CPU": 1.0, **extra}]
     return [{"CPU": cfg.server_num_cpus, **extra}]
+
+
+def _custom_resource_hint(bundles: list[dict[str, float]]) -> str:
+    custom = sorted({k for b in bundles for k in b if k not in ("CPU", "GPU", "memory")})
+    if not custom:
+        return ""
+    return (
+        f"; {', '.join(custom)} must be offered by a node or worker group (on Kubernetes: "
+        "a GPU worker group with that many GPUs per pod, k8s/overlays/gpu)"
+    )
 
 
 class ReplicaDirectoryImpl:
@@ -89,7 +100,9 @@ class ModelServerPool:
     ) -> None:
         self.cfg = cfg
         self.node_address = node_address  # serve on the node's address (clusters)
-        self.log_dir = str(Path(log_dir).resolve())
+        # A local folder (made absolute: actors run elsewhere) or a URI (an object store:
+        # each server's log is copied there as it grows).
+        self.log_dir = str(Location.of(log_dir))
         self.on_event = on_event
         self.replicas: list[ReplicaState] = []
         self.directory: Any = None
@@ -182,6 +195,7 @@ class ModelServerPool:
                 f"model {self.cfg.name}: {len(groups) - len(ready)} of {len(groups)} replicas "
                 f"could not be placed in {self.cfg.startup_timeout_s:.0f} s (each needs "
                 f"{bundles} on one node): the cluster lacks the resources"
+                + _custom_resource_hint(bundles)
             )
 
     def _spawn(self, replica: ReplicaState) -> None:
@@ -282,7 +296,7 @@ class ModelServerPool:
             else:
                 try:
                     ok = ray.get(ref)
-                    problem = "" if ok else "its server does not answer /v1/models"
+                    problem = "" if ok else "its server fails its health check"
                 except ray.exceptions.RayError as exc:  # the actor (or its node) died
                     problem = dead = f"{type(exc).__name__}: {str(exc)[:200]}"
             if not problem:

@@ -16,19 +16,23 @@ the cap holds across the cluster without a central router on every request.
 A replica whose request failed with an infrastructure error is avoided until the pool
 reports it restarted (a new generation) or the suspicion expires; the request itself
 is retried at once on another replica, so an episode in flight on a dead server
-continues elsewhere instead of failing.
+continues elsewhere instead of failing. A request waiting on a replica that the pool's
+health check takes down (a hung engine answers nothing, so the request would wait out
+its whole `request_timeout_s`) is abandoned as soon as the pool says so, and retried
+on another replica the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from bisect import bisect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.llm.client import ChatClient
 from distillery.workers.llm.config import ModelConfig, Routing
@@ -262,7 +266,9 @@ class RoutedChat:
             url = self.router.replicas[index].url or ""
             try:
                 async with self.router.pending(index), self._slots[index]:
-                    return await self._client(url).chat(messages, **kwargs)
+                    return await self._while_up(
+                        index, url, self._client(url).chat(messages, **kwargs)
+                    )
             except InfraError:
                 # This replica failed (or its server went away while we waited): the
                 # same request, which carries the whole conversation, goes elsewhere.
@@ -272,6 +278,34 @@ class RoutedChat:
                 if not self._any_usable(tried):
                     raise
                 self.requests_rerouted += 1
+
+    async def _while_up(self, index: int, url: str, request: Any) -> ChatResult:
+        """The request's reply, unless the pool takes its replica down (or replaces it)
+        first: then InfraError, and the caller retries elsewhere."""
+        if self._directory is None:
+            return cast(ChatResult, await request)
+        replica = self.router.replicas[index]
+        if not replica.healthy or replica.url != url:  # went down while we waited for a slot
+            request.close()
+            raise InfraError(f"replica {url} was taken down by its health check")
+        task = asyncio.ensure_future(request)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.REFRESH_S)
+                if done:
+                    return task.result()
+                self._maybe_refresh()  # one directory call a second per worker, shared
+                replica = self.router.replicas[index]
+                if not replica.healthy or replica.url != url:
+                    raise InfraError(
+                        f"replica {url} was taken down by its health check while this "
+                        "request waited on it"
+                    )
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     def _any_usable(self, tried: set[int]) -> bool:
         now = time.monotonic()

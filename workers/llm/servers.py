@@ -3,8 +3,12 @@ OpenAI-compatible server from a command line, each replica owned by a Ray actor.
 
 Each replica is a subprocess serving the OpenAI-compatible API on its node, started
 by a Ray actor that owns it (so Ray places it where its placement group reserved the
-resources, and kills it with the actor), and health-checked on /v1/models before
-anyone talks to it. Pools of replicas (placement, health polling, restarts) are in
+resources, and kills it with the actor), and health-checked before anyone talks to it:
+vLLM on `/health`, which asks its engine (a hung or dead engine fails it while
+`/v1/models` would still answer from the API process), other servers on /v1/models.
+A vLLM replica's model must be in the model cache when vLLM runs offline (weights.py).
+Its log is written locally and, when the sweep's output root is elsewhere (an object
+store), copied there as it grows (server_logs.py), so it outlives the pod. Pools of replicas (placement, health polling, restarts) are in
 pool.py; everything after the launch line is the same client for every backend.
 """
 
@@ -16,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -26,7 +31,10 @@ import httpx
 
 from distillery import redaction
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.server_logs import LogShipper
+from distillery.workers.llm.weights import require_cached
 from distillery.workers.packaged import packaged_file
+from distillery.workers.storage import Location
 
 
 def find_smollm2_gguf() -> Path:
@@ -88,6 +96,10 @@ def vllm_command(cfg: ModelConfig, host: str, port: int) -> list[str]:
         "--max-num-seqs",
         str(cfg.max_num_seqs or cfg.max_concurrency_per_server),
     ]
+    if cfg.tensor_parallel_size > 1:
+        # One node's GPUs (the replica's STRICT_PACK placement group): vLLM's own
+        # worker processes, never a Ray executor inside the actor's Ray cluster.
+        command += ["--distributed-executor-backend", "mp"]
     if cfg.seed is not None:
         command += ["--seed", str(cfg.seed)]
     if cfg.max_model_len:
@@ -123,6 +135,8 @@ class ServerProcess:
         startup_timeout_s: float = 600.0,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        health_url: str | None = None,
+        ship_to: Location | None = None,
     ) -> None:
         self.command = command
         self.base_url = base_url
@@ -130,6 +144,11 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.env = env
         self.cwd = cwd
+        # What says the server can serve: vLLM's /health (engine liveness), else the
+        # OpenAI model list.
+        self.health_url = health_url or f"{base_url}/models"
+        self._shipper = LogShipper(self.log_path, ship_to) if ship_to is not None else None
+        self._copier: threading.Thread | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
@@ -146,14 +165,17 @@ class ServerProcess:
         )
         # Servers print their arguments (vLLM: every non-default one, an --api-key
         # too): the log gets the output line by line, redacted.
-        copier = threading.Thread(
+        copier = self._copier = threading.Thread(
             target=_copy_redacted, args=(self._process.stdout, self.log_path), daemon=True
         )
         copier.start()
+        if self._shipper is not None:
+            self._shipper.start()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 copier.join(timeout=5)  # the log's last lines (the pipe is at its end)
+                self._stop_shipping()
                 command = redaction.redact(" ".join(self.command))
                 raise RuntimeError(
                     f"model server exited with code {self._process.returncode} during start-up:"
@@ -176,20 +198,26 @@ class ServerProcess:
         if self._process is not None and self._process.poll() is not None:
             return False  # exited: whatever answers on its port now is not it
         try:
-            return httpx.get(f"{self.base_url}/models", timeout=timeout_s).status_code == 200
+            return httpx.get(self.health_url, timeout=timeout_s).status_code == 200
         except httpx.HTTPError:
             return False
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+        if process is not None and process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+        if self._copier is not None:
+            self._copier.join(timeout=5)  # its last lines, then the last copy
+        self._stop_shipping()
+
+    def _stop_shipping(self) -> None:
+        if self._shipper is not None:
+            self._shipper.stop()
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -222,6 +250,8 @@ def _die_with_parent() -> None:
 def server_process_for(
     cfg: ModelConfig, log_dir: str | Path, host: str = "127.0.0.1"
 ) -> ServerProcess:
+    """The replica's server on `host`; its log in `log_dir` (a local folder or a URI:
+    then written to a local temp folder and copied there as it grows)."""
     port = free_port(host)
     if cfg.backend == "llama_cpp":
         model_path = cfg.gguf_path or find_smollm2_gguf()
@@ -232,9 +262,23 @@ def server_process_for(
         command = command_line(cfg, host, port)
     else:
         raise ValueError(f"backend {cfg.backend!r} is not launched by distillery")
-    log = Path(log_dir) / f"{cfg.name}-{port}.log"
+    name = f"{cfg.name}-{host.replace(':', '_')}-{port}.log"  # unique across nodes
+    where = Location.of(log_dir)
+    ship_to = None
+    if where.is_local:
+        log = where.local_path / name
+    else:
+        log = Path(tempfile.mkdtemp(prefix="distillery-server-log-")) / name
+        ship_to = where
+    health = f"http://{host}:{port}/health" if cfg.backend == "vllm" else None
     return ServerProcess(
-        command, f"http://{host}:{port}/v1", log, cfg.startup_timeout_s, cwd=cfg.command_cwd
+        command,
+        f"http://{host}:{port}/v1",
+        log,
+        cfg.startup_timeout_s,
+        cwd=cfg.command_cwd,
+        health_url=health,
+        ship_to=ship_to,
     )
 
 
@@ -250,9 +294,12 @@ class LlmServerImpl:
         # On a cluster, the node's own address: episode workers on other nodes must
         # reach it. A private local Ray keeps its servers on loopback.
         host = cfg.server_host or (ray.util.get_node_ip_address() if node_address else "127.0.0.1")
+        self._cfg = cfg
         self._server = server_process_for(cfg, log_dir, host)
 
     def start(self, more_gpus: list[str] | None = None) -> str:
+        if self._cfg.backend == "vllm":
+            require_cached(self._cfg.model)  # offline: a missing model stops it now
         if more_gpus:  # the other GPU bundles of its placement group (tensor parallel)
             import ray
 
