@@ -52,6 +52,7 @@ from distillery.orchestrator.hydra_flags import (  # noqa: E402
     parse_flags,
     typo_hint,
 )
+from distillery.orchestrator.requirements_check import RequirementsError  # noqa: E402
 from distillery.workers.envs.base import BenchmarkUnavailable  # noqa: E402
 
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
@@ -265,8 +266,15 @@ def run_cli(argv: list[str]) -> int:
         # benchmark's package (no model server starts) before they print.
         configs = validate_sweep(points, models=not (args.plan or args.cfg))
     # BenchmarkUnavailable: planning lists the tasks, and an adapter that cannot (no
-    # AppWorld data folder, no venv) says what is missing and how to get it.
-    except (ValueError, UserError, BenchmarkUnavailable) as exc:  # ConfigError, a bad split...
+    # AppWorld data folder, no venv) says what is missing and how to get it. A plan
+    # reports it with every other problem of the world (its pre-flight).
+    except (RequirementsError, BenchmarkUnavailable) as exc:
+        if not args.plan:
+            return _refuse(exc)
+        from distillery.orchestrator.plan_check import plan_command
+
+        return plan_command(_validated(points), unplanned=exc)
+    except (ValueError, UserError) as exc:  # ConfigError, a bad split...
         return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
         if type(exc).__module__.startswith(("hydra", "omegaconf")):

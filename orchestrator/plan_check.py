@@ -13,7 +13,7 @@ from distillery.orchestrator.config import DistilleryConfig
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.plan_totals import format_totals, plan_totals
-from distillery.orchestrator.readiness import world_problems
+from distillery.orchestrator.readiness import Problem, world_problems
 
 
 def plan_command(
@@ -22,20 +22,37 @@ def plan_command(
     err: TextIO | None = None,
     *,
     probe_endpoints: bool = True,
+    unplanned: BaseException | None = None,
 ) -> int:
     """The plan of validated `configs` (`cli.validate_sweep`: a config or a plan a run
     would refuse is refused before, with the run's own message) and the pre-flight of
-    the world it points at."""
+    the world it points at. `unplanned`: why the sweep cannot be planned here (the
+    benchmark's package, venv or data missing), reported with the world's problems."""
     out, err = out or sys.stdout, err or sys.stderr
-    graph = plan_sweep(configs)
-    ledger = Ledger(graph.configs[0].output_dir)
-    statuses = stage_status(graph, ledger)
-    print(format_plan(graph, statuses), file=out)
-    cost = graph.configs[0].cost
-    totals = plan_totals(graph, statuses, ledger)
-    print(format_totals(totals, cost.prices, cost.throughput_tokens_per_s, cost.gpu_hour), file=out)
-    out.flush()
-    problems = world_problems(configs, graph, probe_endpoints=probe_endpoints)
+    problems: list[Problem] = []
+    graph = None
+    if unplanned is None:
+        graph = plan_sweep(configs)
+        ledger = Ledger(graph.configs[0].output_dir)
+        statuses = stage_status(graph, ledger)
+        print(format_plan(graph, statuses), file=out)
+        cost = graph.configs[0].cost
+        totals = plan_totals(graph, statuses, ledger)
+        print(
+            format_totals(totals, cost.prices, cost.throughput_tokens_per_s, cost.gpu_hour),
+            file=out,
+        )
+        out.flush()
+    else:  # the benchmark cannot list its tasks here: no plan, the world still checked
+        missing = getattr(unplanned, "missing", None)
+        problems += [Problem(str(m)) for m in missing] if missing else [Problem(str(unplanned))]
+        print("plan: not made (the benchmark cannot list its tasks here; see below)", file=out)
+    said = {p.text for p in problems}
+    problems += [
+        p
+        for p in world_problems(configs, graph, probe_endpoints=probe_endpoints)
+        if p.text not in said
+    ]
     if problems:
         for problem in problems:
             print(f"distillery: {problem}", file=err)
