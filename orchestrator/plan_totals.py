@@ -9,7 +9,8 @@ These are estimates, and each line says what it rests on:
 * assumed, where nothing of that model has run yet: `CALLS_PER_TURN` calls per user
   turn, each sending the task's tools and messages again (`CHARS_PER_TOKEN` characters a
   token, the history growing it by `HISTORY_GROWTH`) and answering
-  `COMPLETION_TOKENS` tokens; a bank costs `BUILD_CALLS_PER_TASK` calls of
+  `COMPLETION_TOKENS` tokens (`REASONING_COMPLETION_TOKENS` for a reasoning model,
+  whose cap is `max_completion_tokens`); a bank costs `BUILD_CALLS_PER_TASK` calls of
   `BUILD_PROMPT_TOKENS` in and `BUILD_COMPLETION_TOKENS` out per memory task. These
   figures are ours (no paper gives them); once a few episodes ran, re-planning uses
   what they measured instead.
@@ -30,6 +31,9 @@ CALLS_PER_TURN = 2.0  # ours: one call that acts, one closing reply
 CHARS_PER_TOKEN = 4.0  # ours: a common rule of thumb for English text and JSON
 HISTORY_GROWTH = 1.5  # ours: later calls re-send the earlier steps too
 COMPLETION_TOKENS = 150.0  # ours: a call or two, or a short answer
+# ours: a reasoning model (its cap is max_completion_tokens, as OpenAI's reasoning models
+# take it) spends hundreds to thousands of reasoning tokens per call at medium effort.
+REASONING_COMPLETION_TOKENS = 1000.0
 BUILD_CALLS_PER_TASK = 2.0  # ours: e.g. AMD's workflow insight and subtask segmentation
 BUILD_PROMPT_TOKENS = 3000.0  # ours: a trajectory and the builder's instructions
 BUILD_COMPLETION_TOKENS = 300.0  # ours: an insight or a segmentation
@@ -95,7 +99,7 @@ def plan_totals(
             totals.episodes += len(todo)
             unit = measured.get(("episode", key))
             for task_id in todo:
-                per = unit or _assumed_episode(graph.tasks.get(task_id))
+                per = unit or _assumed_episode(graph.tasks.get(task_id), model)
                 totals.calls += per.calls
                 totals.tokens_in += per.tokens_in
                 totals.tokens_out += per.tokens_out
@@ -168,19 +172,22 @@ def _measured(
     return out
 
 
-def _assumed_episode(task: Task | None) -> PerUnit:
+def _assumed_episode(task: Task | None, model: ModelConfig) -> PerUnit:
     turns = max(1, len(task.turns)) if task is not None else 1
     chars = 0
     if task is not None:
         chars = len(json.dumps(list(task.tools), default=str)) + sum(len(t) for t in task.turns)
     calls = CALLS_PER_TURN * turns
     prompt = chars / CHARS_PER_TOKEN * HISTORY_GROWTH
+    reasoning = model.token_limit_param == "max_completion_tokens"
+    completion = REASONING_COMPLETION_TOKENS if reasoning else COMPLETION_TOKENS
     return PerUnit(
         calls,
         calls * prompt,
-        calls * COMPLETION_TOKENS,
+        calls * completion,
         f"assumed: {CALLS_PER_TURN:g} calls per user turn, prompts from the tasks' tools and "
-        f"messages, {COMPLETION_TOKENS:g} completion tokens per call",
+        f"messages, {completion:g} completion tokens per call"
+        + (" (a reasoning model)" if reasoning else ""),
     )
 
 

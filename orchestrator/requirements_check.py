@@ -69,7 +69,7 @@ def models_in_use(cfg: DistilleryConfig) -> list[tuple[str, ModelConfig]]:
     if any(m.kind != "teacher" for m in methods):
         used.append(("student", cfg.student))
     builder = cfg.builder_model() if any(m.uses_memory for m in methods) else None
-    if builder is not None:
+    if builder is not None and all(builder != model for _, model in used):
         used.append((f"builder_models.{cfg.memory.builder.model}", builder))
     return used
 
