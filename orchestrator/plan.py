@@ -34,6 +34,7 @@ from distillery.orchestrator.stages import (
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.registry import benchmark_class, make_benchmark
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.memory.applicability import refusal
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory.retrieval import Isolation
 
@@ -140,6 +141,18 @@ def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int
     return identity
 
 
+def _methods_apply(cfg: DistilleryConfig) -> None:
+    """Every memory method must have something to build from in the benchmark's
+    episodes (memory/applicability.py): one that would read an empty bank is refused
+    here, before anything runs."""
+    for name in cfg.methods:
+        method = cfg.method(name)
+        if method.uses_memory:
+            why = refusal(method.kind, cfg.benchmark.name, cfg.benchmark.options)
+            if why:
+                raise ValueError(f"methods: {name}: {why}")
+
+
 def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
     """Expand sweep points into the shared stage graph (nothing runs)."""
     if not configs:
@@ -147,6 +160,7 @@ def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
     _check_shared_runtime(configs)
     graph = StageGraph(configs=list(configs))
     for cfg in configs:
+        _methods_apply(cfg)
         tasks = resolve_tasks(cfg)
         graph.tasks.update({t.task_id: t for t in tasks})
         split = split_for(cfg, tasks)

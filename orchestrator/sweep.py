@@ -36,6 +36,7 @@ from distillery.orchestrator.stages import (
     effective_seed,
 )
 from distillery.workers.envs.base import Task
+from distillery.workers.envs.registry import summed_benchmark_counters
 from distillery.workers.episodes import AgentJob, EpisodeSummary
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import MemoryJob
@@ -198,6 +199,8 @@ class Sweep:
         self, point: EvalPoint, summaries: list[EpisodeSummary], records: list[EpisodeRecord]
     ) -> dict:
         metrics = agent_metrics(summaries)
+        # What the benchmark counted (e.g. grader timeouts), summed over the episodes.
+        metrics.update(summed_benchmark_counters(point.cfg.benchmark.name, records))
         if point.bank_stage is not None:
             metrics.update(memory_method(point.method.kind).metrics(records))
             output = self.ledger.output(point.bank_stage)

@@ -190,6 +190,7 @@ class EpisodeRunner:
             outcome.tokens_reasoning += usage.reasoning_tokens
         record = self._record(task, episode_id, started, attempts, outcome, score)
         extra: dict[str, Any] = hooks.record() if hooks is not None else {}
+        extra.update(score.counters)  # the benchmark's own counts (Score.counters)
         if outcome.reply_notes:
             extra["reply_notes"] = outcome.reply_notes
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped

@@ -11,7 +11,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator.run import run_experiment, run_sweep
+from distillery.testing.answer_scripts import REPLIES_VARIABLE
 from distillery.testing.scripted_server import run_stub_server, stub_stats
+from distillery.workers.envs.mathgrade.answers import gsm8k_gold
 from distillery.workers.trajectories import read_episodes
 from tests.support.sweep_config import scripted_student as _student
 from tests.support.sweep_config import sweep_config as _config
@@ -253,3 +255,37 @@ def test_bundled_smollm2_plays_one_task_through_llama_cpp(tmp_path, ray_local):
     assert record.backend == "llama_cpp" and record.termination in ("done", "step_limit")
     assert record.success is not None  # scored: no infrastructure failure
     assert record.n_llm_calls >= len(record.steps_per_turn) and record.tokens_in > 5000
+
+
+def test_an_answer_benchmark_is_scored_counted_and_tracked(tmp_path, ray_local, monkeypatch):
+    """GSM8K, the oracle as teacher, a scripted student: right, wrong, no answer and a
+    grader-killing answer (a counted grader timeout)."""
+    gsm8k = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
+    if not (gsm8k / "test.jsonl").is_file():
+        pytest.skip(f"no {gsm8k}")
+    rows = [json.loads(line) for line in (gsm8k / "test.jsonl").read_text().splitlines()[:4]]
+    gold = [gsm8k_gold(r["answer"]) for r in rows]
+    replies = {
+        rows[0]["question"]: [f"\\boxed{{{gold[0]}}}"],
+        rows[1]["question"]: ["\\boxed{-1}"],
+        rows[2]["question"]: ["No idea."],
+        rows[3]["question"]: ["\\boxed{9^{9^{9^{9^{9}}}}}"],
+    }
+    path = tmp_path / "replies.json"
+    path.write_text(json.dumps(replies))
+    monkeypatch.setenv(REPLIES_VARIABLE, str(path))
+    with run_stub_server("distillery.testing.answer_scripts:replies_from_file") as url:
+        cfg = _config(tmp_path, "benchmark=gsm8k", f"+benchmark.options.data_path={gsm8k}",
+                      "+benchmark.options.grader_timeout_s=2", "benchmark.limit=4",
+                      "methods=[teacher,zero_shot]", "cluster.num_workers=1",
+                      *_student(url))  # fmt: skip
+        result = run_experiment(cfg, progress=False)
+    teacher, student = result.methods
+    assert teacher.metrics["success_rate"] == 1.0  # the oracle's worked solutions
+    assert student.metrics["success_rate"] == 0.25
+    assert student.metrics["grader_timeouts"] == 1.0 and student.metrics["infra_errors"] == 0
+    client = MlflowClient(cfg.tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("distillery").experiment_id])
+    child = next(r for r in runs if r.data.tags.get("method") == "zero_shot")
+    assert child.data.metrics["grader_timeouts"] == 1.0
+    assert "grader_math_verify" in child.data.tags.get("deviations", "")

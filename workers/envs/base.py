@@ -101,6 +101,10 @@ class Score:
     success: bool
     error_type: str | None = None
     error_message: str | None = None
+    # What the benchmark counted in this episode (e.g. `grader_timeouts`): kept in the
+    # episode record's `extra_json` and summed per evaluation point for the names the
+    # benchmark class lists in `counters`.
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 class Environment(Protocol):
@@ -138,6 +142,13 @@ class Environment(Protocol):
 
     def close(self) -> None:
         """Release every resource of this episode (instances, caches)."""
+
+
+# What a benchmark's episodes hold for memory methods to build from
+# (`Benchmark.trajectory_contents`): TOOL_CALLS, steps of executed calls with their
+# observations (every tool-use benchmark's); an answer benchmark's single reply has none.
+TOOL_CALLS = "tool_calls"
+TRAJECTORY_CONTENTS: tuple[str, ...] = (TOOL_CALLS,)
 
 
 def deviation(description: str) -> Any:
@@ -238,6 +249,11 @@ class Benchmark(Protocol):
 
     def make_env(self, task: Task, episode_tag: str) -> Environment:
         """A new isolated environment; `episode_tag` is unique per episode attempt."""
+
+    # Optional, read from the class: `trajectory_contents(options) -> frozenset[str]`,
+    # what its episodes hold for memory methods (of TRAJECTORY_CONTENTS); a benchmark
+    # that does not say has TOOL_CALLS. A memory method that needs what a benchmark's
+    # episodes lack is refused before a run starts (memory/applicability.py).
 
     def oracle_turns(self, task: Task) -> list[list[str]]:
         """The ground-truth call strings per turn (for the labelled oracle teacher).

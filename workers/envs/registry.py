@@ -21,10 +21,16 @@ registry machinery (lazy loading, entry points, errors) is `distillery.workers.p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from distillery.workers.envs.base import Benchmark, BenchmarkOptions, BenchmarkUnavailable
+from distillery.workers.envs.base import (
+    TOOL_CALLS,
+    Benchmark,
+    BenchmarkOptions,
+    BenchmarkUnavailable,
+)
 from distillery.workers.envs.conventions import AgentConventions
 from distillery.workers.plugins import PluginLoadError, PluginRegistry, Registration, lacking
 
@@ -33,6 +39,10 @@ ENTRY_POINT_GROUP = "distillery.benchmarks"
 # The project's own benchmarks: name -> "module:Class".
 BENCHMARKS: dict[str, str] = {
     "bfcl_multi_turn_base": "distillery.workers.envs.bfcl:BfclMultiTurnBase",
+    "gsm8k": "distillery.workers.envs.gsm8k.benchmark:Gsm8k",
+    "math": "distillery.workers.envs.math.benchmark:Math",
+    "mbpp": "distillery.workers.envs.mbpp.benchmark:Mbpp",
+    "humaneval": "distillery.workers.envs.humaneval.benchmark:HumanEval",
     "appworld": "distillery.workers.envs.appworld.adapter:AppWorld",
     "toolsandbox": "distillery.workers.envs.toolsandbox.benchmark:ToolSandbox",
 }
@@ -131,6 +141,39 @@ def known_deviations(name: str) -> tuple[str, ...]:
     with every run of it, next to those its options turn on. Not part of episode
     identity: the adapter's fingerprint already covers the code they are in."""
     return tuple(getattr(benchmark_class(name), "known_deviations", ()))
+
+
+def trajectory_contents(name: str, options: Mapping[str, Any] | None) -> frozenset[str]:
+    """What the benchmark's episodes hold for memory methods with these options (its
+    class method `trajectory_contents`; tool calls when it declares none)."""
+    declared = getattr(benchmark_class(name), "trajectory_contents", None)
+    if declared is None:
+        return frozenset({TOOL_CALLS})
+    return frozenset(declared(benchmark_options(name, options)))
+
+
+def benchmark_counters(name: str) -> tuple[str, ...]:
+    """The counters a benchmark's episodes record (`Score.counters`; its class
+    attribute `counters`, none by default), summed per evaluation point."""
+    return tuple(getattr(benchmark_class(name), "counters", ()))
+
+
+def summed_benchmark_counters(name: str, records: Iterable[Any]) -> dict[str, float]:
+    """Each of the benchmark's `counters`, summed over episode records (their
+    `extra_json`; an episode that did not count one counts 0)."""
+    names = benchmark_counters(name)
+    totals = dict.fromkeys(names, 0.0)
+    for record in records:
+        if not names:
+            break
+        try:
+            extra = json.loads(getattr(record, "extra_json", None) or "{}")
+        except ValueError:
+            continue
+        for counter in names:
+            value = extra.get(counter, 0) if isinstance(extra, dict) else 0
+            totals[counter] += float(value) if isinstance(value, (int, float)) else 0.0
+    return totals
 
 
 def make_benchmark(

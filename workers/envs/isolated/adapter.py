@@ -34,6 +34,7 @@ from distillery.workers.envs.base import (
     Task,
     ToolCall,
     ToolResult,
+    deviation,
 )
 from distillery.workers.envs.calls import (
     DEFAULT_LIMITS,
@@ -49,13 +50,22 @@ from distillery.workers.envs.isolated.process import (
     WorkerProcess,
 )
 from distillery.workers.envs.isolated.venv import EnvNotReady, EnvSpec, ReadyEnv, check
+from distillery.workers.sandbox.jail import NO_NAMESPACES_HELP
+from distillery.workers.sandbox.netns import network_isolation_unavailable
 
 # Threads that only wait on workers: one per concurrently waiting episode.
 ISOLATED_THREADS = ThreadPoolExecutor(max_workers=256, thread_name_prefix="distillery-isolated")
 # Options that say where and how to run the worker, not what an episode is: they never
 # enter episode identity and are not sent to the world.
 OPERATIONAL = frozenset(
-    {"venv", "call_timeout_s", "startup_timeout_s", "max_reply_bytes", "spare_workers"}
+    {
+        "venv",
+        "call_timeout_s",
+        "startup_timeout_s",
+        "max_reply_bytes",
+        "spare_workers",
+        "sandbox_without_namespaces",  # a deviation: recorded by name, not sent to the world
+    }
 )
 
 
@@ -67,6 +77,10 @@ class IsolatedOptions(BenchmarkOptions):
     startup_timeout_s: float = Field(120.0, gt=0, description="Limit for a worker to boot.")
     max_reply_bytes: int = Field(DEFAULT_MAX_REPLY_BYTES, gt=0, description="Reply size cap.")
     spare_workers: int = Field(1, ge=0, le=64, description="Workers booted ahead of need.")
+    sandbox_without_namespaces: bool = deviation(
+        "Where network namespaces are unavailable, run a world that needs no network "
+        "with the network anyway (it runs model-influenced code)."
+    )
 
     def identity(self) -> dict[str, Any]:
         return {k: v for k, v in super().identity().items() if k not in OPERATIONAL}
@@ -95,6 +109,7 @@ class IsolatedBenchmark:
             self.env: ReadyEnv = check(self.env_spec, self.venv_path(self.settings))
         except EnvNotReady as why:
             raise BenchmarkUnavailable(str(why), self.install_command()) from None
+        self.network = self._world_network()
         self._pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
         self._listing: dict[str, tuple[Task, dict[str, str], list[list[str]]]] | None = None
@@ -137,6 +152,29 @@ class IsolatedBenchmark:
         }
         return {"python": ".".join(map(str, env.marker["python"])), **found}
 
+    def needs_network(self) -> bool:
+        """Whether the world needs the network (a remote user model, an online API);
+        one that does not (the default: AppWorld's apps run in the world's own process)
+        runs in a network namespace of its own."""
+        return False
+
+    def _world_network(self) -> bool:
+        """Whether the workers get the network: refused before any worker starts when
+        the world needs none and this machine cannot take it away (unless the user
+        allowed it, a deviation recorded with the run)."""
+        if self.needs_network():
+            return True
+        why = network_isolation_unavailable(str(self.env.python))
+        if why is None:
+            return False
+        if self.settings.sandbox_without_namespaces:
+            return True
+        raise BenchmarkUnavailable(
+            f"{self.name}: its world must run without network, and no network namespace "
+            f"can be made here ({why})",
+            NO_NAMESPACES_HELP,
+        )
+
     # -- the Benchmark protocol ------------------------------------------------------
 
     def pool(self) -> WorkerPool:
@@ -148,6 +186,7 @@ class IsolatedBenchmark:
                     spares=self.settings.spare_workers,
                     max_reply_bytes=self.settings.max_reply_bytes,
                     extra_env=self.worker_environment(),
+                    network=self.network,
                 )
             return self._pool
 
@@ -192,8 +231,9 @@ class IsolatedBenchmark:
             self._pool.shutdown()
 
     def worker_environment(self) -> dict[str, str]:
-        """Environment variables the worker needs (e.g. a data folder the benchmark's
-        library reads from one); its interpreter runs isolated (`-I`) otherwise."""
+        """The variables the worker needs besides the allow-listed ones (a data folder
+        the benchmark's library reads from one, a key it sends): the only variables of
+        the driver's that reach the world (`sandbox.environment`)."""
         return {}
 
     # -- how model output becomes calls (override for another action format) ---------

@@ -36,6 +36,8 @@ from typing import Any
 
 from distillery.workers.envs.isolated import server
 from distillery.workers.llm.types import InfraError
+from distillery.workers.sandbox.environment import PrivateHome
+from distillery.workers.sandbox.netns import without_network
 
 SERVER_PATH = Path(server.__file__).resolve()
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
@@ -75,7 +77,13 @@ def _kill_all() -> None:
 
 
 class WorkerProcess:
-    """One started worker: `call` sends a request and returns its validated result."""
+    """One started worker: `call` sends a request and returns its validated result.
+
+    The world may run the model's code (AppWorld's interpreter does), so the worker
+    starts from the allow-listed environment (`sandbox.environment`: PATH, locale, a
+    private HOME and TMPDIR, and only the `extra_env` its adapter declares; never the
+    driver's keys), and without network unless its benchmark says it needs it
+    (`network`): then it runs in a network namespace of its own (`sandbox.netns`)."""
 
     def __init__(
         self,
@@ -84,24 +92,34 @@ class WorkerProcess:
         log_dir: str | Path,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         extra_env: dict[str, str] | None = None,
+        network: bool = False,
     ) -> None:
         self.max_reply_bytes = max_reply_bytes
         log_fd, log_name = tempfile.mkstemp(prefix="worker-", suffix=".log", dir=log_dir)
         self.log_path = Path(log_name)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        env.update(extra_env or {})
+        self.home = PrivateHome.create(prefix="distillery-world-")
+        env = self.home.environment(extra_env)
         # -I: neither PYTHONPATH nor the user site nor distillery's own path leaks in;
         # the world runs against the venv's packages only.
-        self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and server
-            [str(python), "-I", str(SERVER_PATH), world],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log_fd,
-            env=env,
-            close_fds=True,
-            start_new_session=True,  # its own process group: killpg reaches its children
-        )
-        os.close(log_fd)
+        command = [str(python), "-I", str(SERVER_PATH), world]
+        if not network:
+            command = without_network(command, str(python))
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and server
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_fd,
+                env=env,
+                cwd=self.home.path,
+                close_fds=True,
+                start_new_session=True,  # its own process group: killpg reaches its children
+            )
+        except BaseException:
+            self.home.remove()
+            raise
+        finally:
+            os.close(log_fd)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._in = self._proc.stdin.fileno()
         self._out = self._proc.stdout.fileno()
@@ -294,6 +312,7 @@ class WorkerProcess:
             os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
             self._proc.wait(5.0)
+        self.home.remove()
         if close_pipes:
             for pipe in (self._proc.stdin, self._proc.stdout):
                 with contextlib.suppress(OSError):
@@ -324,12 +343,14 @@ class WorkerPool:
         spares: int = 1,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         extra_env: dict[str, str] | None = None,
+        network: bool = False,
     ) -> None:
         self.python = str(python)
         self.world = world
         self.spares = spares
         self.max_reply_bytes = max_reply_bytes
         self.extra_env = dict(extra_env or {})
+        self.network = network
         self._log_dir = tempfile.mkdtemp(prefix="distillery-workers-")
         self._lock = threading.Lock()
         self._idle: list[WorkerProcess] = []
@@ -338,7 +359,12 @@ class WorkerPool:
 
     def _start(self) -> WorkerProcess:
         worker = WorkerProcess(
-            self.python, self.world, self._log_dir, self.max_reply_bytes, self.extra_env
+            self.python,
+            self.world,
+            self._log_dir,
+            self.max_reply_bytes,
+            self.extra_env,
+            self.network,
         )
         self.started += 1
         self.recent_pids.append(worker.pid)

@@ -194,6 +194,12 @@ class ToolSandbox(IsolatedBenchmark):
             found[settings.user_api_key_env] = user_key
         return found
 
+    def needs_network(self) -> bool:
+        # The simulated user's model is served over HTTP; the RapidAPI tools call out.
+        # A scripted user with the RapidAPI scenarios excluded talks to nothing.
+        settings = cast(ToolSandboxOptions, self.settings)
+        return settings.network or not settings.scripted_user
+
     def excluded_network_scenarios(self) -> int:
         """How many scenarios of the chosen variant were left out for needing RapidAPI."""
         tasks = self.load_tasks(limit=1)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.amd.records import COLLECTIONS, MEMORY_TYPES, STORE_PREFIX
 from distillery.workers.memory.amd.settings import RetrievalConfig
 from distillery.workers.memory.config import BuilderConfig, MemoryConfig
@@ -35,6 +36,8 @@ class AmdMethod:
 
     kind: ClassVar[str] = "amd"
     bank_source: ClassVar[BankSourceKind] = "teacher"
+    # Its bank is built from the episodes' executed calls (memory/applicability.py).
+    reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[RetrievalConfig]] = RetrievalConfig
     # The builders carry their own explicit version (amd.bank.BUILDER_VERSION).
     code_version: ClassVar[str] = "1"

@@ -20,6 +20,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.memp import build, prompts
@@ -40,6 +41,8 @@ _METRICS = (
 class MempMethod:
     kind: ClassVar[str] = "memp"
     bank_source: ClassVar[BankSourceKind] = "teacher"
+    # Its bank is built from the episodes' executed calls (memory/applicability.py).
+    reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[MempSettings]] = MempSettings
     # Bump when what is built, stored or shown changes.
     code_version: ClassVar[str] = "1"

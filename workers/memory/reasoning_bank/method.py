@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.method import BankSourceKind, own_settings, summed_counters
@@ -37,6 +38,8 @@ def _text(value: Any) -> str:
 class ReasoningBank:
     kind: ClassVar[str] = "reasoning_bank"
     bank_source: ClassVar[BankSourceKind] = "teacher"
+    # Its bank is built from the episodes' executed calls (memory/applicability.py).
+    reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[ReasoningBankSettings]] = ReasoningBankSettings
     # Bump when what is read or shown changes (the builders have build.BUILDER_VERSION).
     code_version: ClassVar[str] = "1"

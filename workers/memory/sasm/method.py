@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.digest import episode_digest
 from distillery.workers.memory.entries import CollectionSpec
 from distillery.workers.memory.method import BankSourceKind, own_settings
@@ -93,6 +94,8 @@ class SasmMethod:
 
     kind: ClassVar[str] = "sasm"
     bank_source: ClassVar[BankSourceKind] = "teacher"
+    # Its bank is built from the episodes' executed calls (memory/applicability.py).
+    reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[SasmSettings]] = SasmSettings
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.method import BankSourceKind, own_settings, summed_counters
@@ -25,6 +26,8 @@ from distillery.workers.memory.trajectory_rag.settings import TrajectoryRagSetti
 class TrajectoryRag:
     kind: ClassVar[str] = "trajectory_rag"
     bank_source: ClassVar[BankSourceKind] = "teacher"
+    # Its bank is built from the episodes' executed calls (memory/applicability.py).
+    reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[TrajectoryRagSettings]] = TrajectoryRagSettings
     # Bump when what is stored or shown changes.
     code_version: ClassVar[str] = "1"

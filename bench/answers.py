@@ -1,0 +1,150 @@
+"""Graded episodes per second of the answer benchmarks, and what a sandbox costs.
+
+Every reply comes from distillery's scripted OpenAI-compatible server (its own
+process, `--delay` per call) answering each task with its right answer (the oracle's
+reply: GSM8K's worked solution, MBPP's and HumanEval's reference programs), reached
+through distillery's own client path (`RoutedChat` -> `ChatClient`, one `LlmPolicy` per
+episode, `EpisodeRunner` with episodes written to Parquet, as an episode worker plays).
+Each episode is graded for real: math-verify in its grader processes (GSM8K), the
+sandbox (MBPP, HumanEval). At concurrency 1 and 16 (one event loop, as in a worker).
+
+Then the sandbox alone: the wall time of a check of an empty program (the jail's
+start-up: namespaces, the tmpfs root, the interpreter, the kill and clean-up),
+sequential and 16 at once, and of a plain `python -I -S -c pass` for comparison.
+
+    python bench/answers.py                     # 64 episodes a cell
+    python bench/answers.py --episodes 32 --delay 0.05
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from distillery.testing.answer_scripts import REPLIES_VARIABLE  # noqa: E402
+from distillery.testing.scripted_server import run_stub_server  # noqa: E402
+from distillery.workers.envs.registry import make_benchmark  # noqa: E402
+from distillery.workers.episodes import AgentJob, EpisodeRunner  # noqa: E402
+from distillery.workers.llm.config import ModelConfig  # noqa: E402
+from distillery.workers.sandbox.jail import Limits, Sandbox, interpreter  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+BENCHMARKS = {
+    "gsm8k": {"data_path": str(DATA / "gsm8k")},
+    "mbpp": {"data_path": str(DATA / "mbpp")},
+    "humaneval": {},
+}
+
+
+def _replies(episodes: int) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, options in BENCHMARKS.items():
+        bench = make_benchmark(name, options)
+        for task in bench.load_tasks(limit=episodes):
+            out[task.turns[0]] = [bench.oracle_answer(bench.record(task.task_id))]
+    return out
+
+
+def _cell(name: str, url: str, episodes: int, concurrency: int, folder: str) -> dict:
+    model = ModelConfig(name="scripted", backend="external", model="m", base_url=url,
+                        action_format="prompt", max_retries=0, retry_backoff_s=0)  # fmt: skip
+    job = AgentJob(run_id="bench", stage="evaluate", role="student", model=model,
+                   benchmark=name, episodes_dir=folder, benchmark_options=BENCHMARKS[name],
+                   episode_retries=0, retry_backoff_s=0)  # fmt: skip
+    runner = EpisodeRunner(job, endpoints=[url])
+    ids = [t.task_id for t in runner.benchmark.load_tasks(limit=episodes)]
+
+    async def play() -> list:
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(task_id: str):
+            async with slots:
+                return await runner.run_task(task_id)
+
+        # Warm: as many episodes as run at once, so every grader process has started.
+        await asyncio.gather(*[one(t) for t in ids[:concurrency]])
+        started = time.perf_counter()
+        done = await asyncio.gather(*[one(t) for t in ids])
+        return [time.perf_counter() - started, done]
+
+    wall, done = asyncio.run(play())
+    return {
+        "benchmark": name,
+        "concurrency": concurrency,
+        "episodes": len(done),
+        "correct": sum(1 for s in done if s.success),
+        "wall_s": wall,
+        "per_s": len(done) / wall,
+    }
+
+
+def _sandbox_startup(checks: int) -> dict:
+    sandbox = Sandbox()
+    job = {"kind": "program", "code": "", "tests": ""}
+    limits = Limits(timeout_s=30)
+    sandbox.run(job, limits)
+    sequential = []
+    for _ in range(checks):
+        started = time.perf_counter()
+        assert sandbox.run(job, limits).passed
+        sequential.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(16) as pool:
+        assert all(c.passed for c in pool.map(lambda _: sandbox.run(job, limits), range(checks)))
+    parallel = time.perf_counter() - started
+    plain = []
+    for _ in range(checks):
+        started = time.perf_counter()
+        subprocess.run([interpreter(), "-I", "-S", "-c", "pass"], check=True)
+        plain.append(time.perf_counter() - started)
+    return {
+        "check_p50_ms": 1000 * statistics.median(sequential),
+        "check_p95_ms": 1000 * sorted(sequential)[int(0.95 * (len(sequential) - 1))],
+        "checks_per_s_16": checks / parallel,
+        "plain_interpreter_p50_ms": 1000 * statistics.median(plain),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds per model call")
+    parser.add_argument("--checks", type=int, default=64)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        replies = Path(folder) / "replies.json"
+        replies.write_text(json.dumps(_replies(args.episodes)))
+        os.environ[REPLIES_VARIABLE] = str(replies)
+        rows = []
+        with run_stub_server("distillery.testing.answer_scripts:replies_from_file",
+                             delay_s=args.delay) as url:  # fmt: skip
+            for name in BENCHMARKS:
+                for concurrency in (1, 16):
+                    out = tempfile.mkdtemp(dir=folder)
+                    rows.append(_cell(name, url, args.episodes, concurrency, out))
+    print(f"graded episodes per second ({args.episodes} a cell, {args.delay:g} s per model call)")
+    print("| benchmark | C=1 | C=16 | speed-up | correct |")
+    print("|---|---|---|---|---|")
+    for name in BENCHMARKS:
+        one, many = [r for r in rows if r["benchmark"] == name]
+        print(f"| {name} | {one['per_s']:.1f} | {many['per_s']:.1f} | "
+              f"{many['per_s'] / one['per_s']:.1f}x | {many['correct']}/{many['episodes']} |")  # fmt: skip
+    cost = _sandbox_startup(args.checks)
+    print(f"sandbox: a check of an empty program p50 {cost['check_p50_ms']:.0f} ms "
+          f"(p95 {cost['check_p95_ms']:.0f} ms), {cost['checks_per_s_16']:.1f} checks/s at 16 "
+          f"at once; a bare `python -I -S -c pass` p50 {cost['plain_interpreter_p50_ms']:.0f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

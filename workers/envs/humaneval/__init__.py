@@ -1,0 +1,1 @@
+"""`benchmark=humaneval`: OpenAI's HumanEval (Chen et al., 2021)."""

@@ -1,0 +1,177 @@
+"""The math grader's process: math-verify behind a fork per grading.
+
+Run by `grader.py` as ``python -I server.py`` (the driver's interpreter, for its
+math-verify), from the allow-listed environment and in a network namespace of its
+own. It imports math-verify once and forks a grading child from that clean state; for
+each request (a 4-byte length and a JSON ``{"id", "gold", "answer", "timeout_s"}`` on
+stdin) the child parses both strings and compares them, and the server answers
+``{"id", "correct", "timeout", "error"}`` on stdout. When the request's time is up the
+child is killed (``"timeout": true``) and a fresh one forked: math-verify's own
+timeouts are signals that only work on a main thread and answer "wrong" silently, so
+they are off and this outer limit replaces them, counted by the caller. A child that
+hits its memory limit dies the same way (a wrong answer), and every child is replaced
+after `CHILD_GRADINGS` gradings: what one parse leaves behind (sympy's caches) never
+grows without bound. This process itself never parses a model's text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+
+HEADER = struct.Struct(">I")
+CHILD_MEMORY_BYTES = 2 * 1024**3  # ours: sympy on a contrived expression stops here
+CHILD_GRADINGS = 200  # ours: a grading child is replaced after this many
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, n - got)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _write(fd: int, message: dict) -> None:
+    body = json.dumps(message).encode()
+    view = memoryview(HEADER.pack(len(body)) + body)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _verdict(gold: str, answer: str) -> bool:
+    from math_verify import parse, verify
+
+    # Timeouts off (None): the parent's wall clock is the limit, and it is counted.
+    gold_parsed = parse(f"\\boxed{{{gold}}}", parsing_timeout=None)
+    answer_parsed = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)
+    if not gold_parsed or not answer_parsed:
+        return False
+    return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
+
+
+class _Child:
+    """The grading child: forked from this (clean) process, it grades requests one at
+    a time over its pipes; killed when a grading overruns, replaced after
+    `CHILD_GRADINGS` gradings."""
+
+    def __init__(self) -> None:
+        to_child_read, self.to_child = os.pipe()
+        self.from_child, from_child_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.to_child)
+            os.close(self.from_child)
+            _serve(to_child_read, from_child_write)
+        os.close(to_child_read)
+        os.close(from_child_write)
+        self.served = 0
+
+    def grade(self, request: dict) -> dict | None:
+        """The verdict, or None when the time ran out (the child is then killed)."""
+        self.served += 1
+        _write(self.to_child, request)
+        deadline = time.monotonic() + float(request.get("timeout_s", 10))
+        header = self._read(HEADER.size, deadline)
+        if header is None:
+            return None
+        body = self._read(HEADER.unpack(header)[0], deadline)
+        return None if body is None else json.loads(body)
+
+    def _read(self, n: int, deadline: float) -> bytes | None:
+        chunks, got = [], 0
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_child], [], [], left)[0]:
+                return None
+            chunk = os.read(self.from_child, n - got)
+            if not chunk:
+                raise EOFError("the grading child ended")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.to_child)
+        os.close(self.from_child)
+
+
+def _serve(requests: int, replies: int) -> None:
+    """The child's loop; never returns."""
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+    while True:
+        header = _read_exact(requests, HEADER.size)
+        if header is None:
+            os._exit(0)
+        request = json.loads(_read_exact(requests, HEADER.unpack(header)[0]) or b"{}")
+        try:
+            payload = {"correct": _verdict(str(request["gold"]), str(request["answer"])),
+                       "error": None}  # fmt: skip
+        except BaseException as exc:  # noqa: BLE001 - a failed parse is a wrong answer
+            payload = {"correct": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        _write(replies, payload)
+
+
+_CHILD: _Child | None = None
+
+
+def _grade(request: dict) -> dict:
+    global _CHILD
+    if _CHILD is None or _CHILD.served >= CHILD_GRADINGS:
+        if _CHILD is not None:
+            _CHILD.kill()
+        _CHILD = _Child()
+    try:
+        payload = _CHILD.grade(request)
+    except (EOFError, OSError, ValueError) as exc:
+        # Killed by its memory limit, or garbled: the expression's doing.
+        _CHILD.kill()
+        _CHILD = None
+        return {"correct": False, "timeout": False, "error": f"grading child: {exc}"}
+    if payload is None:
+        _CHILD.kill()
+        _CHILD = None
+        return {"correct": False, "timeout": True, "error": None}
+    error = payload.get("error")
+    return {"correct": bool(payload.get("correct")), "timeout": False, "error": error}
+
+
+def main() -> int:
+    logging.disable(logging.CRITICAL)  # math-verify warns that its timeouts are off
+    _verdict("1", "1")  # imports and warms math-verify's parsers once, before any fork
+
+    out = os.dup(1)
+    os.dup2(2, 1)  # anything a library prints goes to stderr, not the protocol
+    _write(out, {"id": 0, "ready": True, "pid": os.getpid()})
+    stdin = sys.stdin.fileno()
+    while True:
+        header = _read_exact(stdin, HEADER.size)
+        if header is None:
+            return 0
+        (size,) = HEADER.unpack(header)
+        if size > MAX_REQUEST_BYTES:
+            return 2
+        body = _read_exact(stdin, size)
+        if body is None:
+            return 0
+        request = json.loads(body)
+        _write(out, {"id": request.get("id"), **_grade(request)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

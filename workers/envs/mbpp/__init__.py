@@ -1,0 +1,1 @@
+"""`benchmark=mbpp`: Mostly Basic Python Problems (sanitized) and MBPP+ (EvalPlus)."""
