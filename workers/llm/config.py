@@ -47,7 +47,7 @@ class ModelConfig(BaseModel):
     max_tokens: int | None = Field(512, gt=0)
     seed: int | None = 0
 
-    # How its server wants a request (see README "Model backends").
+    # How its server wants a request (see docs/models.md).
     token_limit_param: TokenLimitParam = "max_tokens"  # the body key max_tokens is sent as
     # The sampling parameters the server accepts; setting one it does not is refused
     # before anything starts (OpenAI reasoning models accept none of them).
