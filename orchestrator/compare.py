@@ -208,6 +208,11 @@ def run_id_by_prefix(prefix: str, tracking_uri: str) -> str | None:
     runs share is refused as ambiguous."""
     if len(prefix) < _MIN_PREFIX or not re.fullmatch(r"[0-9a-f]+", prefix):
         return None
+    import os
+
+    # A tracking server that is down should fail the lookup in seconds, not minutes.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -223,8 +228,8 @@ def run_id_by_prefix(prefix: str, tracking_uri: str) -> str | None:
             filter_string="tags.`mlflow.runType` = 'genai_evaluate'",
             max_results=5000,
         )
-    except MlflowException as exc:
-        raise CompareError(f"MLflow at {tracking_uri}: {exc.message}") from None
+    except (MlflowException, OSError):
+        return None  # a store that cannot be read has no such run: the caller says where it looked
     found = sorted({r.info.run_id for r in runs if r.info.run_id.startswith(prefix)})
     if len(found) > 1:
         raise CompareError(

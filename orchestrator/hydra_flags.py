@@ -11,6 +11,7 @@ flags that only make sense for a `@hydra.main` application are refused with a re
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 import sys
 from dataclasses import dataclass, field
@@ -215,15 +216,28 @@ def config_groups() -> dict[str, list[str]]:
 
 def hydra_tool(overrides: list[str], args: Flags) -> int:
     """`--hydra-help` and `--info`: Hydra's own, on distillery's config as composed."""
+    from distillery.orchestrator.cli import prepared_overrides
+
+    full = prepared_overrides(overrides)
+    # Hydra's --info configures the root logger (DEBUG, to stdout): give it back after.
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    try:
+        _hydra_tool(full, args)
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
+    sys.stdout.flush()
+    return 0
+
+
+def _hydra_tool(full: list[str], args: Flags) -> None:
     import argparse
 
     from hydra import initialize_config_module
     from hydra._internal.utils import get_args_parser
     from hydra.core.global_hydra import GlobalHydra
 
-    from distillery.orchestrator.cli import prepared_overrides
-
-    full = prepared_overrides(overrides)
     with initialize_config_module(config_module="distillery.conf", version_base=None):
         hydra = GlobalHydra.instance().hydra
         assert hydra is not None
@@ -238,8 +252,6 @@ def hydra_tool(overrides: list[str], args: Flags) -> int:
             )
         else:
             hydra.show_info(args.info or "all", "config", full)
-    sys.stdout.flush()
-    return 0
 
 
 # -- errors that say what to do ------------------------------------------------------
