@@ -192,7 +192,8 @@ def app_help() -> str:
         lines.append(f"  {group}: {', '.join(options)}")
     lines.append("")
     lines.append("Every key, its type, default and where the default comes from: the manual's")
-    lines.append("configuration reference (docs/reference/configuration.md).")
+    lines.append("configuration reference (mkdocs serve), or")
+    lines.append("python -m distillery.orchestrator.config_reference")
     return "\n".join(lines)
 
 
