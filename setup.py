@@ -1,23 +1,16 @@
 """Package layout; everything else about the distribution is in pyproject.toml.
 
 The design card puts orchestrator/, workers/ and conf/ at the top of the repository;
-they install as distillery.orchestrator, distillery.workers and distillery.conf, so
+they are the package's subpackages distillery.orchestrator, distillery.workers and
+distillery.conf through the links distillery/orchestrator -> ../orchestrator (and
+workers, conf), which a build follows (the wheel holds the files themselves). So
 installing distillery claims no generic top-level module names (`import orchestrator`
-stays free for everyone else).
+stays free for everyone else), and a checkout imports exactly as an installed wheel.
 """
 
 from setuptools import find_packages, setup
 
-TOP_LEVEL_FOLDERS = {
-    "distillery.orchestrator": "orchestrator",
-    "distillery.workers": "workers",
-    "distillery.conf": "conf",
-}
-
+# find_packages follows the links (os.walk with followlinks).
 packages = find_packages(include=["distillery", "distillery.*"])
-package_dir = {"distillery": "distillery"}
-for package, folder in TOP_LEVEL_FOLDERS.items():
-    package_dir[package] = folder
-    packages += [package, *(f"{package}.{sub}" for sub in find_packages(folder))]
 
-setup(packages=packages, package_dir=package_dir)
+setup(packages=packages)

@@ -50,7 +50,7 @@ from distillery.orchestrator.cli import compose, rewrite_role_overrides  # noqa:
 from distillery.orchestrator.config import to_config  # noqa: E402
 from distillery.workers.llm.types import ChatResult  # noqa: E402
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig  # noqa: E402
-from distillery.workers.memory.registry import MEMORY_METHODS, memory_method  # noqa: E402
+from distillery.workers.memory.registry import MEMORY_METHODS, bank_origin, memory_method  # noqa: E402
 from distillery.workers.memory.retrieval import Isolation  # noqa: E402
 from distillery.workers.memory_service import BankSearch, MemoryJob, MemoryServiceImpl  # noqa: E402
 
@@ -131,7 +131,7 @@ def default_entries(cfg: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, method in cfg.method_catalog.items():
         kind = method.kind
-        if kind not in MEMORY_METHODS or memory_method(kind).bank_source != "teacher":
+        if kind not in MEMORY_METHODS or bank_origin(kind) != "teacher":
             continue
         if out.get(kind) != kind:
             out[kind] = name

@@ -2,14 +2,10 @@
 
 The driver is distillery.orchestrator (the top-level orchestrator/ folder), what runs
 inside Ray is distillery.workers (workers/), the Hydra configs are distillery.conf
-(conf/); setup.py maps them. An installed distillery (wheel or editable) needs nothing
-here. A checkout imported without being installed, such as the working_dir a
-`distillery submit` uploads to a Ray cluster, finds the three folders through this
-package's path.
+(conf/). In the repository, distillery/orchestrator, distillery/workers and
+distillery/conf are links to those folders, so `distillery` is an ordinary package
+wherever it is imported from: an installed wheel (whose build copies the folders in),
+an editable install, a checkout on sys.path (the working_dir a `distillery submit`
+uploads to a Ray cluster) and static tools (pyright) all resolve the same modules, and
+nothing else of the repository (tests/, bench/) is part of the package.
 """
-
-from pathlib import Path as _Path
-
-_checkout = _Path(__file__).resolve().parent.parent
-if (_checkout / "setup.py").is_file() and (_checkout / "orchestrator" / "__init__.py").is_file():
-    __path__.append(str(_checkout))  # noqa: F821 (a package's __path__)

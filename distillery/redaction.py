@@ -13,7 +13,14 @@ then turns up in an error message, an endpoint column or a log line. So:
 - `redact(text)` replaces every registered value, and the userinfo of every URL
   (registered or not), with `<redacted>`; `redact_obj` does the same through dicts,
   lists and dataclasses;
-- `install()` makes log records and this process's stdout/stderr go through `redact`.
+- `install()` makes log records and this process's stdout/stderr go through `redact`;
+- `protect(*configs)` is what every entry point calls first (each `distillery`
+  subcommand, the sweep, each Ray worker and server actor): the secrets of its
+  environment (`environment_secrets`: variables named like keys, URL userinfo in any
+  variable) and of its configs registered, then `install()`.
+
+A URL's userinfo is also sent as HTTP Basic credentials, so its base64 form
+(`user:password`, as a server may echo the Authorization header) is registered with it.
 
 Values shorter than `MIN_SECRET_CHARS` are not replaced by value (replacing every
 "abc" would damage episode data); inside a URL they are still caught structurally.
@@ -21,6 +28,7 @@ Values shorter than `MIN_SECRET_CHARS` are not replaced by value (replacing ever
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import io
 import logging
@@ -30,14 +38,15 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 6
 
 # A config key that holds a secret itself (not the NAME of a variable holding one).
 _SECRET_KEY = re.compile(
-    r"(^|[_.-])(api_?key|apikey|token|secret|password|passwd|credentials?|auth)s?$",
+    r"(^|[_.-])(api_?key|apikey|token|secret|password|passwd|credentials?|auth"
+    r"|secret_access_key|secret_?key|private_?key)s?$",
     re.IGNORECASE,
 )
 # A command-line flag that takes a secret: --api-key KEY, --hf-token=KEY, --password KEY.
@@ -71,6 +80,36 @@ def url_secrets(url: str) -> list[str]:
     if parts.username and "@" in parts.netloc:
         return [parts.username]
     return []
+
+
+def basic_auth_secrets(url: str) -> list[str]:
+    """The HTTP Basic credentials a client builds from a URL's userinfo (base64 of
+    `user:password`), as a server echoing the Authorization header would show them."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    if parts.username is None or "@" not in parts.netloc:
+        return []
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return [base64.b64encode(pair).decode()]
+
+
+def environment_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The secret values of an environment: variables named like a key (`*_API_KEY`,
+    `*_TOKEN`, `*_PASSWORD`, `AWS_SECRET_ACCESS_KEY`, ...) and the userinfo of a URL in
+    any variable (`MLFLOW_TRACKING_URI=https://user:KEY@host`)."""
+    env = os.environ if environ is None else environ
+    found: set[str] = set()
+    for name, value in env.items():
+        if not value:
+            continue
+        if is_secret_key(name):
+            found.add(value)
+        if "://" in value and "@" in value:
+            found.update(url_secrets(value))
+            found.update(basic_auth_secrets(value))
+    return found
 
 
 def secrets_in(config: Any, environ: Mapping[str, str] | None = None) -> set[str]:
@@ -112,6 +151,7 @@ def secrets_in(config: Any, environ: Mapping[str, str] | None = None) -> set[str
             found.add(value)
         if "://" in value:
             found.update(url_secrets(value))
+            found.update(basic_auth_secrets(value))
 
     walk(config, "")
     return {s for s in found if s}
@@ -151,6 +191,15 @@ def redact(text: str) -> str:
     if pattern is not None:
         text = pattern.sub(REDACTED, text)
     return text
+
+
+def redact_values(text: str) -> str:
+    """`text` with every registered secret replaced, and nothing else: for data a
+    benchmark shows the model (a URL's userinfo there is the task's, not a key)."""
+    pattern = _pattern
+    if not text or pattern is None:
+        return text
+    return pattern.sub(REDACTED, text)
 
 
 def redact_url(url: str) -> str:
@@ -240,3 +289,12 @@ def install(streams: bool = True) -> None:
         return record
 
     logging.setLogRecordFactory(factory)
+
+
+def protect(*configs: Any) -> None:
+    """What every entry point does first: the secrets of this process's environment
+    and of `configs` registered, then logs and standard streams redacted (`install`)."""
+    register_secrets(environment_secrets())
+    for config in configs:
+        register_secrets(secrets_in(config))
+    install()

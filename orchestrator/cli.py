@@ -186,7 +186,7 @@ def expand_grid(overrides: list[str], multirun: bool) -> list[list[str]]:
             key = override.get_key_element()
             axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
         else:
-            axes.append([override.input_line])
+            axes.append([str(override.input_line)])
     return [list(point) for point in itertools.product(*axes)] or [[]]
 
 
@@ -231,7 +231,10 @@ def sweep_points(overrides: list[str], multirun: bool) -> list[tuple[list[str], 
     return points
 
 
-def _validated(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+def validated_configs(points: list[tuple[list[str], DictConfig]]) -> list[DistilleryConfig]:
+    """Every sweep point typed and validated (`to_config`), an error naming the point
+    when the sweep has several: what `distillery`, `--plan` and `distillery submit` all
+    accept (submit validates here before anything reaches the cluster)."""
     configs = []
     for overrides, composed in points:
         try:
@@ -273,7 +276,7 @@ def run_cli(argv: list[str]) -> int:
             return _refuse(exc)
         from distillery.orchestrator.plan_check import plan_command
 
-        return plan_command(_validated(points), unplanned=exc)
+        return plan_command(validated_configs(points), unplanned=exc)
     except (ValueError, UserError) as exc:  # ConfigError, a bad split...
         return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
@@ -289,6 +292,10 @@ def run_cli(argv: list[str]) -> int:
     from distillery.orchestrator.run import print_summary, run_sweep, unscored_points
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
+    from distillery.orchestrator.preflight import run_notices
+
+    for notice in run_notices(configs):  # said before anything runs (and with --plan)
+        print(f"distillery: note: {notice}", file=sys.stderr)
     if args.plan:
         from distillery.orchestrator.plan_check import plan_command
 
@@ -341,7 +348,7 @@ def validate_sweep(
     from distillery.orchestrator.preflight import check_config
     from distillery.orchestrator.requirements_check import check_requirements
 
-    configs = _validated(points)
+    configs = validated_configs(points)
     # What is installed first (planning loads the benchmark's tasks); `models`: the
     # model servers' packages and files too.
     check_requirements(configs, models=models, services=False)
@@ -404,8 +411,13 @@ def route(argv: list[str]) -> int:
     its name is the first word, else a sweep. `-v`/`--verbose` may stand anywhere,
     before the subcommand too (`distillery -v memory list ...`): it only turns the
     third-party messages back on and is not passed to the subcommand."""
+    from distillery import redaction
     from distillery.orchestrator.quiet import quiet_third_party
 
+    # Before anything can print: every subcommand's output, logs and tracebacks are
+    # redacted (the keys of this environment and of the command line, such as a URL's
+    # userinfo; a sweep adds its configs' own).
+    redaction.protect(argv, [a.partition("=")[2] for a in argv])  # `key=URL` overrides too
     quiet_third_party(verbose=any(a in _VERBOSE for a in argv))
     rest = [a for a in argv if a not in _VERBOSE]
     command = rest[0] if rest else None

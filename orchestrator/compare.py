@@ -172,7 +172,7 @@ def _side_from_sweep(data: SweepData, row: Mapping[str, Any]) -> EvalSide:
 
 def find_side(name: str, sweeps: Sequence[SweepData], tracking_uri: str | None) -> EvalSide:
     """The evaluation point `name` designates (see the module docstring)."""
-    found: dict[str, tuple[SweepData, dict[str, Any]]] = {}
+    found: dict[Any, tuple[SweepData, dict[Any, Any]]] = {}
     for data in sweeps:
         for row in _matches(data, name).to_dict("records"):
             # One point, several sweeps: the first (newest) sweep's row wins; but an MLflow
@@ -299,7 +299,7 @@ def _text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[s
     ]
 
 
-def _outcome(row: Mapping[str, Any], side: str) -> list[Any]:
+def _outcome(row: Mapping[Any, Any], side: str) -> list[Any]:
     error = row.get(f"{side}_error_type")
     error = "" if error is None or pd.isna(error) else str(error)
     steps = row.get(f"{side}_total_steps")

@@ -42,10 +42,10 @@ class _Frozen(BaseModel):
 
 class BenchmarkConfig(_Frozen):
     name: str
-    limit: int | None = Field(None, gt=0, description="First N tasks in benchmark order.")
+    limit: int | None = Field(default=None, gt=0, description="First N tasks in benchmark order.")
     task_ids: tuple[str, ...] | None = None
     # A turn's step limit, counted as the benchmark counts it (its conventions' step_limit).
-    max_steps_per_turn: int | None = Field(None, gt=0, description="None: official limit.")
+    max_steps_per_turn: int | None = Field(default=None, gt=0, description="None: official limit.")
     # The benchmark's own options, validated by its `options_model` (DistilleryConfig).
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -67,9 +67,11 @@ class BenchmarkConfig(_Frozen):
 
 
 class AgentConfig(_Frozen):
-    episode_timeout_s: float = Field(1800.0, gt=0)
-    episode_retries: int = Field(2, ge=0, description="Retries of an infrastructure failure.")
-    retry_backoff_s: float = Field(2.0, ge=0)
+    episode_timeout_s: float = Field(default=1800.0, gt=0)
+    episode_retries: int = Field(
+        default=2, ge=0, description="Retries of an infrastructure failure."
+    )
+    retry_backoff_s: float = Field(default=2.0, ge=0)
 
 
 # Agent keys until a benchmark's deviations from its own pipeline became its options
@@ -91,16 +93,18 @@ class ClusterConfig(_Frozen):
     join: bool = False
     # The Ray cluster to join (ray://head:10001, head:6379, http://head:8265).
     ray_address: str | None = None
-    num_cpus: int | None = Field(None, gt=0, description="Local Ray only.")
-    num_workers: int = Field(2, ge=1, description="Episode worker actors per agent.")
-    episodes_per_worker: int = Field(16, ge=1, description="Concurrent episodes per worker.")
-    worker_num_cpus: float = Field(0.5, gt=0)
+    num_cpus: int | None = Field(default=None, gt=0, description="Local Ray only.")
+    num_workers: int = Field(default=2, ge=1, description="Episode worker actors per agent.")
+    episodes_per_worker: int = Field(
+        default=16, ge=1, description="Concurrent episodes per worker."
+    )
+    worker_num_cpus: float = Field(default=0.5, gt=0)
     # A cluster whose GPU worker groups each advertise a Ray resource per pod named
     # `<gpu_node_resource>_<N>` (N: the pod's GPUs; k8s/overlays/gpu): a vLLM replica
     # of gpus_per_server N reserves one of `<gpu_node_resource>_N`, so it is placed on
     # (and the autoscaler starts) a pod of the group with exactly N GPUs on one node.
     # None: any node with N free GPUs.
-    gpu_node_resource: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    gpu_node_resource: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
     def replica_resources(self, gpus: int) -> dict[str, float]:
         """The custom Ray resource a replica of `gpus` GPUs reserves on this cluster."""
@@ -131,17 +135,17 @@ class TrackingConfig(_Frozen):
     # verdict as feedback (the run's Traces tab and the Evaluations view, which compares
     # two runs task by task). None: every evaluated task; N: a deterministic sample
     # mixing successes and failures; 0: no traces.
-    trace_sample: int | None = Field(None, ge=0)
+    trace_sample: int | None = Field(default=None, ge=0)
     # A running evaluation point's child run gets its running metrics (`progress.*`:
     # episodes done, success so far, infrastructure errors, tokens) at most this often.
     # Ours: one MLflow write per point per interval stays cheap for a tracking server
     # while the UI is never more than this far behind.
-    progress_interval_s: float = Field(15.0, gt=0)
+    progress_interval_s: float = Field(default=15.0, gt=0)
 
 
 class ModelPrice(_Frozen):
-    input_per_mtok: float = Field(0.0, ge=0)
-    output_per_mtok: float = Field(0.0, ge=0)
+    input_per_mtok: float = Field(default=0.0, ge=0)
+    output_per_mtok: float = Field(default=0.0, ge=0)
 
 
 class CostConfig(_Frozen):
@@ -149,8 +153,8 @@ class CostConfig(_Frozen):
     launched models usually cost GPU time instead (gpu_hour)."""
 
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
-    embedding_per_mtok: float = Field(0.0, ge=0)
-    gpu_hour: float = Field(0.0, ge=0)
+    embedding_per_mtok: float = Field(default=0.0, ge=0)
+    gpu_hour: float = Field(default=0.0, ge=0)
     # Tokens (prompt + completion) one server replica of a launched model processes per
     # second, by model name: `--plan` turns its estimated tokens into GPU-hours. Yours to
     # measure (e.g. bench/serving.py): it depends on the GPU, the model and the load.
@@ -198,18 +202,6 @@ class MethodConfig(_Frozen):
     @property
     def uses_memory(self) -> bool:
         return self.kind not in BUILTIN_KINDS
-
-    @property
-    def reads_teacher_episodes(self) -> bool:
-        """Its episodes or its bank's come from the teacher's collection."""
-        if self.kind == "teacher":
-            return True
-        return self.uses_memory and memory_method(self.kind).bank_source == "teacher"
-
-    @property
-    def builds_from_student(self) -> bool:
-        """A memory method whose bank is built from the student's own runs."""
-        return self.uses_memory and memory_method(self.kind).bank_source == "student"
 
 
 class ReportConfig(_Frozen):
@@ -273,7 +265,6 @@ class DistilleryConfig(_Frozen):
                 self.retrieval_for(name)  # overrides must validate too
         self._shared_retrieval_valid()
         self._benchmark_options_valid()
-        self._no_ground_truth_memory()
         for key in ("model", "student_memory_model"):
             builder = getattr(self.memory.builder, key)
             if builder not in _BANK_WRITERS and builder not in self.builder_models:
@@ -294,24 +285,6 @@ class DistilleryConfig(_Frozen):
         except (ImportError, BenchmarkLoadError) as exc:  # BenchmarkUnavailable: what to install
             raise ValueError(f"benchmark.options: cannot check them: {exc}") from None
 
-    def _no_ground_truth_memory(self) -> None:
-        """The oracle's memory is the benchmark's ground truth (masked): under
-        protocol=main a task would retrieve the answers of its own ground truth."""
-        if self.teacher.backend != "oracle" or self.protocol.name != "main":
-            return
-        reading = [
-            n
-            for n in self.methods
-            if self.method_catalog[n].uses_memory and self.method_catalog[n].reads_teacher_episodes
-        ]
-        if reading:
-            raise ValueError(
-                f"protocol.name: protocol=main with teacher={self.teacher.name} (an oracle "
-                "replaying the ground truth) lets each task retrieve memory built from its "
-                f"own answers (methods {', '.join(reading)}); set teacher= a model (e.g. "
-                "teacher=gpt5_mini) or protocol=self_excluded / protocol=cross_split"
-            )
-
     def method(self, name: str) -> MethodConfig:
         return self.method_catalog[name]
 
@@ -329,8 +302,7 @@ class DistilleryConfig(_Frozen):
             raise ValueError(self._settings_error(exc, name)) from None
         # A method that reads differently by benchmark (AMD on AppWorld) resolves its
         # settings here, so stage identities, tags and reports hold what is read.
-        for_benchmark = getattr(memory, "for_benchmark", None)
-        return for_benchmark(settings, self.benchmark.name) if for_benchmark else settings
+        return memory.for_benchmark(settings, self.benchmark.name)
 
     def _settings_error(self, exc: ValidationError, name: str) -> str:
         method = self.method_catalog[name]
@@ -405,7 +377,9 @@ def to_config(cfg: DictConfig | dict[str, Any]) -> DistilleryConfig:
             raise ConfigError(f"invalid config: {exc}") from None
     else:
         data = cfg
-    data = {k: v for k, v in dict(data).items() if k != "hydra"}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config: a mapping of keys, not {type(data).__name__}")
+    data = {k: v for k, v in data.items() if k != "hydra"}
     try:
         return DistilleryConfig.model_validate(data)
     except ValidationError as exc:

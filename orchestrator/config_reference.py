@@ -92,7 +92,7 @@ def reference() -> str:
         "its own values; the defaults below are the typed model's, the **Default** "
         "column the quickstart's student (`smollm2_135m`).",
     ]
-    out += _table(_keys(ModelConfig, "student", composed, {}))
+    out += _table(_keys(ModelConfig, "student", composed, set()))
     out += [
         "",
         "## Methods: `method_catalog.NAME`",
@@ -102,7 +102,7 @@ def reference() -> str:
     ]
     from distillery.orchestrator.config import MethodConfig
 
-    out += _table(_keys(MethodConfig, "method_catalog.NAME", {}, {}))
+    out += _table(_keys(MethodConfig, "method_catalog.NAME", {}, set()))
     out += [
         "",
         "## Memory methods' read settings",
@@ -121,7 +121,7 @@ def reference() -> str:
         doc = _doc(model)
         if doc:
             out += [doc, ""]
-        out += _table(_keys(model, "method_catalog.NAME.retrieval", {}, {}))[1:]
+        out += _table(_keys(model, "method_catalog.NAME.retrieval", {}, set()))[1:]
     out += [
         "",
         "## Benchmark options: `benchmark.options.*`",
@@ -140,7 +140,7 @@ def reference() -> str:
         doc = _doc(model)
         if doc:
             out += [doc, ""]
-        out += _table(_keys(model, "benchmark.options", {}, {}))[1:]
+        out += _table(_keys(model, "benchmark.options", {}, set()))[1:]
     return "\n".join(out) + "\n"
 
 
@@ -334,7 +334,7 @@ def _composed_defaults() -> dict[str, tuple[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", default=None, help="write the page here (default: print it)")
     args = parser.parse_args(argv)
     page = reference()

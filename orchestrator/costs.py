@@ -45,6 +45,7 @@ NO_LLM_MODELS = frozenset({"oracle", "none", ""})
 STAGE_COLUMNS = (
     "stage_hash",
     "kind",
+    "role",
     "model",
     "tokens_in",
     "tokens_out",
@@ -122,16 +123,20 @@ def _normalized_stages(stages: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"stages table lacks column(s) {', '.join(missing)}")
     out = stages.copy()
-    for column in STAGE_COLUMNS[3:]:
+    for column in STAGE_COLUMNS[4:]:
         if column not in out.columns:
             out[column] = 0
         out[column] = pd.to_numeric(out[column], errors="coerce").fillna(0)
     if "model" not in out.columns:
         out["model"] = "none"
     out["model"] = out["model"].fillna("none").astype(str)
-    # A stage is one row; a table that repeats one (e.g. concatenated reruns) must not
-    # count it twice.
-    return out.drop_duplicates("stage_hash", keep="last").reset_index(drop=True)
+    if "role" not in out.columns:  # tables written before stages had a row per role
+        out["role"] = ""
+    out["role"] = out["role"].fillna("").astype(str)
+    # A stage is one row per model and role; a table that repeats one (e.g. concatenated
+    # reruns) must not count it twice.
+    rows = out.drop_duplicates(["stage_hash", "role", "model"], keep="last")
+    return rows.reset_index(drop=True)
 
 
 def stage_costs(stages: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
@@ -212,14 +217,14 @@ def cost_breakdown(costs: pd.DataFrame) -> pd.DataFrame:
         empty = pd.DataFrame({"category": ["total"], **{c: [0] for c in _SUMMED}})
         empty["tokens"] = 0
         return empty
-    return _by_category(_cost_lines(costs.drop_duplicates("stage_hash")))
+    return _by_category(_cost_lines(costs))
 
 
 def point_stages(points: pd.DataFrame) -> pd.DataFrame:
     """(point_id, stage_hash) pairs: every stage a point depends on, its own included.
     The runner lists the point's own stage in `upstream`; a `stage` column, when the
     runner writes one, is added too, so either spelling is enough."""
-    rows: list[tuple[str, str]] = []
+    rows: list[tuple[Any, str]] = []
     has_stage = "stage" in points.columns
     for row in points.itertuples(index=False):
         hashes = set(_as_list(row.upstream))
@@ -249,7 +254,7 @@ def point_costs(points: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
     missing = (
         pairs[~pairs["stage_hash"].isin(known)].groupby("point_id").size().rename("missing_stages")
     )
-    lines = _cost_lines(costs.drop_duplicates("stage_hash")).merge(pairs, on="stage_hash")
+    lines = _cost_lines(costs).merge(pairs, on="stage_hash")
     lines["tokens"] = lines["tokens_in"] + lines["tokens_out"] + lines["embed_tokens"]
     totals = lines.groupby("point_id")[[*_SUMMED, "tokens"]].sum()
     usd = lines.pivot_table(
@@ -268,6 +273,20 @@ def point_costs(points: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
         out[column] = out[column].astype("int64")
     out["missing_stages"] = out["missing_stages"].astype("int64")
     return out.reset_index()
+
+
+def model_costs(costs: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's spend per stage kind, role and model (each distinct stage's rows
+    once): a stage that calls several models (a brew's student, teacher and curator)
+    shows each. `costs` is `stage_costs(...)`."""
+    columns = ["kind", "role", "model", *_SUMMED]
+    if costs.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = costs.groupby(["kind", "role", "model"], sort=False)[list(_SUMMED)].sum()
+    out = grouped.reset_index()
+    for column in ("tokens_in", "tokens_out", "n_llm_calls", "embed_tokens"):
+        out[column] = out[column].astype("int64")
+    return out[columns]
 
 
 def unpriced_models(costs: pd.DataFrame) -> list[str]:

@@ -48,12 +48,15 @@ def point_facets(point: EvalPoint) -> dict[str, str]:
     out: dict[str, str] = {}
     if point.role == "student":
         out.update(_model_facets("student", cfg.student))
-    if point.method.reads_teacher_episodes:
+    if point.uses_teacher:
         out.update(_model_facets("teacher", cfg.teacher))
     out["protocol"] = cfg.protocol.name
     if cfg.protocol.name == "cross_split":
         out["memory_fraction"] = str(cfg.protocol.memory_fraction)
         out["split_seed"] = str(cfg.protocol.split_seed)
+    if cfg.protocol.name == "split":
+        out["memory_split"] = str(cfg.protocol.memory_split)
+        out["memory_limit"] = str(cfg.protocol.memory_limit)
     if point.role == "student":
         out["seed"] = str(cfg.seed)
     out["benchmark"] = cfg.benchmark.name

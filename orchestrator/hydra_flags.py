@@ -174,7 +174,7 @@ def app_help() -> str:
     their options (as a Hydra application's help lists them)."""
     from distillery.orchestrator import cli
 
-    lines = [cli.__doc__.rstrip(), "", "Flags:"]
+    lines = [(cli.__doc__ or "").rstrip(), "", "Flags:"]
     lines += [
         "  --plan                 the stage graph, totals and a pre-flight; nothing runs",
         "  -m, --multirun         a sweep: key=a,b,c expands into points",

@@ -136,7 +136,7 @@ class LiveRuns:
                 continue
             tally = self.tally[point.point_id]
             scored = tally["success"] + tally["failure"]
-            metrics = {
+            metrics: dict[str, float] = {
                 "episodes_done": tally["done"],
                 "episodes_total": len(point.split.eval_ids),
                 "success": tally["success"],

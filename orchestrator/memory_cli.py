@@ -11,15 +11,21 @@ output_dir) and --url may come before or after the subcommand.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from pathlib import Path
+from urllib.parse import urlsplit
 
+from distillery.redaction import redact
 from distillery.workers.memory.store import MemoryStore, collection_name
 from distillery.workers.memory_service import method_layouts
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="distillery memory", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="distillery memory", description=(__doc__ or "").split("\n\n")[0]
+    )
     # --store/--url go before or after the subcommand (`memory --store D list` and
     # `memory list --store D`): the subcommands repeat them without a default, so a
     # value given after the subcommand wins and none given keeps the one before it.
@@ -51,11 +57,73 @@ def main(argv: list[str]) -> int:
     export.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    store = MemoryStore(path=None if args.url else args.store, url=args.url)
+    # A read command reads: it checks where, and never creates a store (an embedded
+    # client creates its folder); every failure of the store is one line and rc 2.
+    where = _check_url(args.url) if args.url else _check_folder(args.store)
+    if where is not None:
+        return _refuse(where)
+    try:
+        store = MemoryStore(path=None if args.url else args.store, url=args.url)
+    except Exception as exc:  # a damaged folder, a store another process holds
+        return _refuse(f"cannot read the memory store at {_where(args)}: {_reason(exc)}")
     try:
         return _command(args, store)
+    except _Refusal as exc:
+        return _refuse(str(exc))
+    except Exception as exc:  # the store's own failures (a server down, damaged data)
+        return _refuse(f"cannot read the memory store at {_where(args)}: {_reason(exc)}")
     finally:
-        store.close()
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+class _Refusal(Exception):
+    """Bad input found while running a command: its message is the line printed."""
+
+
+def _refuse(message: str) -> int:
+    print(f"distillery memory: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _where(args: argparse.Namespace) -> str:
+    return f"--url {redact(args.url)}" if args.url else str(args.store)
+
+
+def _check_folder(store: str) -> str | None:
+    path = Path(store)
+    if not path.exists():
+        return (
+            f"no memory store at {path} (a sweep keeps its store in <output_dir>/qdrant): "
+            "give the folder with --store or a Qdrant server with --url"
+        )
+    if not path.is_dir():
+        return f"--store {path} is a file, not a folder of an embedded Qdrant store"
+    return None
+
+
+def _check_url(url: str) -> str | None:
+    """A malformed URL, or a server that does not answer within seconds."""
+    shown = redact(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return f"--url {shown!r} is not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"--url {shown!r} is not an http(s) URL (e.g. http://localhost:6333)"
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/healthz", timeout=5.0)
+    except httpx.HTTPError as exc:
+        return f"cannot reach the Qdrant server at --url {shown}: {_reason(exc)}"
+    return None
 
 
 def _command(args: argparse.Namespace, store: MemoryStore) -> int:
@@ -82,13 +150,14 @@ def _command(args: argparse.Namespace, store: MemoryStore) -> int:
         return 0
     bank = args.bank[:16]
     if bank not in banks:
-        print(
-            f"no bank {args.bank!r} in {store.location}; see `distillery memory list`",
-            file=sys.stderr,
-        )
-        return 2
+        raise _Refusal(f"no bank {args.bank!r} in {store.location}; see `distillery memory list`")
     prefix, counts = banks[bank]
     if args.command == "show":
+        if args.collection and args.collection not in collections(bank):
+            raise _Refusal(
+                f"bank {bank} has no collection {args.collection!r}; it has: "
+                f"{', '.join(collections(bank)) or 'none'}"
+            )
         chosen = [args.collection] if args.collection else collections(bank)
         for collection in chosen:
             if not counts.get(collection):  # a bank may lack a collection
@@ -105,21 +174,26 @@ def _command(args: argparse.Namespace, store: MemoryStore) -> int:
         return 0
     specs = {s.name: s for s in layouts.get(prefix, ())}
     if not specs:
-        print(
+        raise _Refusal(
             f"bank {bank} was written by a memory method with store prefix {prefix!r}, "
-            "which is not installed: install it to export its entries",
-            file=sys.stderr,
+            "which is not installed: install it to export its entries"
         )
-        return 2
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _Refusal(f"--out {args.out}: cannot write there ({_reason(exc)})") from None
     for collection in collections(bank):
         if not counts.get(collection) or collection not in specs:
             print(f"no {collection} entries in {bank}: nothing written")
             continue
-        path = store.export_parquet(
-            collection_name(bank, collection, prefix),
-            specs[collection],
-            f"{args.out}/{collection}.parquet",
-        )
+        try:
+            path = store.export_parquet(
+                collection_name(bank, collection, prefix),
+                specs[collection],
+                f"{args.out}/{collection}.parquet",
+            )
+        except OSError as exc:
+            raise _Refusal(f"--out {args.out}: cannot write there ({_reason(exc)})") from None
         print(f"wrote {path}")
     return 0
 

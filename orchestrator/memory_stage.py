@@ -1,14 +1,16 @@
 """A sweep's memory stages: banks built from a stage's episodes (or rendered from a
 built bank), checked against the store before reuse, and the memory service actor that
-owns the store. `run_build` and `run_render` are the runners of the `build` and
-`render` kinds (`sweep.STAGE_RUNNERS`).
+owns the store. The `build` and `render` kinds' runners (`stages.BuildStage.run`,
+`RenderStage.run`) and any kind that writes a bank use it through the sweep
+(`sweep.memory`); it has its own collaborators (the ledger, the server pool, the
+sweep's tasks and its progress lines), never the sweep itself.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from distillery.orchestrator.dispatch import ray_get
 from distillery.orchestrator.ledger import BankOutput
@@ -20,9 +22,11 @@ from distillery.orchestrator.stages import (
     StageKey,
     digest_of,
 )
+from distillery.workers.memory.bounds import bound_bank, memory_delimiters
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import (
     BuiltBank,
+    MemoryJob,
     MemoryServiceImpl,
     build_task,
     render_task,
@@ -30,12 +34,17 @@ from distillery.workers.memory_service import (
 from distillery.workers.trajectories import read_episode_file, record_from_row
 
 if TYPE_CHECKING:
-    from ray.actor import ActorHandle
+    from ray.actor import ActorProxy
 
-    from distillery.orchestrator.sweep import Sweep
+    from distillery.orchestrator.config import DistilleryConfig
+    from distillery.orchestrator.ledger import Ledger
+    from distillery.orchestrator.server_pool import ServerPool
+    from distillery.orchestrator.stages import MemoryRead, Stage
+    from distillery.workers.envs.base import Task
+    from distillery.workers.memory.retrieval import Isolation
 
 # A Ray task body that makes a bank: `build_task` or `render_task` of the memory service.
-BankBody = Callable[..., Awaitable[BuiltBank]]
+BankBody = Callable[..., Coroutine[Any, Any, BuiltBank]]
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +52,31 @@ log = logging.getLogger(__name__)
 class MemoryStage:
     """Builds banks (once per stage key and content hash); owns the memory service."""
 
-    def __init__(self, sweep: Sweep) -> None:
-        self.sweep = sweep
-        self._service: ActorHandle[MemoryServiceImpl] | None = None
+    def __init__(
+        self,
+        cfg: DistilleryConfig,
+        ledger: Ledger,
+        servers: ServerPool,
+        tasks: Mapping[str, Task],
+        say: Callable[[str], None],
+        line: Callable[[Stage], str],
+    ) -> None:
+        self.cfg = cfg  # the sweep's runtime (store, embedder): shared by its points
+        self.ledger = ledger
+        self.servers = servers
+        self.tasks = tasks
+        self.say = say
+        self.line = line  # a stage's label for progress lines
+        self._service: ActorProxy[MemoryServiceImpl] | None = None
 
     @property
-    def service(self) -> ActorHandle[MemoryServiceImpl]:
+    def service(self) -> ActorProxy[MemoryServiceImpl]:
+        """The memory service actor (started now, on first use)."""
         if self._service is None:
             import ray
 
-            cfg = self.sweep.cfg
-            root = self.sweep.ledger.root  # a remote root without a store: preflight
+            cfg = self.cfg
+            root = self.ledger.root  # a remote root without a store: preflight
             default_path = str(root / "qdrant") if root.is_local else ""
             actor = ray.remote(MemoryServiceImpl).options(num_cpus=0.25, max_concurrency=1)
             service = actor.remote(cfg.memory.store, cfg.memory.embedder, default_path)
@@ -71,10 +94,31 @@ class MemoryStage:
         try:
             ray.get(service.close.remote(), timeout=60)
         finally:
-            ray.kill(service)
+            ray.kill(cast(Any, service))
+
+    def read_job(self, read: MemoryRead, max_injected_chars: int) -> MemoryJob:
+        """What an episode worker needs to let its student read `read`'s bank (opened
+        in the service now; `max_injected_chars`: what one hook call may inject, the
+        point's `memory.bounds`); a method without a bank gets a job with none."""
+        if read.bank_stage is None:
+            return MemoryJob(
+                None, None, read.isolation, read.settings, read.kind, max_injected_chars
+            )
+        bank_id = self.bank_of(read.bank_stage)
+        ray_get(self.service.open_bank.remote(bank_id, read.isolation))
+        return MemoryJob(
+            self.service, bank_id, read.isolation, read.settings, read.kind, max_injected_chars
+        )
+
+    def put_view(self, view_id: str, bank: BuiltBank, isolation: Isolation) -> None:
+        """A live view (a bank a stage is still writing) searchable as `view_id`."""
+        ray_get(self.service.put_view.remote(view_id, bank, isolation))
+
+    def drop_views(self, prefix: str) -> None:
+        ray_get(self.service.drop_views.remote(prefix))
 
     def bank_of(self, key: StageKey) -> str:
-        output = self.sweep.ledger.output(key)
+        output = self.ledger.output(key)
         if output is None:
             raise RuntimeError(f"{key} has not produced a bank")
         return output.bank_id
@@ -82,19 +126,19 @@ class MemoryStage:
     def ensure(self, stage: BankStage, prefix: str, make: Callable[[], BankOutput]) -> bool:
         """Make the stage's bank (`make`: its kind's build) unless the ledger and the
         store have it."""
-        ledger = self.sweep.ledger
+        ledger = self.ledger
         output = ledger.output(stage.key)
         if output is not None:
             damage = self.damage(output)
             if damage is None:
-                self.sweep._say(f"{prefix} {stage.key} cached: bank {output.bank_id[:16]}")
+                self.say(f"{prefix} {stage.key} cached: bank {output.bank_id[:16]}")
                 return False
             # The store lost (part of) a finished bank: never trust it, build it again.
             message = f"{stage.key}: bank {output.bank_id[:16]} is damaged ({damage})"
             log.warning("%s; rebuilding it", message)
-            self.sweep._say(f"{prefix} {message}; rebuilding")
+            self.say(f"{prefix} {message}; rebuilding")
             ray_get(self.service.drop_bank.remote(output.bank_id))
-        self.sweep._say(f"{prefix} {stage.key} building  {self.sweep.line(stage)}")
+        self.say(f"{prefix} {stage.key} building  {self.line(stage)}")
         ledger.record_output(stage.key, make())
         return True
 
@@ -129,8 +173,7 @@ class MemoryStage:
     def build(self, stage: BuildStage) -> BankOutput:
         source = stage.source
         cfg = source.cfg
-        ledger = self.sweep.ledger
-        finished = ledger.episodes(source.source)
+        finished = self.ledger.episodes(source.source)
         episodes = []
         for task_id in source.task_ids:
             summary = finished.get(task_id)
@@ -146,12 +189,14 @@ class MemoryStage:
                     episodes, cfg.memory, model_name, source.split
                 ),
                 "embedder": stage.identity["embedder"],
+                # Bounds off their defaults make other entries (absent: the keys of old).
+                **({"bounds": stage.identity["bounds"]} if "bounds" in stage.identity else {}),
             }
         )
         reused = self.reused(bank_id)
         if reused is not None:
             return reused
-        tasks = [self.sweep.graph.tasks[e.task_id] for e in episodes]
+        tasks = [self.tasks[e.task_id] for e in episodes]
         bank = self._run_built(source, build_task, source.kind, episodes, tasks, source.split)
         return self.written(bank_id, bank)
 
@@ -172,21 +217,14 @@ class MemoryStage:
 
         cfg = source.cfg
         model = source.builder_model
-        remote = ray.remote(num_cpus=0.5)(_run_async)
+        remote: Any = ray.remote(num_cpus=0.5)(_run_async)
         if model is None:  # deterministic entries, no server needed
-            return ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
-        endpoints = self.sweep.servers.endpoints(model)
-        return ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
-
-
-def run_build(sweep: Sweep, stage: BuildStage, prefix: str) -> bool:
-    """The `build` kind's runner: the bank of the stage's source episodes."""
-    return sweep.memory.ensure(stage, prefix, lambda: sweep.memory.build(stage))
-
-
-def run_render(sweep: Sweep, stage: RenderStage, prefix: str) -> bool:
-    """The `render` kind's runner: the bank derived from the base build's bank."""
-    return sweep.memory.ensure(stage, prefix, lambda: sweep.memory.render(stage))
+            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
+        else:
+            endpoints = self.servers.endpoints(model)
+            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+        # Builder output is model output: every method's entries within the same bounds.
+        return bound_bank(bank, cfg.memory.bounds, memory_delimiters(source.kind))
 
 
 def _run_async(body: BankBody, *args: Any) -> BuiltBank:
@@ -196,7 +234,6 @@ def _run_async(body: BankBody, *args: Any) -> BuiltBank:
     from distillery import redaction
 
     # The last three arguments are the builder config, its model and endpoints.
-    redaction.register_secrets(redaction.secrets_in(list(args[-3:])))
-    redaction.install()
+    redaction.protect(list(args[-3:]))
 
     return asyncio.run(body(*args))

@@ -12,13 +12,15 @@ import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 
-from distillery.orchestrator.config import DistilleryConfig, MethodConfig
+from distillery.orchestrator.config import ConfigError, DistilleryConfig, MethodConfig
 from distillery.orchestrator.descriptors import SweepNames, name_sweep
 from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_tasks
+from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_apart, split_tasks
+from distillery.orchestrator.stage_kinds import stage_type
 from distillery.orchestrator.stages import (
     BankSource,
     BuildStage,
@@ -28,11 +30,17 @@ from distillery.orchestrator.stages import (
     RenderStage,
     Stage,
     StageKey,
+    StageStatus,
     digest_of,
     model_identity,
 )
 from distillery.workers.envs.base import Task
-from distillery.workers.envs.registry import benchmark_class, make_benchmark
+from distillery.workers.envs.registry import (
+    benchmark_class,
+    benchmark_splits,
+    identity_options,
+    make_benchmark,
+)
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.applicability import refusal
 from distillery.workers.memory.registry import memory_method
@@ -53,6 +61,11 @@ class EvalPoint:
     bank_stage: StageKey | None = None
     retrieval: BaseModel | None = None  # the memory method's validated read settings
     isolation: Isolation | None = None
+    memory_writer: str | None = None  # who wrote the bank it reads (a model, deterministic)
+    # Whose episodes its bank comes from: the source stage's role (teacher | student),
+    # or the kind of a stage that writes its bank itself (e.g. brew).
+    memory_source: str | None = None
+    uses_teacher: bool = False  # a stage it depends on plays or calls the teacher
 
 
 @dataclass
@@ -117,7 +130,43 @@ def _load_tasks(
     return tuple(bench.load_tasks(limit=limit, task_ids=list(task_ids) if task_ids else None))
 
 
-def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
+def memory_options(cfg: DistilleryConfig) -> dict[str, Any] | None:
+    """The benchmark options the memory split is played with under protocol=split (the
+    configured options with `split` set to the memory split); None otherwise (the
+    memory tasks are the configured split's)."""
+    protocol = cfg.protocol
+    if protocol.name != "split":
+        return None
+    name = cfg.benchmark.name
+    splits = benchmark_splits(name)
+    if not splits:
+        raise ConfigError(
+            f"invalid config at protocol.name: benchmark {name} has no splits of its own "
+            "(its options have no `split`); use protocol=cross_split to split its tasks"
+        )
+    if protocol.memory_split not in splits:
+        raise ConfigError(
+            f"invalid config at protocol.memory_split: {protocol.memory_split!r} is no split "
+            f"of {name}; its splits: {', '.join(splits)}"
+        )
+    return {**cfg.benchmark.options, "split": protocol.memory_split}
+
+
+def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:
+    """protocol=split: the memory split's tasks (the first `memory_limit` in the
+    benchmark's order); None for the other protocols."""
+    options = memory_options(cfg)
+    if options is None:
+        return None
+    text = json.dumps(options, sort_keys=True)
+    return list(_load_tasks(cfg.benchmark.name, text, cfg.protocol.memory_limit, None))
+
+
+def split_for(
+    cfg: DistilleryConfig, tasks: list[Task], memory: list[Task] | None = None
+) -> TaskSplit:
+    if memory is not None:
+        return split_apart([t.task_id for t in memory], [t.task_id for t in tasks], cfg.protocol)
     return split_tasks(
         [t.task_id for t in tasks],
         cfg.protocol,
@@ -126,7 +175,14 @@ def split_for(cfg: DistilleryConfig, tasks: list[Task]) -> TaskSplit:
     )
 
 
-def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int) -> dict:
+def _episode_identity(
+    cfg: DistilleryConfig,
+    model: ModelConfig,
+    sweep_seed: int,
+    played: dict[str, Any] | None = None,
+) -> dict:
+    """What decides `model`'s episodes on the point's benchmark (`played`: the options
+    it is played with when not the configured ones, e.g. the memory split's)."""
     identity = {
         "benchmark": cfg.benchmark.name,
         "agent": model_identity(model, sweep_seed),
@@ -135,7 +191,11 @@ def _episode_identity(cfg: DistilleryConfig, model: ModelConfig, sweep_seed: int
     deviations = cfg.benchmark.deviations()
     if deviations:  # episodes played off the benchmark's own pipeline are other episodes
         identity["deviations"] = list(deviations)
-    options = cfg.benchmark.identity_options()
+    options = (
+        cfg.benchmark.identity_options()
+        if played is None
+        else identity_options(cfg.benchmark.name, played)
+    )
     if options:  # only values off the defaults: a new option keeps every existing key
         identity["benchmark_options"] = options
     return identity
@@ -162,100 +222,224 @@ def plan_sweep(configs: list[DistilleryConfig]) -> StageGraph:
     for cfg in configs:
         _methods_apply(cfg)
         tasks = resolve_tasks(cfg)
-        graph.tasks.update({t.task_id: t for t in tasks})
-        split = split_for(cfg, tasks)
+        memory = resolve_memory_tasks(cfg)
+        graph.tasks.update({t.task_id: t for t in [*(memory or []), *tasks]})
+        split = split_for(cfg, tasks, memory)
         ids: list[str] = []
         for name in cfg.methods:
-            point = _plan_method(graph, cfg, name, split)
+            point = StagePlanner(graph, cfg, split, name).point()
             graph.points.setdefault(point.point_id, point)
             ids.append(point.point_id)
         graph.point_ids_of.append(ids)
     return graph
 
 
-def _collect(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
+class StagePlanner:
+    """Plans one evaluation point's stages on the shared graph: what a memory method's
+    `bank_stage` asks for (`memory.method.BankPlanner`: the teacher's collection, the
+    student's runs, a build of either, or a stage of a registered kind) and what a
+    stage kind's `plan` builds its node from (the point's config, split and method).
+    Equal stages of different points are one node (deduplicated by key)."""
+
+    def __init__(self, graph: StageGraph, cfg: DistilleryConfig, split: TaskSplit, name: str):
+        self.graph = graph
+        self.cfg = cfg
+        self.split = split
+        self.method_name = name
+        self.method = cfg.method(name)
+        # The benchmark options the memory split is played with (protocol=split: the
+        # memory split's; None: the configured ones).
+        self.memory_options = memory_options(cfg)
+
+    # -- for stage kinds --------------------------------------------------------------
+
+    def add(self, stage: Stage, plays: Any = ()) -> StageKey:
+        """Add a node (the first of its key is kept) and the tasks it must play."""
+        key = self.graph.add(stage)
+        if plays:
+            self.graph.needs[key].update(plays)
+        return key
+
+    def episode_identity(
+        self, model: ModelConfig, sweep_seed: int, memory: bool = False
+    ) -> dict[str, Any]:
+        """What decides the episodes `model` plays on the point's benchmark (`memory`:
+        on its memory split, which protocol=split plays with other options)."""
+        return _episode_identity(
+            self.cfg, model, sweep_seed, self.memory_options if memory else None
+        )
+
+    @staticmethod
+    def model_identity(model: ModelConfig, sweep_seed: int = 0) -> dict[str, Any]:
+        """What decides `model`'s answers (a stage calling it holds this)."""
+        return model_identity(model, sweep_seed)
+
+    def memory_task_ids(self) -> str:
+        """The digest of the point's memory split (a stage playing it holds this)."""
+        return ids_sha(sorted(self.split.memory_ids))
+
+    @staticmethod
+    def served(model: ModelConfig) -> ModelConfig | None:
+        """`model` as a stage's model (None for the oracle, which needs no server)."""
+        return None if model.backend == "oracle" else model
+
+    # -- BankPlanner --------------------------------------------------------------------
+
+    def teacher_collection(self) -> StageKey:
+        key = _collect(self.graph, self.cfg, self.memory_options)
+        self.graph.needs[key].update(self.split.memory_ids)
+        return key
+
+    def student_runs(self) -> StageKey:
+        key = _zero_shot(self.graph, self.cfg, self.memory_options)
+        self.graph.needs[key].update(self.split.memory_ids)
+        return key
+
+    def build(self, source: StageKey) -> StageKey:
+        return _bank(self.graph, self.cfg, self.method_name, source, self.split)
+
+    def stage(self, kind: str, **inputs: Any) -> StageKey:
+        return self.add(stage_type(kind).plan(self, **inputs))
+
+    # -- the point ----------------------------------------------------------------------
+
+    def point(self) -> EvalPoint:
+        graph, cfg, split, name, method = (
+            self.graph,
+            self.cfg,
+            self.split,
+            self.method_name,
+            self.method,
+        )
+        eval_ids = list(split.eval_ids)
+        bank_stage = retrieval = isolation = writer = source = None
+        if method.kind == "teacher":
+            stage, role, model = _collect(graph, cfg), "teacher", cfg.teacher
+        elif method.kind == "zero_shot":
+            stage, role, model = _zero_shot(graph, cfg), "student", cfg.student
+        else:
+            memory = memory_method(method.kind)
+            bank_stage = memory.bank_stage(self)
+            retrieval = cfg.retrieval_for(name)
+            isolation = Isolation(cfg.protocol.name, (split.memory_split,))
+            if bank_stage is not None:
+                writer, source = self._bank_facts(bank_stage)
+            identity = {
+                **_episode_identity(cfg, cfg.student, cfg.seed),
+                "method": method.kind,
+                "retrieval": memory.read_identity(retrieval),
+                "protocol": cfg.protocol.read_settings(),
+            }
+            if cfg.memory.bounds.identity():  # what a student reads of memory is cut there
+                identity["memory_bounds"] = cfg.memory.bounds.identity()
+            read = MemoryRead(method.kind, bank_stage, isolation, retrieval)
+            # What the ordinary evaluate stage's key holds: a kind of the method's own
+            # that scores the point instead starts from it (`evaluation_stage`).
+            self.evaluate_identity = identity
+            own = memory.evaluation_stage(self, read)
+            upstream = (bank_stage,) if bank_stage is not None else ()
+            stage = own or graph.add(
+                EvaluateStage(
+                    identity=identity,
+                    upstream=upstream,
+                    label=f"evaluate student={cfg.student.name} {name} ({memory.label(retrieval)})",
+                    model=self.served(cfg.student),
+                    memory=read,
+                )
+            )
+            role, model = "student", cfg.student
+        graph.needs[stage].update(eval_ids)
+        self._no_ground_truth_memory(bank_stage)
+        # The protocol is part of the point even where the stage does not read it: zero-shot
+        # under main and under self_excluded is one stage but a row of each protocol's table.
+        point_id = digest_of(
+            {"stage": stage.digest, "eval": split.eval_ids_sha, "protocol": cfg.protocol.name}
+        )[:16]
+        return EvalPoint(
+            point_id=point_id,
+            cfg=cfg,
+            method_name=name,
+            method=method,
+            role=role,
+            model=model,
+            stage=stage,
+            upstream=graph.upstream_closure(stage),
+            split=split,
+            bank_stage=bank_stage,
+            retrieval=retrieval,
+            isolation=isolation,
+            memory_writer=writer,
+            memory_source=source,
+            uses_teacher=self._uses_teacher(stage),
+        )
+
+    def _uses_teacher(self, stage: StageKey) -> bool:
+        closure = self.graph.upstream_closure(stage)
+        return any(
+            k.kind == "collect" or "teacher" in self.graph.stages[k].other_models for k in closure
+        )
+
+    def _bank_facts(self, bank_stage: StageKey) -> tuple[str, str]:
+        """Who wrote a bank, and whose episodes it comes from (a build's source stage's
+        role; a stage that writes its bank itself: its kind)."""
+        node = self.graph.stages[bank_stage]
+        while isinstance(node, RenderStage):
+            node = self.graph.stages[node.base]
+        if isinstance(node, BuildStage):
+            return node.writer(), node.source.origin
+        return node.writer(), node.kind
+
+    def _no_ground_truth_memory(self, bank_stage: StageKey | None) -> None:
+        """The oracle's memory is the benchmark's ground truth (masked): under
+        protocol=main a task would retrieve the answers of its own ground truth."""
+        cfg = self.cfg
+        if bank_stage is None or cfg.teacher.backend != "oracle" or cfg.protocol.name != "main":
+            return
+        closure = self.graph.upstream_closure(bank_stage)
+        if not any(self.graph.stages[k].role == "teacher" and k.kind == "collect" for k in closure):
+            return
+        raise ConfigError(
+            f"invalid config at protocol.name: protocol=main with teacher={cfg.teacher.name} (an oracle "
+            "replaying the ground truth) lets each task retrieve memory built from its "
+            f"own answers (methods {self.method_name}); set teacher= a model (e.g. "
+            "teacher=gpt5_mini) or protocol=self_excluded / protocol=cross_split"
+        )
+
+
+def _split_label(played: dict[str, Any] | None) -> str:
+    return f" ({played['split']} split)" if played else ""
+
+
+def _collect(
+    graph: StageGraph, cfg: DistilleryConfig, played: dict[str, Any] | None = None
+) -> StageKey:
     # The sweep seed varies the students only: every seed reads the same teacher memory.
     teacher = cfg.teacher
-    identity = _episode_identity(cfg, teacher, 0)
+    identity = _episode_identity(cfg, teacher, 0, played)
     return graph.add(
         CollectStage(
-            key=CollectStage.key_for(identity),
             identity=identity,
             upstream=(),
-            label=f"collect teacher={teacher.name} {cfg.benchmark.name}",
-            model=None if teacher.backend == "oracle" else teacher,
+            label=f"collect teacher={teacher.name} {cfg.benchmark.name}{_split_label(played)}",
+            model=StagePlanner.served(teacher),
+            options=played,
         )
     )
 
 
-def _zero_shot(graph: StageGraph, cfg: DistilleryConfig) -> StageKey:
+def _zero_shot(
+    graph: StageGraph, cfg: DistilleryConfig, played: dict[str, Any] | None = None
+) -> StageKey:
     student = cfg.student
-    identity = {**_episode_identity(cfg, student, cfg.seed), "method": "zero_shot"}
+    identity = {**_episode_identity(cfg, student, cfg.seed, played), "method": "zero_shot"}
     return graph.add(
         EvaluateStage(
-            key=EvaluateStage.key_for(identity),
             identity=identity,
             upstream=(),
-            label=f"evaluate student={student.name} zero_shot",
-            model=None if student.backend == "oracle" else student,
+            label=f"evaluate student={student.name} zero_shot{_split_label(played)}",
+            model=StagePlanner.served(student),
+            options=played,
         )
-    )
-
-
-def _plan_method(
-    graph: StageGraph, cfg: DistilleryConfig, name: str, split: TaskSplit
-) -> EvalPoint:
-    method = cfg.method(name)
-    eval_ids = list(split.eval_ids)
-    bank_stage = retrieval = isolation = None
-    if method.kind == "teacher":
-        stage, role, model = _collect(graph, cfg), "teacher", cfg.teacher
-    elif method.kind == "zero_shot":
-        stage, role, model = _zero_shot(graph, cfg), "student", cfg.student
-    else:
-        memory = memory_method(method.kind)
-        from_teacher = memory.bank_source == "teacher"
-        source = _collect(graph, cfg) if from_teacher else _zero_shot(graph, cfg)
-        graph.needs[source].update(split.memory_ids)
-        bank_stage = _bank(graph, cfg, name, source, split)
-        retrieval = cfg.retrieval_for(name)
-        isolation = Isolation(cfg.protocol.name, (split.memory_split,))
-        identity = {
-            **_episode_identity(cfg, cfg.student, cfg.seed),
-            "method": method.kind,
-            "retrieval": memory.read_identity(retrieval),
-            "protocol": cfg.protocol.read_settings(),
-        }
-        stage = graph.add(
-            EvaluateStage(
-                key=EvaluateStage.key_for(identity, (bank_stage,)),
-                identity=identity,
-                upstream=(bank_stage,),
-                label=f"evaluate student={cfg.student.name} {name} ({memory.label(retrieval)})",
-                model=None if cfg.student.backend == "oracle" else cfg.student,
-                memory=MemoryRead(method.kind, bank_stage, isolation, retrieval),
-            )
-        )
-        role, model = "student", cfg.student
-    graph.needs[stage].update(eval_ids)
-    # The protocol is part of the point even where the stage does not read it: zero-shot
-    # under main and under self_excluded is one stage but a row of each protocol's table.
-    point_id = digest_of(
-        {"stage": stage.digest, "eval": split.eval_ids_sha, "protocol": cfg.protocol.name}
-    )[:16]
-    return EvalPoint(
-        point_id=point_id,
-        cfg=cfg,
-        method_name=name,
-        method=method,
-        role=role,
-        model=model,
-        stage=stage,
-        upstream=graph.upstream_closure(stage),
-        split=split,
-        bank_stage=bank_stage,
-        retrieval=retrieval,
-        isolation=isolation,
     )
 
 
@@ -264,7 +448,8 @@ def _bank(
 ) -> StageKey:
     kind = cfg.method(name).kind
     memory = memory_method(kind)
-    builder_model = cfg.builder_model(memory.bank_source == "student")
+    origin = graph.stages[source].role  # whose episodes: teacher | student
+    builder_model = cfg.builder_model(origin == "student")
     builder_identity = model_identity(builder_model) if builder_model else None
     identity = {
         "memory_task_ids": ids_sha(sorted(split.memory_ids)),
@@ -275,22 +460,18 @@ def _bank(
     }
     # A method that builds differently on this benchmark (its own prompts) says so: a
     # change of those prompts is then a new build, as a change of the default ones is.
-    build_profile = getattr(memory, "build_profile", None)
-    profile = build_profile(cfg.benchmark.name) if build_profile else None
+    profile = memory.build_profile(cfg.benchmark.name)
     if profile is not None:
         identity["builder_profile"] = profile
+    bounds = cfg.memory.bounds.identity()
+    if bounds:  # only values off the defaults: the keys of every default build stay
+        identity["bounds"] = bounds
     source_label = graph.stages[source].label.split(" ", 1)[1]
     bank_source = BankSource(
-        source,
-        tuple(sorted(split.memory_ids)),
-        split.memory_split,
-        cfg,
-        kind,
-        memory.bank_source,
+        source, tuple(sorted(split.memory_ids)), split.memory_split, cfg, kind, origin
     )
     build = graph.add(
         BuildStage(
-            key=BuildStage.key_for(identity, (source,), memory.build_fingerprint()),
             identity=identity,
             upstream=(source,),
             label=f"build {kind} from {source_label} ({len(split.memory_ids)} tasks)",
@@ -303,9 +484,10 @@ def _bank(
     base = graph.stages[build]  # the first point's node of this key: its source is built
     assert isinstance(base, BuildStage)
     render_identity = {"builder_model": builder_identity}
+    if bounds:
+        render_identity["bounds"] = bounds
     return graph.add(
         RenderStage(
-            key=RenderStage.key_for(render_identity, (build,), memory.build_fingerprint()),
             identity=render_identity,
             upstream=(build,),
             label=f"render text of {build}",
@@ -332,47 +514,26 @@ def _check_shared_runtime(configs: list[DistilleryConfig]) -> None:
 
 
 @dataclass(frozen=True)
-class StageStatus:
-    stage: Stage
-    needed: int  # episodes this sweep needs (episode stages)
-    cached: int  # of those, finished and intact in the ledger
-    bank: str | None  # bank stages: the bank recorded by a finished run
+class PlannedStatus:
+    """A stage of the graph and what its node type says `--plan` should show of it."""
 
-    @property
-    def to_run(self) -> int:
-        return self.needed - self.cached
+    stage: Stage
+    status: StageStatus
 
     @property
     def is_cached(self) -> bool:
-        # A kind may do both (a brew stage plays episodes and writes a bank).
-        episodes_done = not self.stage.plays_episodes or self.to_run == 0
-        bank_done = not self.stage.writes_bank or self.bank is not None
-        return episodes_done and bank_done
+        return self.status.cached
 
     @property
     def state(self) -> str:
-        """What `--plan` says of the stage: cached, or what a run will do."""
-        parts = []
-        if self.stage.plays_episodes:
-            parts.append(
-                f"cached ({self.needed} episodes)"
-                if self.to_run == 0
-                else f"run {self.to_run} of {self.needed} episodes ({self.cached} cached)"
-            )
-        if self.stage.writes_bank:
-            parts.append(f"cached (bank {self.bank[:16]})" if self.bank else "build")
-        return ", ".join(parts)
+        return self.status.state
 
 
-def stage_status(graph: StageGraph, ledger: Ledger) -> list[StageStatus]:
-    out = []
-    for key, stage in graph.stages.items():
-        needed: set[str] = graph.needs.get(key, set()) if stage.plays_episodes else set()
-        done = set(ledger.episodes(key)) if stage.plays_episodes else set()
-        output = ledger.output(key) if stage.writes_bank else None
-        bank = output.bank_id if output else None
-        out.append(StageStatus(stage, len(needed), len(needed & done), bank))
-    return out
+def stage_status(graph: StageGraph, ledger: Ledger) -> list[PlannedStatus]:
+    return [
+        PlannedStatus(stage, stage.status(ledger, set(graph.needs.get(key, set()))))
+        for key, stage in graph.stages.items()
+    ]
 
 
 def stage_line(graph: StageGraph, key: StageKey, names: SweepNames | None = None) -> str:
@@ -383,7 +544,7 @@ def stage_line(graph: StageGraph, key: StageKey, names: SweepNames | None = None
     return " ".join([label, *extra])
 
 
-def format_plan(graph: StageGraph, statuses: list[StageStatus]) -> str:
+def format_plan(graph: StageGraph, statuses: list[PlannedStatus]) -> str:
     names = name_sweep(graph)
     lines = [
         f"plan: {len(graph.configs)} sweep point(s), {len(graph.points)} evaluation point(s), "

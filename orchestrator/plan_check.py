@@ -7,7 +7,7 @@ that cannot be planned, is refused first, with the message a run would give."""
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import TextIO, cast
 
 from distillery.orchestrator.config import DistilleryConfig
 from distillery.orchestrator.ledger import Ledger
@@ -28,7 +28,8 @@ def plan_command(
     would refuse is refused before, with the run's own message) and the pre-flight of
     the world it points at. `unplanned`: why the sweep cannot be planned here (the
     benchmark's package, venv or data missing), reported with the world's problems."""
-    out, err = out or sys.stdout, err or sys.stderr
+    out = cast(TextIO, out or sys.stdout)
+    err = cast(TextIO, err or sys.stderr)
     problems: list[Problem] = []
     graph = None
     if unplanned is None:

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.plan import StageGraph, StageStatus, server_key
+from distillery.orchestrator.plan import PlannedStatus, StageGraph, server_key
+from distillery.orchestrator.stages import Stage
 from distillery.workers.envs.base import Task
 from distillery.workers.llm.config import ModelConfig
+from distillery.workers.trajectories import EpisodeSummary
 
 CALLS_PER_TURN = 2.0  # ours: one call that acts, one closing reply
 CHARS_PER_TOKEN = 4.0  # ours: a common rule of thumb for English text and JSON
@@ -78,7 +81,7 @@ class PerUnit:
 
 
 def plan_totals(
-    graph: StageGraph, statuses: list[StageStatus], ledger: Ledger
+    graph: StageGraph, statuses: Sequence[PlannedStatus], ledger: Ledger
 ) -> list[ModelTotals]:
     """One entry per model with work still to do (models that make no LLM call, the
     oracle and deterministic banks, are left out)."""
@@ -92,8 +95,7 @@ def plan_totals(
         totals = out.setdefault(model.name, ModelTotals(model.name, model=model))
         key = server_key(model)
         if stage.plays_episodes:
-            role = "teacher" if stage.key.kind == "collect" else "student"
-            totals.roles.add(role)
+            totals.roles.add(stage.role or "agent")
             done = set(ledger.episodes(stage.key, verify=False))
             todo = [t for t in graph.needs.get(stage.key, set()) if t not in done]
             totals.episodes += len(todo)
@@ -121,17 +123,18 @@ def plan_totals(
     return list(out.values())
 
 
-def _memory_tasks(stage) -> int:  # noqa: ANN001 - a bank stage (build or render)
+def _memory_tasks(stage: Stage) -> int:
+    """The tasks a bank stage builds from (a build's or a render's source)."""
     source = getattr(stage, "source", None)
-    return len(getattr(source, "memory_ids", ()) or ())
+    return len(getattr(source, "task_ids", ()) or ())
 
 
 def _measured(
-    graph: StageGraph, statuses: list[StageStatus], ledger: Ledger
+    graph: StageGraph, statuses: Sequence[PlannedStatus], ledger: Ledger
 ) -> dict[tuple[str, str], PerUnit]:
     """Means over what this sweep's ledger already holds, per model (its servers' key)."""
-    episodes: dict[str, list] = defaultdict(list)
-    banks: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+    episodes: dict[str, list[EpisodeSummary]] = defaultdict(list)
+    banks: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     for st in statuses:
         stage = st.stage
         if stage.model is None:
@@ -141,7 +144,7 @@ def _measured(
             for summary in ledger.episodes(stage.key, verify=False).values():
                 if summary.finished:
                     episodes[key].append(summary)
-        elif not stage.plays_episodes and st.bank is not None:
+        elif stage.writes_bank:
             output = ledger.output(stage.key)
             n = _memory_tasks(stage)
             if output is not None and n and not output.reused:
@@ -157,7 +160,7 @@ def _measured(
         )
     for key, built in banks.items():
         tasks = sum(n for n, _ in built)
-        total = defaultdict(float)
+        total: dict[str, float] = defaultdict(float)
         for _, stats in built:
             for name, value in stats.items():
                 for suffix in ("requests", "tokens_in", "tokens_out"):

@@ -22,18 +22,25 @@ Two halves:
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from distillery.orchestrator.config import DistilleryConfig
 from distillery.orchestrator.errors import UserError
 from distillery.orchestrator.plan import StageGraph, server_key
 from distillery.redaction import redact, url_secrets
+from distillery.workers.envs.registry import action_format_deviation, benchmark_options
 from distillery.workers.llm.config import ModelConfig
-from distillery.workers.storage import Location
+from distillery.workers.storage import Location, s3_options
+
+T = TypeVar("T")
 
 # Set in the pods of k8s/ (the distillery-env ConfigMap): the Secret keys come from.
 KEYS_SECRET_ENV = "DISTILLERY_KEYS_FROM"
@@ -85,7 +92,44 @@ def check_run(graph: StageGraph) -> None:
         check_store(cfg)
     for endpoint in _unique_endpoints(graph, uses_memory):
         check_endpoint(endpoint)
+    check_benchmark_environment(graph.configs)
     check_required_env()
+
+
+def check_benchmark_environment(configs: list[DistilleryConfig]) -> None:
+    """Every variable the benchmark's options say a run reads is set (e.g. ToolSandbox's
+    RAPID_API_KEY with network=true). Run-only, like the endpoints' keys."""
+    for cfg in configs:
+        needed = benchmark_options(cfg.benchmark.name, cfg.benchmark.options)
+        for name, why in needed.required_environment().items():
+            if not os.environ.get(name):
+                raise PreflightError(
+                    f"benchmark.options: environment variable {name} is not set; {why}"
+                )
+
+
+def run_notices(configs: list[DistilleryConfig]) -> list[str]:
+    """What a user must know before the run starts, each once: the benchmark's notices
+    for its options, and a model playing the benchmark in an action format its own
+    harness does not (a recorded deviation)."""
+    from distillery.orchestrator.requirements_check import models_in_use
+
+    found: dict[str, None] = {}
+    for cfg in configs:
+        name = cfg.benchmark.name
+        for notice in benchmark_options(name, cfg.benchmark.options).notices():
+            found[notice] = None
+        for role, model in models_in_use(cfg):
+            if not role.startswith(("teacher", "student")) or model.backend == "oracle":
+                continue
+            deviation = action_format_deviation(name, model.action_format)
+            if deviation:
+                found[
+                    f"{role}={model.name} plays {name} with action_format={model.action_format}, "
+                    f"not as the benchmark's own harness does (recorded as {deviation}); "
+                    f"{role}.action_format=prompt plays it as theirs"
+                ] = None
+    return list(found)
 
 
 def check_required_env() -> None:
@@ -197,18 +241,76 @@ def _check_local_folder(path: Path, key: str) -> None:
         ) from None
 
 
+# Ours: how long the output root's bucket check may take, whatever the scheme. An
+# object store's client retries for minutes by default (GCS 15, with a metadata server
+# to find offline first), silently and deaf to Ctrl-C; a store that does not answer in
+# this time would not take the run's writes either.
+REMOTE_CHECK_S = 20.0
+_CHECK_RETRY_S = 5.0  # the clients' own retry budget within it, where they take one
+
+
+def _probe_filesystem(root: Location) -> Any:
+    """The root's filesystem with a short retry limit where pyarrow takes one (S3: two
+    attempts and socket timeouts; GCS: a retry time limit); others as the run opens them."""
+    import pyarrow.fs as pafs
+
+    scheme = root.uri.split("://", 1)[0].lower()
+    if scheme == "s3":
+        return pafs.S3FileSystem(
+            **s3_options(),
+            connect_timeout=_CHECK_RETRY_S,
+            request_timeout=_CHECK_RETRY_S,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=2),
+        )
+    if scheme in ("gs", "gcs"):
+        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=_CHECK_RETRY_S))
+    return root.fs
+
+
+def within_deadline(fn: Callable[[], T], seconds: float, what: str) -> T:
+    """`fn()` in a thread this one waits for in short slices: the caller gets its result,
+    its exception, or a PreflightError once `seconds` pass, and Ctrl-C at any time
+    (a blocking client call in this thread would hold both off until it returned)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="distillery-preflight", daemon=True)
+    worker.start()
+    deadline = time.monotonic() + seconds
+    while worker.is_alive():
+        left = deadline - time.monotonic()
+        if left <= 0:  # the thread is left behind (daemon): the run stops here anyway
+            raise PreflightError(f"{what}: no answer within {seconds:g} s")
+        worker.join(min(0.1, left))
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _check_remote_root(root: Location) -> None:
     uri = redact(root.uri)
-    try:
-        fs = root.fs
-    except (ValueError, ImportError) as exc:
-        raise PreflightError(f"output_dir: {uri}: {redact(str(exc))}") from None
     bucket = root.fs_path.lstrip("/").split("/", 1)[0]  # named: check_output_dir_value
     import pyarrow.fs as pafs
 
     prefix = "/" if root.fs_path.startswith("/") else ""
+
+    def probe() -> Any:
+        return _probe_filesystem(root).get_file_info(prefix + bucket)
+
     try:
-        info = fs.get_file_info(prefix + bucket)
+        info = within_deadline(probe, REMOTE_CHECK_S, f"output_dir: {uri}")
+    except PreflightError as exc:
+        raise PreflightError(
+            f"{exc} (the bucket's store did not answer: check the network, the "
+            "credentials and the endpoint, or use a local output_dir)"
+        ) from None
+    except (ValueError, ImportError) as exc:  # no filesystem for the scheme
+        raise PreflightError(f"output_dir: {uri}: {redact(str(exc))}") from None
     except Exception as exc:  # network, credentials: the run could not write either
         raise PreflightError(f"output_dir: cannot reach {uri}: {redact(str(exc))}") from None
     if info.type == pafs.FileType.NotFound:
@@ -286,7 +388,7 @@ def check_store(cfg: DistilleryConfig) -> None:
 def endpoints_in_use(graph: StageGraph, uses_memory: bool) -> Iterator[Endpoint]:
     """What the planned stages will call: each point's teacher and student where a
     stage plays them, builder models of the banks, the embedder and the Qdrant server."""
-    used = {server_key(s.model) for s in graph.stages.values() if s.model is not None}
+    used = {server_key(m) for s in graph.stages.values() for m in s.models.values()}
     for cfg in graph.configs:
         for role, model in (("teacher", cfg.teacher), ("student", cfg.student)):
             if model.backend != "oracle" and server_key(model) in used:

@@ -5,6 +5,10 @@ are evaluated.
 - self_excluded: memory from all tasks, but a task never retrieves its own entries.
 - cross_split: a seeded 7:3 split; memory only from the 70 %, evaluation only on the
   disjoint 30 % (by group when the benchmark's groups are scenarios, e.g. AppWorld).
+- split: memory from another split of the benchmark itself (`memory_split`, e.g.
+  AppWorld's train, the math and code benchmarks' training splits; the first
+  `memory_limit` tasks in the benchmark's order), evaluation on the configured split
+  (e.g. test_normal). For a benchmark without splits (BFCL), cross_split is the way.
 """
 
 from __future__ import annotations
@@ -15,24 +19,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ProtocolName = Literal["main", "self_excluded", "cross_split"]
+ProtocolName = Literal["main", "self_excluded", "cross_split", "split"]
 
 
 class ProtocolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: ProtocolName = "self_excluded"
-    memory_fraction: float = Field(0.7, gt=0, lt=1, description="cross_split only")
+    memory_fraction: float = Field(default=0.7, gt=0, lt=1, description="cross_split only")
     split_seed: int = 0
     split_by_group: bool | None = None  # None: the benchmark decides
+    # protocol=split: the benchmark's split memory comes from, and how many of its tasks
+    # (the first N in the benchmark's order; None: all).
+    memory_split: str | None = Field(default=None, description="split only, e.g. train")
+    memory_limit: int | None = Field(default=None, gt=0, description="split only")
+
+    @model_validator(mode="after")
+    def _split_named(self) -> ProtocolConfig:
+        if self.name == "split" and not self.memory_split:
+            raise ValueError(
+                "memory_split: protocol=split reads memory from another split of the "
+                "benchmark: name it, e.g. protocol.memory_split=train"
+            )
+        return self
 
     def read_settings(self) -> dict[str, object]:
-        """What the protocol reads: the split settings only matter for cross_split."""
+        """What the protocol reads: the split settings of cross_split and split."""
+        if self.name == "split":
+            return {
+                "name": self.name,
+                "memory_split": self.memory_split,
+                "memory_limit": self.memory_limit,
+            }
         if self.name != "cross_split":
             return {"name": self.name}
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", exclude={"memory_split", "memory_limit"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +80,8 @@ def split_tasks(
     group_by_default: bool = False,
 ) -> TaskSplit:
     ids = list(task_ids)
+    if protocol.name == "split":
+        raise ValueError("protocol=split takes its memory tasks from another split: split_apart")
     if protocol.name in ("main", "self_excluded"):
         return TaskSplit(tuple(ids), tuple(ids), "all")
     by_group = group_by_default if protocol.split_by_group is None else protocol.split_by_group
@@ -80,3 +105,20 @@ def split_tasks(
             f"cross_split needs at least 2 tasks (or groups) to split; got {len(ids)} tasks"
         )
     return TaskSplit(tuple(memory), tuple(evaluated), "memory")
+
+
+def split_apart(
+    memory_ids: Sequence[str], eval_ids: Sequence[str], protocol: ProtocolConfig
+) -> TaskSplit:
+    """protocol=split: memory from the benchmark's `memory_split` (its tasks, in order),
+    evaluation on the configured split; a task id in both is refused (the isolation
+    audit tells entries apart by their split and task)."""
+    both = sorted(set(memory_ids) & set(eval_ids))
+    if both:
+        raise ValueError(
+            f"protocol.memory_split: task ids {both[:3]} are in both the memory split "
+            f"{protocol.memory_split!r} and the evaluated one; pick another split"
+        )
+    if not memory_ids:
+        raise ValueError(f"protocol.memory_split: split {protocol.memory_split!r} has no task")
+    return TaskSplit(tuple(memory_ids), tuple(eval_ids), str(protocol.memory_split))

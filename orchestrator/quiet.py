@@ -43,5 +43,5 @@ def quiet_third_party(verbose: bool = False) -> None:
         logger = logging.getLogger(name)
         if logger.level < logging.WARNING:
             logger.setLevel(logging.WARNING)
-    for action, category, module in _LIBRARY_WARNINGS:
-        warnings.filterwarnings(action, category=category, module=module)
+    for _, category, module in _LIBRARY_WARNINGS:  # every one is "ignore"
+        warnings.filterwarnings("ignore", category=category, module=module)

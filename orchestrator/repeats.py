@@ -10,6 +10,7 @@ were run-to-run robustness.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -20,10 +21,11 @@ def repeat_notes(points: pd.DataFrame, episodes: pd.DataFrame, keys: Sequence[st
     if points.empty or "seed" not in points.columns:
         return []
     student = points[points["role"] == "student"]
+    by_point: Any = episodes.dropna(subset=["success"]).groupby("point_id")
     outcomes = (
-        episodes.dropna(subset=["success"])
-        .groupby("point_id")
-        .apply(lambda g: tuple(sorted(zip(g["task_id"], g["success"].astype(bool), strict=True))))
+        by_point.apply(
+            lambda g: tuple(sorted(zip(g["task_id"], g["success"].astype(bool), strict=True)))
+        )
         if not episodes.empty
         else pd.Series(dtype=object)
     )

@@ -58,13 +58,23 @@ def _installed(module: str) -> bool:
         return False
 
 
+def _reads_teacher(kind: str) -> bool:
+    """The teacher's own score, or memory whose bank comes from the teacher's collection
+    or from a stage of its own (such stages call the teacher)."""
+    from distillery.workers.memory.registry import bank_origin, is_memory_method
+
+    if kind == "teacher":
+        return True
+    return is_memory_method(kind) and bank_origin(kind) not in (None, "student")
+
+
 def models_in_use(cfg: DistilleryConfig) -> list[tuple[str, ModelConfig]]:
     """(role, model) pairs the configured methods run: the teacher for its own score
     and for the episodes memory is built from, the student for every student method,
     the builder model for memory methods."""
     methods = [cfg.method(name) for name in cfg.methods]
     used: list[tuple[str, ModelConfig]] = []
-    if any(m.reads_teacher_episodes for m in methods):
+    if any(_reads_teacher(m.kind) for m in methods):
         used.append(("teacher", cfg.teacher))
     if any(m.kind != "teacher" for m in methods):
         used.append(("student", cfg.student))
@@ -94,7 +104,7 @@ def _launched_model(role: str, model: ModelConfig) -> list[Missing]:
                 )
             )
         out += _model_file(role, model)
-        return out
+        return out or _chat_format(role, model)
     if model.backend == "vllm" and not (_installed("vllm") or shutil.which("vllm")):
         return [
             Missing(
@@ -131,6 +141,35 @@ def _model_file(role: str, model: ModelConfig) -> list[Missing]:
             )
         ]
     return []
+
+
+def _chat_format(role: str, model: ModelConfig) -> list[Missing]:
+    """The model's chat formatting must carry its action format: native tool calls need
+    a template with a tool-call syntax that keeps system and tool messages; the prompt
+    format needs system messages kept (`chat_templates`). Reads the model file's
+    header only: no weights, no server."""
+    from pathlib import Path
+
+    from distillery.workers.llm.chat_templates import check_model_file, refusal
+    from distillery.workers.llm.gguf import GgufError
+    from distillery.workers.llm.servers import find_smollm2_gguf
+
+    if model.chat_template_file and not Path(model.chat_template_file).is_file():
+        return [
+            Missing(
+                f"{role}.chat_template_file={model.chat_template_file}: no such file",
+                f"point {role}.chat_template_file at a Jinja chat template, or unset it",
+            )
+        ]
+    path = model.gguf_path or find_smollm2_gguf()
+    try:
+        check = check_model_file(model, path)
+    except (GgufError, OSError) as exc:
+        return [Missing(f"{role}.gguf_path={path}: {exc}", f"set {role}.gguf_path to a GGUF file")]
+    if check.ok:
+        return []
+    what, fix = refusal(role, model, check)
+    return [Missing(what, fix)]
 
 
 def _benchmark(cfg: DistilleryConfig) -> list[Missing]:

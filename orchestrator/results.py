@@ -21,6 +21,7 @@ from distillery.orchestrator.config import MethodConfig
 from distillery.orchestrator.dispatch import INFRA_COUNTS
 from distillery.orchestrator.plan import EvalPoint
 from distillery.orchestrator.protocols import TaskSplit
+from distillery.orchestrator.server_pool import gpus_of
 from distillery.orchestrator.stages import StageKey, effective_seed
 from distillery.orchestrator.sweep_tables import (
     EPISODES,
@@ -31,7 +32,11 @@ from distillery.orchestrator.sweep_tables import (
 )
 from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
 from distillery.redaction import redact_obj
-from distillery.workers.envs.registry import benchmark_class, known_deviations
+from distillery.workers.envs.registry import (
+    action_format_deviation,
+    benchmark_class,
+    known_deviations,
+)
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.storage import Location
@@ -172,9 +177,9 @@ def point_sections(point: EvalPoint) -> set[str]:
     keep = {"experiment", "benchmark", "protocol", "agent", "seed", "run_name", "output_dir"}
     if point.role == "student":
         keep.add("student")
-    if point.method.reads_teacher_episodes:
+    if point.uses_teacher:
         keep.add("teacher")
-    if point.bank_stage is not None:
+    if point.bank_stage is not None or point.retrieval is not None:
         keep.update({"memory", "builder_models"})
     return keep
 
@@ -210,9 +215,12 @@ def log_point(
     (default: now)."""
     cfg = point.cfg
     summaries = sweep.point_summaries(point)
-    needs_records = point.bank_stage is not None or cfg.tracking.trace_sample != 0
+    needs_records = point.retrieval is not None or cfg.tracking.trace_sample != 0
     records = sweep.point_records(summaries) if needs_records else []
-    metrics = sweep.point_metrics(point, summaries, records)
+    metrics = {
+        **sweep.point_metrics(point, summaries, records),
+        **point_cost_metrics(sweep, point),
+    }
     episodes_dir = sweep.ledger.episodes_dir(point.stage)
     run = point_run(sweep, point, tags)
     point_tags = {
@@ -285,15 +293,26 @@ def point_descriptors(point: EvalPoint) -> dict[str, str]:
         "seed": str(cfg.seed),
         "memory_types": "",  # a memory method's tags say which
         # Deviations from the benchmark's own pipeline ("none": faithful to it): those
-        # its adapter declares (always on), then those its options turn on.
-        "deviations": ",".join((*known_deviations(cfg.benchmark.name), *cfg.benchmark.deviations()))
-        or "none",
+        # its adapter declares (always on), those its options turn on, and the agent's
+        # action format where the benchmark's harness plays another (AppWorld: native).
+        "deviations": ",".join(point_deviations(point)) or "none",
     }
     if point.bank_stage is not None:  # who wrote the bank it reads
-        out["memory_writer"] = cfg.bank_writer(point.method.builds_from_student)
+        out["memory_writer"] = point.memory_writer or "deterministic"
     if r is not None:
         out.update(memory_method(point.method.kind).tags(r, cfg.memory.embedder.model))
     return out
+
+
+def point_deviations(point: EvalPoint) -> tuple[str, ...]:
+    """The deviations of a point's episodes from the benchmark's own pipeline."""
+    cfg = point.cfg
+    found = (*known_deviations(cfg.benchmark.name), *cfg.benchmark.deviations())
+    if point.model.backend != "oracle":
+        by_format = action_format_deviation(cfg.benchmark.name, point.model.action_format)
+        if by_format:
+            found = (*found, by_format)
+    return found
 
 
 def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
@@ -336,7 +355,7 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
         points.append(row)
         for s in result.summaries:
             episodes.append({"point_id": point.point_id, **_episode_columns(s)})
-    stages = [stage_row(sweep, key) for key in graph.stages]
+    stages = [row for key in graph.stages for row in stage_rows(sweep, key)]
     for spec, rows in ((POINTS, points), (EPISODES, episodes), (STAGES, stages)):
         write_sweep_table(sweep.sweep_dir / spec.file, spec, redact_obj(rows))
 
@@ -347,48 +366,47 @@ def _episode_columns(summary: EpisodeSummary) -> dict[str, Any]:
     return {name: values[name] for name in EPISODES.names if name != "point_id"}
 
 
-def stage_row(sweep: Sweep, key: StageKey) -> dict[str, Any]:
+def stage_rows(sweep: Sweep, key: StageKey) -> list[dict[str, Any]]:
+    """The stages table's rows of one stage: one per model and role it used (its node
+    type's `cost_rows`). Its wall time is on its first row; each row holds the
+    GPU-seconds of its own model's servers (each was held for the stage's runs)."""
     stage = sweep.graph.stages[key]
     runs = sweep.ledger.runs(key)
-    row: dict[str, Any] = {
-        "stage_hash": key.digest,
-        "kind": key.kind,
-        "label": stage.label,
-        "model": stage.model.name if stage.model else "oracle" if stage.plays_episodes else "none",
-        "tokens_in": 0,
-        "tokens_out": 0,
-        "n_llm_calls": 0,
-        "embed_tokens": 0,
-        "wall_s": float(sum(r.wall_s for r in runs)),
-        "gpu_s": float(sum(r.gpu_s for r in runs)),
-        "ran": bool(runs),
-    }
-    if stage.plays_episodes and stage.model is not None:  # the oracle calls no LLM
-        # The episodes this sweep needs: a record of another task (an earlier sweep's
-        # larger split, or a file planted in the folder) is not this sweep's cost.
-        needed = sweep.graph.needs.get(key, set())
-        for task_id, s in sweep.ledger.all_records(key).items():
-            if task_id not in needed:
-                log.warning(
-                    "ledger record %s is for task %r, which this sweep does not need: "
-                    "not counted in the cost of %s",
-                    sweep.ledger.record_path(key, task_id),
-                    task_id,
-                    key,
-                )
-                continue
-            row["tokens_in"] += s.tokens_in
-            row["tokens_out"] += s.tokens_out
-            row["n_llm_calls"] += s.n_llm_calls
-    elif not stage.plays_episodes:
-        output = sweep.ledger.output(key)
-        stats = output.stats if output else {}
-        counts = output.counts if output else {}
-        row["tokens_in"] = int(sum(v for k, v in stats.items() if k.endswith(".tokens_in")))
-        row["tokens_out"] = int(sum(v for k, v in stats.items() if k.endswith(".tokens_out")))
-        row["n_llm_calls"] = int(sum(v for k, v in stats.items() if k.endswith(".requests")))
-        row["embed_tokens"] = int(counts.get("embedded_chars", 0) // 4)
-    return row
+    needs = set(sweep.graph.needs.get(key, set()))
+    wall = float(sum(r.wall_s for r in runs))
+    models = {m.name: m for m in stage.models.values()}
+    rows = []
+    for index, cost in enumerate(stage.cost_rows(sweep.ledger, needs)):
+        model = models.get(cost.model)
+        rows.append(
+            {
+                "stage_hash": key.digest,
+                "kind": key.kind,
+                "label": stage.label,
+                "role": cost.role,
+                "model": cost.model,
+                "tokens_in": cost.tokens_in,
+                "tokens_out": cost.tokens_out,
+                "n_llm_calls": cost.n_llm_calls,
+                "embed_tokens": cost.embed_tokens,
+                "wall_s": wall if index == 0 else 0.0,
+                "gpu_s": wall * gpus_of(model) if model is not None else 0.0,
+                "ran": bool(runs),
+            }
+        )
+    return rows
+
+
+def point_cost_metrics(sweep: Sweep, point: EvalPoint) -> dict[str, float]:
+    """`cost.<kind>.<role>.<count>` of every stage the point depends on, one metric per
+    model and role (a brew's student, teacher and curator each), for MLflow."""
+    out: dict[str, float] = {}
+    for key in point.upstream:
+        for row in stage_rows(sweep, key):
+            for count in ("tokens_in", "tokens_out", "n_llm_calls"):
+                name = f"cost.{row['kind']}.{row['role']}.{count}"
+                out[name] = out.get(name, 0.0) + float(row[count])
+    return out
 
 
 def package_versions(benchmarks: Iterable[str]) -> dict[str, str]:
@@ -433,7 +451,7 @@ def log_infra_counts(sweep: Sweep, tracker: Tracker, parent_id: str) -> None:
     counts = Counter(sweep.infra)
     counts.update(sweep.servers.stats())
     if any(counts.values()):
-        sweep._say(
+        sweep.say(
             "infrastructure retries: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         )
     with contextlib.suppress(Exception):  # tracking trouble must not lose the sweep

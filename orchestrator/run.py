@@ -38,6 +38,7 @@ from distillery.orchestrator.results import (
     sweep_parent,
     write_sweep_tables,
 )
+from distillery.orchestrator.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.sweep import Sweep
 from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
 from distillery.redaction import install as install_redaction
@@ -244,7 +245,7 @@ def print_summary(result: SweepResult) -> None:
                     f"n={int(x['n_scored'])} steps={x['mean_steps']:.1f}"
                 )
             else:  # no scored episode: no rate, rather than a 0 % that reads as one
-                rate = f"success   n/a (no scored episode of {int(x['n_tasks'])})"
+                rate = f"success   {NO_SCORED_EPISODES} (0 of {int(x['n_tasks'])})"
             print(
                 f"    {m.name:16s} {m.model.name:16s} "
                 f"{m.descriptor + ' ' if m.descriptor else ''}{rate} "

@@ -68,9 +68,7 @@ class ServerPool:
         return model.model_copy(update={"server_resources": {**model.server_resources, **extra}})
 
     def gpus(self, model: ModelConfig | None) -> float:
-        if model is None or model.backend != "vllm":
-            return 0.0
-        return float(model.replicas * max(model.gpus_per_server, 1))
+        return gpus_of(model)
 
     def stats(self) -> Counter[str]:
         """Replica failures and restarts so far, for the logs and MLflow."""
@@ -82,9 +80,7 @@ class ServerPool:
     def release_unused(self, remaining: list[StageKey]) -> None:
         """Stop the servers of models no remaining stage uses."""
         still = {
-            server_key(self.graph.stages[k].model)  # type: ignore[arg-type]
-            for k in remaining
-            if self.graph.stages[k].model is not None
+            server_key(model) for k in remaining for model in self.graph.stages[k].models.values()
         }
         for key in list(self._running):
             if key not in still:
@@ -98,3 +94,11 @@ class ServerPool:
     def close(self) -> None:
         for key in list(self._running):
             self._stop(key)
+
+
+def gpus_of(model: ModelConfig | None) -> float:
+    """The GPUs a model's servers hold (vLLM replicas; 0 for what distillery does not
+    launch on GPUs)."""
+    if model is None or model.backend != "vllm":
+        return 0.0
+    return float(model.replicas * max(model.gpus_per_server, 1))

@@ -8,8 +8,10 @@ A sweep point expands into stages:
           -> evaluate (the student with a memory method plays the evaluated tasks)
 
 `zero_shot` is an evaluate stage with no upstream; a memory method whose bank comes
-from the student's own runs (its `bank_source`) builds from it. Each kind is one node
-class below (carrying its inputs) and one runner in `sweep.STAGE_RUNNERS`.
+from the student's own runs (it asks the planner for them) builds from it. Each kind is
+one node class (carrying its inputs) that owns its key, its runner, its `--plan` status,
+its progress line and its cost rows; kinds are registered plugins
+(`orchestrator/stage_kinds.py`: built in, or the `distillery.stage_kinds` entry points).
 
 A stage's key is the sha256 of its own config subset, its upstream stages' keys and
 its code version. Runtime knobs (concurrency, replicas, timeouts, endpoints, cluster,
@@ -23,20 +25,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from distillery.workers.llm.config import ModelConfig
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from distillery.orchestrator.config import DistilleryConfig
-    from distillery.workers.memory.method import BankSourceKind
+    from distillery.orchestrator.ledger import Ledger
+    from distillery.orchestrator.sweep import Sweep
     from distillery.workers.memory.retrieval import Isolation
 
-# A stage kind names one node type of the graph (`STAGE_TYPES`) and one runner of the
-# sweep (`sweep.STAGE_RUNNERS`); the kind is part of every key, so a kind is never renamed.
+# A stage kind names one node type of the graph (registered in `stage_kinds`); the kind
+# is part of every key, so a kind is never renamed.
 StageKind = str
 
 # Fields of a model config that decide how it is reached or launched, not what it
@@ -51,6 +59,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "max_retries",
         "retry_backoff_s",
         "max_response_bytes",  # a guard against broken servers, far above any reply
+        "max_request_bytes",  # a guard against runaway histories, above any context
         "replicas",
         "max_concurrency_per_server",
         "startup_timeout_s",
@@ -75,6 +84,11 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "reroute_margin",
     }
 )
+
+
+# Fields added to model configs after stages were first keyed: left out of a model's
+# identity while unset, so adding an option re-runs no finished stage; set, it counts.
+UNSET_OMITTED_MODEL_FIELDS = ("chat_template_file",)
 
 
 @dataclass(frozen=True, order=True)
@@ -103,6 +117,11 @@ def model_identity(model: ModelConfig, sweep_seed: int = 0) -> dict[str, Any]:
     if model.backend == "oracle":
         return {"backend": "oracle"}
     data = model.model_dump(mode="json", exclude=set(RUNTIME_MODEL_FIELDS))
+    for name in UNSET_OMITTED_MODEL_FIELDS:
+        if data.get(name) is None:
+            data.pop(name, None)
+    if not model.cap_every_request:  # added later: off keeps the keys it had
+        del data["cap_every_request"]
     data["seed"] = effective_seed(model, sweep_seed)
     return data
 
@@ -129,10 +148,33 @@ def agent_prompt_fingerprint(benchmark: str) -> str:
 #
 # A node carries everything its runner reads: its identity, its upstream keys and its
 # inputs (a build stage its `BankSource`, a render stage its base build, a memory
-# evaluation its `MemoryRead`). A subclass that sets `kind` registers itself in
-# `STAGE_TYPES`, which is how keys and code fingerprints find a kind's facts.
+# evaluation its `MemoryRead`). Its type owns what the orchestrator does with a kind:
+# its key (`code`: every fingerprint of its code), `run`, `status` (what `--plan` says),
+# `progress_line` and `cost_rows`. A kind is registered in `stage_kinds` (built in, or an
+# entry point of `distillery.stage_kinds`); `plan` makes a node of it when a method asks
+# the planner for one (`BankPlanner.stage`).
 
-STAGE_TYPES: dict[StageKind, type[Stage]] = {}
+
+@dataclass(frozen=True)
+class CostRow:
+    """What one model did for a stage, in one role (the stages table has a row each)."""
+
+    role: str  # teacher | student | builder | curator | ... (the stage's own word)
+    model: str  # the model config's name ("oracle", "none": no LLM)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    n_llm_calls: int = 0
+    embed_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    """What `--plan` says of a stage: done or not, and in words."""
+
+    cached: bool
+    state: str  # e.g. "cached (12 episodes)", "run 3 of 12 episodes (9 cached)", "build"
+    needed: int = 0  # episodes or tasks this sweep needs of it
+    done: int = 0  # of those, finished and intact in the ledger
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,44 +187,70 @@ class Stage:
     code_version: ClassVar[str]
     plays_episodes: ClassVar[bool] = False  # kept per task in the ledger (`needs`)
     writes_bank: ClassVar[bool] = False  # records a `BankOutput` in the ledger
-    role: ClassVar[str] = ""  # episode stages: whose model plays (teacher | student)
+    role: ClassVar[str] = ""  # whose model `model` is: teacher | student | builder
 
-    key: StageKey
     identity: dict[str, Any]
     upstream: tuple[StageKey, ...]
     label: str  # for people: "collect teacher=oracle bfcl_multi_turn_base"
-    model: ModelConfig | None  # whose LLM this stage calls (None: no LLM)
+    model: ModelConfig | None  # the model it plays or builds with (None: no LLM)
+    # Further models it calls, by role (a brew stage's teacher and curator): each is
+    # started and stopped by the server pool like `model`, and has its own cost row.
+    other_models: Mapping[str, ModelConfig] = field(default_factory=dict)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        kind = cls.__dict__.get("kind")
-        if kind is None:  # an abstract family (episode stages, bank stages)
-            return
-        if kind in STAGE_TYPES and STAGE_TYPES[kind].__qualname__ != cls.__qualname__:
-            raise ValueError(f"stage kind {kind!r} is already {STAGE_TYPES[kind].__name__}")
-        STAGE_TYPES[kind] = cls
+    # -- identity ------------------------------------------------------------------
 
-    @classmethod
-    def code_fingerprint(
-        cls, benchmark: str | None = None, builders: str | None = None
-    ) -> dict[str, str]:
-        """What the stage's code contributes to its key."""
-        raise NotImplementedError(f"{cls.__name__} declares no code fingerprint")
+    def code(self) -> dict[str, str]:
+        """What the stage's code contributes to its key: every fingerprint of it (the
+        prompts of every model it calls and of the benchmark it plays)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no code fingerprint")
 
-    @classmethod
-    def key_for(
-        cls,
-        identity: dict[str, Any],
-        upstream: tuple[StageKey, ...] = (),
-        builders: str | None = None,
-    ) -> StageKey:
+    @cached_property
+    def key(self) -> StageKey:
         payload = {
-            "kind": cls.kind,
-            "identity": identity,
-            "upstream": [str(u.kind) + ":" + u.digest for u in upstream],
-            "code": cls.code_fingerprint(identity.get("benchmark"), builders),
+            "kind": self.kind,
+            "identity": self.identity,
+            "upstream": [str(u.kind) + ":" + u.digest for u in self.upstream],
+            "code": self.code(),
         }
-        return StageKey(cls.kind, digest_of(payload))
+        return StageKey(self.kind, digest_of(payload))
+
+    @property
+    def models(self) -> dict[str, ModelConfig]:
+        """Every model the stage calls, by role (servers start for each)."""
+        own = {self.role or "model": self.model} if self.model is not None else {}
+        return {**own, **self.other_models}
+
+    # -- what the orchestrator does with it ----------------------------------------
+
+    def run(self, sweep: Sweep, prefix: str) -> bool:
+        """Run the stage (`prefix`: "[3/7]" for progress lines); False when the ledger
+        had everything (nothing ran)."""
+        raise NotImplementedError(f"{type(self).__name__} has no runner")
+
+    def status(self, ledger: Ledger, needs: set[str]) -> StageStatus:
+        """What `--plan` says of it (`needs`: the tasks the sweep needs it to play)."""
+        raise NotImplementedError(f"{type(self).__name__} has no plan status")
+
+    def progress_line(self, names: str) -> str:
+        """The progress bar's title of its episodes (`names`: what tells it from the
+        sweep's other stages, e.g. `k_st=3`)."""
+        model = self.model.name if self.model is not None else "oracle"
+        return f"{self.kind} {self.role}:{model} {names}".strip()
+
+    def cost_rows(self, ledger: Ledger, needs: set[str]) -> list[CostRow]:
+        """One row per model and role of what the stage spent (the stages table)."""
+        raise NotImplementedError(f"{type(self).__name__} reports no cost rows")
+
+    def writer(self) -> str:
+        """Who wrote the bank it records (bank stages), for tags: a model config name,
+        or `deterministic`."""
+        return self.model.name if self.model is not None else "deterministic"
+
+    @classmethod
+    def plan(cls, planner: Any, **inputs: Any) -> Stage:
+        """A node of this kind for a method that asks the planner for one
+        (`BankPlanner.stage(kind, **inputs)`); `planner` is a `plan.StagePlanner`."""
+        raise NotImplementedError(f"stage kind {cls.kind!r} is not planned on request")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,13 +259,46 @@ class EpisodeStage(Stage):
 
     plays_episodes: ClassVar[bool] = True
 
-    @classmethod
-    def code_fingerprint(
-        cls, benchmark: str | None = None, builders: str | None = None
-    ) -> dict[str, str]:
+    # The benchmark options its episodes are played with when not the point's own (the
+    # memory split's under protocol=split); their identity is in `identity` already.
+    options: Mapping[str, Any] | None = None
+
+    def code(self) -> dict[str, str]:
+        benchmark = self.identity.get("benchmark")
         if benchmark is None:
-            raise ValueError(f"a {cls.kind} stage's identity names its benchmark")
-        return {"version": cls.code_version, "prompts": agent_prompt_fingerprint(benchmark)}
+            raise ValueError(f"a {self.kind} stage's identity names its benchmark")
+        return {"version": self.code_version, "prompts": agent_prompt_fingerprint(benchmark)}
+
+    def status(self, ledger: Ledger, needs: set[str]) -> StageStatus:
+        done = len(needs & set(ledger.episodes(self.key)))
+        to_run = len(needs) - done
+        state = (
+            f"cached ({len(needs)} episodes)"
+            if to_run == 0
+            else f"run {to_run} of {len(needs)} episodes ({done} cached)"
+        )
+        return StageStatus(to_run == 0, state, len(needs), done)
+
+    def cost_rows(self, ledger: Ledger, needs: set[str]) -> list[CostRow]:
+        if self.model is None:  # the oracle calls no LLM
+            return [CostRow(self.role, "oracle")]
+        tokens_in = tokens_out = calls = 0
+        for task_id, s in ledger.all_records(self.key).items():
+            # The episodes this sweep needs: a record of another task (an earlier
+            # sweep's larger split, or a file planted in the folder) is not its cost.
+            if task_id not in needs:
+                log.warning(
+                    "ledger record %s is for task %r, which this sweep does not need: "
+                    "not counted in the cost of %s",
+                    ledger.record_path(self.key, task_id),
+                    task_id,
+                    self.key,
+                )
+                continue
+            tokens_in += s.tokens_in
+            tokens_out += s.tokens_out
+            calls += s.n_llm_calls
+        return [CostRow(self.role, self.model.name, tokens_in, tokens_out, calls)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,14 +306,35 @@ class BankStage(Stage):
     """A stage that writes a bank: its code is its memory method's builders."""
 
     writes_bank: ClassVar[bool] = True
+    role: ClassVar[str] = "builder"
 
-    @classmethod
-    def code_fingerprint(
-        cls, benchmark: str | None = None, builders: str | None = None
-    ) -> dict[str, str]:
-        if builders is None:
-            raise ValueError(f"a {cls.kind} stage's key needs its memory method's builders")
-        return {"version": cls.code_version, "builders": builders}
+    def builders(self) -> str:
+        """Its memory method's `build_fingerprint` (part of its key)."""
+        raise NotImplementedError(f"{type(self).__name__} names no builders")
+
+    def code(self) -> dict[str, str]:
+        return {"version": self.code_version, "builders": self.builders()}
+
+    def status(self, ledger: Ledger, needs: set[str]) -> StageStatus:
+        output = ledger.output(self.key)
+        if output is None:
+            return StageStatus(False, "build")
+        return StageStatus(True, f"cached (bank {output.bank_id[:16]})")
+
+    def cost_rows(self, ledger: Ledger, needs: set[str]) -> list[CostRow]:
+        output = ledger.output(self.key)
+        stats = output.stats if output else {}
+        counts = output.counts if output else {}
+        return [
+            CostRow(
+                self.role,
+                self.model.name if self.model is not None else "none",
+                int(sum(v for k, v in stats.items() if k.endswith(".tokens_in"))),
+                int(sum(v for k, v in stats.items() if k.endswith(".tokens_out"))),
+                int(sum(v for k, v in stats.items() if k.endswith(".requests"))),
+                int(counts.get("embedded_chars", 0) // 4),
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -224,7 +346,7 @@ class BankSource:
     split: str  # the memory split label stored with every entry
     cfg: DistilleryConfig  # builder, builder model and embedder come from here
     kind: str  # the memory method that builds it
-    origin: BankSourceKind = "teacher"  # whose episodes (who writes the bank differs)
+    origin: str = "teacher"  # whose episodes: the source stage's role (teacher | student)
 
     @property
     def builder_model(self) -> ModelConfig | None:
@@ -233,10 +355,11 @@ class BankSource:
 
 @dataclass(frozen=True)
 class MemoryRead:
-    """What a memory method's evaluate stage reads: which method, which bank, how."""
+    """What a memory method's evaluate stage reads: which method, which bank (None: a
+    method whose memory needs none), how."""
 
     kind: str  # the memory method (registry kind)
-    bank_stage: StageKey
+    bank_stage: StageKey | None
     isolation: Isolation
     settings: BaseModel  # the method's validated read settings (its `settings_model`)
 
@@ -249,6 +372,9 @@ class CollectStage(EpisodeStage):
     code_version: ClassVar[str] = "2"  # 2: BFCL's decoding, step limit and result format
     role: ClassVar[str] = "teacher"
 
+    def run(self, sweep: Sweep, prefix: str) -> bool:
+        return sweep.play(self, prefix)
+
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateStage(EpisodeStage):
@@ -260,6 +386,9 @@ class EvaluateStage(EpisodeStage):
 
     memory: MemoryRead | None = None
 
+    def run(self, sweep: Sweep, prefix: str) -> bool:
+        return sweep.play(self, prefix, self.memory)
+
 
 @dataclass(frozen=True, kw_only=True)
 class BuildStage(BankStage):
@@ -269,6 +398,14 @@ class BuildStage(BankStage):
     code_version: ClassVar[str] = "1"
 
     source: BankSource
+
+    def builders(self) -> str:
+        from distillery.workers.memory.registry import memory_method
+
+        return memory_method(self.source.kind).build_fingerprint()
+
+    def run(self, sweep: Sweep, prefix: str) -> bool:
+        return sweep.memory.ensure(self, prefix, lambda: sweep.memory.build(self))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,26 +418,10 @@ class RenderStage(BankStage):
     base: StageKey  # the build stage whose bank is rendered
     source: BankSource  # the base build's source: its method, builder and config
 
+    def builders(self) -> str:
+        from distillery.workers.memory.registry import memory_method
 
-def stage_type(kind: StageKind) -> type[Stage]:
-    try:
-        return STAGE_TYPES[kind]
-    except KeyError:
-        raise ValueError(f"unknown stage kind {kind!r}; known: {sorted(STAGE_TYPES)}") from None
+        return memory_method(self.source.kind).build_fingerprint()
 
-
-def code_fingerprint(
-    kind: StageKind, benchmark: str | None = None, builders: str | None = None
-) -> dict[str, str]:
-    """What a stage's code contributes to its key: episode stages name their benchmark,
-    bank stages carry their memory method's `build_fingerprint` (`builders`)."""
-    return stage_type(kind).code_fingerprint(benchmark, builders)
-
-
-def stage_key(
-    kind: StageKind,
-    identity: dict[str, Any],
-    upstream: tuple[StageKey, ...] = (),
-    builders: str | None = None,
-) -> StageKey:
-    return stage_type(kind).key_for(identity, upstream, builders)
+    def run(self, sweep: Sweep, prefix: str) -> bool:
+        return sweep.memory.ensure(self, prefix, lambda: sweep.memory.render(self))

@@ -6,6 +6,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# What a point or cell with no scored episode shows for its rate, everywhere (console,
+# MLflow's `success` tag, the report): no number that reads as one (`nan%`, `0 %`).
+NO_SCORED_EPISODES = "no scored episodes"
+
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """95 % Wilson score interval for a binomial proportion (sane at 0 and n). With no

@@ -94,9 +94,9 @@ def merge_overrides(defaults: Sequence[str], user: Sequence[str]) -> list[str]:
 
 
 def _configs(overrides: list[str], multirun: bool) -> list[DistilleryConfig]:
-    from distillery.orchestrator.cli import _validated, rewrite_role_overrides, sweep_points
+    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validated_configs
 
-    return _validated(sweep_points(rewrite_role_overrides(overrides), multirun))
+    return validated_configs(sweep_points(rewrite_role_overrides(overrides), multirun))
 
 
 def sweep_id_of(configs: list[DistilleryConfig]) -> str:

@@ -1,9 +1,10 @@
 """A sweep: its stage graph run stage by stage (each stage once, each missing episode
 once), and each sweep point's episodes, records and metrics read back from the ledger.
 
-Each stage kind has one runner in `STAGE_RUNNERS` (kind -> runner); the sweep only
-ever dispatches through it, so a new kind is its node type (`stages.py`) plus its
-runner registered here.
+Each stage is run by its own node type (`Stage.run`, registered in `stage_kinds`): the
+sweep names no kind. What a runner may use is this class's public side: `play` (an
+episode stage's missing episodes), `memory` (banks, `memory_stage.MemoryStage`),
+`servers` (the model pools), `ledger`, `graph`, `say` and `line`.
 """
 
 from __future__ import annotations
@@ -11,24 +12,20 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 from tqdm import tqdm
 
 from distillery.orchestrator.config import DistilleryConfig
 from distillery.orchestrator.descriptors import name_sweep
-from distillery.orchestrator.dispatch import ray_get, run_agent
+from distillery.orchestrator.dispatch import run_agent
 from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.memory_stage import MemoryStage, run_build, run_render
+from distillery.orchestrator.memory_stage import MemoryStage
 from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.observers import StageObserver, notify
 from distillery.orchestrator.plan import EvalPoint, StageGraph, server_key, stage_line
 from distillery.orchestrator.server_pool import ServerPool
 from distillery.orchestrator.stages import (
-    CollectStage,
     EpisodeStage,
-    EvaluateStage,
     MemoryRead,
     Stage,
     StageKey,
@@ -38,6 +35,7 @@ from distillery.orchestrator.stages import (
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.registry import summed_benchmark_counters
 from distillery.workers.episodes import AgentJob, EpisodeSummary
+from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import MemoryJob
 from distillery.workers.storage import Location
@@ -64,8 +62,10 @@ class Sweep:
         self.ledger = Ledger(self.cfg.output_dir)
         self.sweep_id = sweep_id_for(graph)
         self.sweep_dir = self.ledger.sweep_dir(self.sweep_id)
-        self.memory = MemoryStage(self)
-        self.servers = ServerPool(graph, self.sweep_dir / "logs", self._say)
+        self.servers = ServerPool(graph, self.sweep_dir / "logs", self.say)
+        self.memory = MemoryStage(
+            self.cfg, self.ledger, self.servers, graph.tasks, self.say, self.line
+        )
         self.infra: Counter[str] = Counter()  # what was retried, for logs and MLflow
         self.names = name_sweep(graph)
         self.stages_run = 0
@@ -86,19 +86,20 @@ class Sweep:
             self.ledger.describe(stage)
             notify(self.observers, "stage_started", key, f"[{index}/{len(order)}]")
             started = time.perf_counter()
-            ran = stage_runner(stage.kind)(self, stage, f"[{index}/{len(order)}]")
+            ran = stage.run(self, f"[{index}/{len(order)}]")
             if ran:
                 self.stages_run += 1
                 wall = time.perf_counter() - started
-                self.ledger.record_run(key, wall, wall * self.servers.gpus(stage.model))
+                gpus = sum(self.servers.gpus(m) for m in stage.models.values())
+                self.ledger.record_run(key, wall, wall * gpus)
             else:
                 self.stages_cached += 1
             notify(self.observers, "stage_finished", key, ran)
             self.servers.release_unused(order[index:])
 
     def _model_order(self, key: StageKey) -> str:
-        model = self.graph.stages[key].model
-        return server_key(model) if model else ""
+        models = self.graph.stages[key].models.values()
+        return ",".join(server_key(m) for m in models)
 
     def play(self, stage: EpisodeStage, prefix: str, read: MemoryRead | None = None) -> bool:
         """Play the stage's missing episodes (`read`: the bank its student reads);
@@ -109,36 +110,17 @@ class Sweep:
             in_benchmark_order(needed - set(done), self.graph.tasks), self.graph.tasks
         )
         if not missing:
-            self._say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {self.line(stage)}")
+            self.say(f"{prefix} {stage.key} cached: {len(needed)} episodes  {self.line(stage)}")
             return False
-        self._say(
+        self.say(
             f"{prefix} {stage.key} running {len(missing)} episodes "
             f"({len(needed) - len(missing)} cached)  {self.line(stage)}"
         )
+        model = self.model_of(stage)
         cfg = self._config_of(stage)
-        model = cfg.teacher if stage.role == "teacher" else cfg.student
-        memory = None
-        if read is not None:
-            bank_id = self.memory.bank_of(read.bank_stage)
-            ray_get(self.memory.service.open_bank.remote(bank_id, read.isolation))
-            memory = MemoryJob(
-                self.memory.service, bank_id, read.isolation, read.settings, read.kind
-            )
-        seed = effective_seed(model, cfg.seed if stage.role == "student" else 0)
-        job = AgentJob(
-            run_id=self.sweep_id,
-            stage=stage.key.kind,
-            role=stage.role,
-            model=model.model_copy(update={"seed": seed}),
-            benchmark=cfg.benchmark.name,
-            benchmark_options=dict(cfg.benchmark.options),
-            episodes_dir=self.ledger.episodes_dir(stage.key).uri,
-            max_steps_per_turn=cfg.benchmark.max_steps_per_turn,
-            episode_timeout_s=cfg.agent.episode_timeout_s,
-            episode_retries=cfg.agent.episode_retries,
-            retry_backoff_s=cfg.agent.retry_backoff_s,
-            memory=memory,
-        )
+        bound = cfg.memory.bounds.max_injected_chars
+        memory = self.memory.read_job(read, bound) if read is not None else None
+        job = self.agent_job(stage, model, memory)
         endpoints = self.servers.endpoints(model)
         run = run_agent(
             job,
@@ -148,7 +130,7 @@ class Sweep:
             self.progress,
             on_summary=lambda s: self._episode_done(stage.key, s),
             directory=self.servers.directory(model),
-            desc=f"{stage.key.kind} {stage.role}:{model.name} {self.names.stage(stage.key)}".strip(),
+            desc=stage.progress_line(self.names.stage(stage.key)),
         )
         self.infra.update(run.infra)
         return True
@@ -156,6 +138,36 @@ class Sweep:
     def _episode_done(self, key: StageKey, summary: EpisodeSummary) -> None:
         self.ledger.record_episode(key, summary)  # first: no result is lost
         notify(self.observers, "episode", key, summary)
+
+    def model_of(self, stage: EpisodeStage) -> ModelConfig:
+        """The model an episode stage plays (the oracle included), as its config has it."""
+        cfg = self._config_of(stage)
+        return cfg.teacher if stage.role == "teacher" else cfg.student
+
+    def agent_job(
+        self, stage: EpisodeStage, model: ModelConfig, memory: MemoryJob | None
+    ) -> AgentJob:
+        """What an episode worker needs to play `model` on the stage's benchmark; its
+        sampling seed is the sweep point's for students (every seed reads the same
+        teacher memory)."""
+        cfg = self._config_of(stage)
+        seed = effective_seed(model, cfg.seed if stage.role == "student" else 0)
+        return AgentJob(
+            run_id=self.sweep_id,
+            stage=stage.key.kind,
+            role=stage.role,
+            model=model.model_copy(update={"seed": seed}),
+            benchmark=cfg.benchmark.name,
+            benchmark_options=dict(
+                stage.options if stage.options is not None else cfg.benchmark.options
+            ),
+            episodes_dir=self.ledger.episodes_dir(stage.key).uri,
+            max_steps_per_turn=cfg.benchmark.max_steps_per_turn,
+            episode_timeout_s=cfg.agent.episode_timeout_s,
+            episode_retries=cfg.agent.episode_retries,
+            retry_backoff_s=cfg.agent.retry_backoff_s,
+            memory=memory,
+        )
 
     def _config_of(self, stage: Stage) -> DistilleryConfig:
         """A sweep point's config that uses this stage (all agree on its identity)."""
@@ -167,7 +179,7 @@ class Sweep:
     def line(self, stage: Stage) -> str:
         return stage_line(self.graph, stage.key, self.names)
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         if self.progress:
             tqdm.write(text)
 
@@ -201,8 +213,9 @@ class Sweep:
         metrics = agent_metrics(summaries)
         # What the benchmark counted (e.g. grader timeouts), summed over the episodes.
         metrics.update(summed_benchmark_counters(point.cfg.benchmark.name, records))
-        if point.bank_stage is not None:
+        if point.retrieval is not None:
             metrics.update(memory_method(point.method.kind).metrics(records))
+        if point.bank_stage is not None:
             output = self.ledger.output(point.bank_stage)
             if output is not None:
                 metrics.update({f"bank_{t}": float(n) for t, n in output.counts.items()})
@@ -210,36 +223,6 @@ class Sweep:
                     {f"build.{k.replace(':', '.')}": float(v) for k, v in output.stats.items()}
                 )
         return metrics
-
-
-# A runner runs one stage of its kind (the node type it is registered for) and says
-# whether it ran (False: the ledger had it all).
-StageRunner = Callable[[Sweep, Any, str], bool]
-
-
-def run_collect(sweep: Sweep, stage: CollectStage, prefix: str) -> bool:
-    return sweep.play(stage, prefix)
-
-
-def run_evaluate(sweep: Sweep, stage: EvaluateStage, prefix: str) -> bool:
-    return sweep.play(stage, prefix, stage.memory)
-
-
-STAGE_RUNNERS: dict[str, StageRunner] = {
-    "collect": run_collect,
-    "evaluate": run_evaluate,
-    "build": run_build,
-    "render": run_render,
-}
-
-
-def stage_runner(kind: str) -> StageRunner:
-    try:
-        return STAGE_RUNNERS[kind]
-    except KeyError:
-        raise ValueError(
-            f"no runner for stage kind {kind!r}; register one in sweep.STAGE_RUNNERS"
-        ) from None
 
 
 def longest_first(task_ids: list[str], tasks: dict[str, Task]) -> list[str]:

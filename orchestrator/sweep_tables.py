@@ -128,7 +128,10 @@ STAGES = TableSpec(
         Column("stage_hash", _TEXT, required=True),
         Column("kind", _TEXT, required=True),
         Column("label", _TEXT),
-        Column("model", _TEXT),  # "oracle" / "none" for stages that call no LLM
+        # One row per model and role a stage used (a brew stage: student, teacher,
+        # curator); "oracle" / "none" for stages that call no LLM.
+        Column("role", _TEXT),
+        Column("model", _TEXT),
         Column("tokens_in", pa.int64()),
         Column("tokens_out", pa.int64()),
         Column("n_llm_calls", pa.int64()),

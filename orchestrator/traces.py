@@ -26,6 +26,8 @@ from mlflow.entities import (  # noqa: E402
 from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey  # noqa: E402
 from mlflow.tracing.trace_manager import InMemoryTraceManager  # noqa: E402
 
+from distillery.orchestrator.stats import NO_SCORED_EPISODES  # noqa: E402
+
 if TYPE_CHECKING:
     from distillery.workers.trajectories import EpisodeRecord
 
@@ -207,12 +209,11 @@ def _in_start_order(children: list[SpanPlan]) -> list[SpanPlan]:
         key=lambda i: (children[i].start_ns, children[i].parent is not None, i),
     )
     position = {old: new for new, old in enumerate(order)}
-    return [
-        replace(
-            children[i], parent=None if children[i].parent is None else position[children[i].parent]
-        )
-        for i in order
-    ]
+    return [replace(children[i], parent=_moved(children[i].parent, position)) for i in order]
+
+
+def _moved(parent: int | None, position: dict[int, int]) -> int | None:
+    return None if parent is None else position[parent]
 
 
 def _tool_span(c: Any, where: str, start_s: float, duration_s: float, parent: int) -> SpanPlan:
@@ -291,7 +292,7 @@ def verdict(record: EpisodeRecord) -> str:
 
 
 def _status(code: str, description: str) -> SpanStatus:
-    return SpanStatus(code, _clip(description, 500))
+    return SpanStatus(SpanStatusCode(code), _clip(description, 500))
 
 
 def _usage(tokens_in: int, tokens_out: int) -> dict[str, int]:
@@ -451,6 +452,8 @@ def success_label(metrics: Mapping[str, float]) -> str:
     """`62.5% [42.7–78.8] n=24`: the success rate over scored episodes, its 95 % Wilson
     interval and n (as the report's cells)."""
     n = int(metrics.get("n_scored", 0))
+    if n <= 0:  # every episode unscored (infrastructure): no rate, no interval
+        return NO_SCORED_EPISODES
     return (
         f"{metrics['success_rate']:.1%} [{100 * metrics['success_rate_ci_low']:.1f}–"
         f"{100 * metrics['success_rate_ci_high']:.1f}] n={n}"

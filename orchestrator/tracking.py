@@ -29,6 +29,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import mlflow  # noqa: E402
 import pandas as pd  # noqa: E402
 from mlflow.data.code_dataset_source import CodeDatasetSource  # noqa: E402
+from mlflow.data.pandas_dataset import from_pandas  # noqa: E402
 from mlflow.entities import (  # noqa: E402
     DatasetInput,
     InputTag,
@@ -138,7 +139,7 @@ class EvalDataset:
 
     def to_input(self) -> DatasetInput:
         frame = pd.DataFrame({"task_id": list(self.task_ids)}, dtype="string")
-        dataset = mlflow.data.from_pandas(
+        dataset = from_pandas(
             frame,
             # An explicit source: the default one resolves git/user context on every call.
             source=CodeDatasetSource(tags={"benchmark": self.benchmark, "sha": self.sha}),

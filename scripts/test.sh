@@ -24,4 +24,7 @@ if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null;
 fi
 export HF_HUB_OFFLINE=1 MLFLOW_DISABLE_TELEMETRY=true RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 ruff check .
+# Static types of distillery.orchestrator and distillery.workers (pyproject's
+# [tool.pyright], basic mode): zero errors.
+pyright
 exec python -m pytest "$@"

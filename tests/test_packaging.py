@@ -1,6 +1,8 @@
 """The design card's layout: orchestrator/, workers/ and conf/ at the top of the
-repository, installed under the import name distillery (tested as a wheel, editable, and
-as a bare checkout on a Ray working_dir)."""
+repository, the package distillery's subpackages through the links distillery/orchestrator
+-> ../orchestrator (and workers, conf): imports resolve the same way in a wheel, an
+editable install and a bare checkout (a Ray working_dir, packaged by Ray itself), and
+`tests` is never part of the package."""
 
 from __future__ import annotations
 
@@ -17,10 +19,22 @@ import distillery.workers
 from tests.support import REPO_ROOT
 
 
-def test_the_editable_install_maps_the_top_level_folders() -> None:
-    assert Path(distillery.orchestrator.__file__).parent == REPO_ROOT / "orchestrator"
-    assert Path(distillery.workers.__file__).parent == REPO_ROOT / "workers"
-    assert Path(distillery.conf.__file__).parent == REPO_ROOT / "conf"
+def test_the_top_level_folders_are_the_packages_subpackages() -> None:
+    for name, module in (
+        ("orchestrator", distillery.orchestrator),
+        ("workers", distillery.workers),
+        ("conf", distillery.conf),
+    ):
+        folder = Path(module.__file__).parent
+        assert folder == REPO_ROOT / "distillery" / name  # imported as the package's own
+        assert folder.resolve() == REPO_ROOT / name  # the top-level folder itself
+    # Nothing of the repository but the package is importable under its name.
+    import importlib.util
+
+    assert importlib.util.find_spec("distillery.tests") is None
+    assert not hasattr(distillery, "__path__") or list(distillery.__path__) == [
+        str(REPO_ROOT / "distillery")
+    ]
 
 
 def test_a_wheel_claims_only_distillery_and_finds_its_configs(tmp_path: Path) -> None:
@@ -60,18 +74,36 @@ def test_a_wheel_claims_only_distillery_and_finds_its_configs(tmp_path: Path) ->
 
 
 def test_a_bare_checkout_imports_as_on_a_ray_working_dir(tmp_path: Path) -> None:
-    """`distillery submit` uploads the checkout; the cluster imports it uninstalled."""
+    """`distillery submit` uploads the checkout as the job's working_dir: packaged by
+    Ray's own packager (which follows the links), unpacked, imported uninstalled."""
+    from ray._private.runtime_env.packaging import _zip_files, unzip_package
+
     checkout = tmp_path / "checkout"
-    for name in ("distillery", "orchestrator", "workers", "conf"):
-        shutil.copytree(REPO_ROOT / name, checkout / name)
-    shutil.copy(REPO_ROOT / "setup.py", checkout / "setup.py")
+    checkout.mkdir()
+    for name in ("distillery", "orchestrator", "workers", "conf", "tests"):
+        os.symlink(REPO_ROOT / name, checkout / name)  # the checkout's top level
+    for name in ("setup.py", "pyproject.toml"):
+        shutil.copy(REPO_ROOT / name, checkout / name)
+    package = tmp_path / "working_dir.zip"
+    excludes = ["**/__pycache__", "tests", ".venv"]
+    _zip_files(str(checkout), excludes, str(package), include_gitignore=False)
+    unpacked = tmp_path / "unpacked"
+    unzip_package(str(package), str(unpacked), remove_top_level_directory=False, unlink_zip=False)
     probe = (
-        "import distillery.orchestrator.plan as p, distillery.workers.memory.amd.bank as b; "
-        "print(p.__file__); print(b.__file__)"
+        "import importlib.util, distillery.orchestrator.plan as p, "
+        "distillery.workers.memory.amd.bank as b; "
+        "print(p.__file__); print(b.__file__); print(importlib.util.find_spec('distillery.tests'))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=checkout, capture_output=True, text=True
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    out = subprocess.run(  # the working directory first on sys.path, as Ray's job has it
+        [sys.executable, "-c", probe],
+        cwd=unpacked,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
-    for line in out.stdout.split():
-        assert Path(line).is_relative_to(checkout), line
+    plan_file, bank_file, tests_spec = out.stdout.split()
+    for line in (plan_file, bank_file):
+        assert Path(line).is_relative_to(unpacked), line
+    assert tests_spec == "None"

@@ -3,6 +3,7 @@ values) and redacted from text, nested records, logs and standard streams."""
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
 
@@ -46,6 +47,9 @@ def test_secrets_are_collected_by_value_from_every_place_a_key_can_be():
         "hf-canary-0123",
         "TOKEN-as-user-0123",
         "db-password-0123",
+        # URL userinfo as HTTP Basic sends it (a server may echo the header).
+        base64.b64encode(f"user:{URL_KEY}".encode()).decode(),
+        base64.b64encode(b"TOKEN-as-user-0123:").decode(),
     }
 
 

@@ -16,8 +16,9 @@ import logging
 import time
 import traceback
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -31,8 +32,9 @@ from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.replies import clean_text
 from distillery.workers.llm.types import ChatResult, InfraError, RequestConfigError
+from distillery.workers.memory.bounds import BoundedHooks
 from distillery.workers.memory.registry import memory_method
-from distillery.workers.memory_service import BankSearch
+from distillery.workers.memory_service import BankSearch, MemoryJob
 from distillery.workers.trajectories import (
     EpisodeFile,
     EpisodeRecord,
@@ -61,7 +63,18 @@ class AgentJob:
     episode_timeout_s: float = 1800.0
     episode_retries: int = 2
     retry_backoff_s: float = 2.0
-    memory: Any = None  # a MemoryJob when the student reads memory
+    memory: MemoryJob | None = None  # when the student reads memory
+
+
+@dataclass(frozen=True)
+class PlayRequest:
+    """One play of a task an outcome-driven stage decided at run time: which play it is
+    (recorded in the episode), the memory it reads (its stage's live view and what was
+    staged for the task) and where its episode file goes (one folder per play)."""
+
+    attempt: int
+    memory: MemoryJob | None
+    episodes_dir: str
 
 
 def make_chat_backend(
@@ -86,10 +99,19 @@ class EpisodeRunner:
     ) -> None:
         self.job = job
         self.benchmark: Benchmark = make_benchmark(job.benchmark, job.benchmark_options)
-        # How this benchmark is played: its own conventions, never another benchmark's.
-        self.conventions: AgentConventions = conventions_of(self.benchmark)
+        # How this benchmark is played: its own conventions, never another benchmark's
+        # (with the observation cut the config chose, if it chose one).
+        self.conventions: AgentConventions = conventions_of(self.benchmark).with_observation_chars(
+            job.benchmark_options.get("max_observation_chars")
+        )
         self._tasks = {t.task_id: t for t in self.benchmark.load_tasks()}
         self._max_steps = job.max_steps_per_turn or self.benchmark.max_steps_per_turn
+        # A cap the benchmark's runner would not send, sent for the model's sake.
+        self._protective_cap = (
+            job.model.cap_every_request
+            and job.model.max_tokens is not None
+            and self.conventions.sent_sampling(job.model)["max_tokens"] is None
+        )
         if job.model.backend == "oracle":
             self._chat = None
         else:
@@ -101,29 +123,49 @@ class EpisodeRunner:
         if self._chat is None:
             return OraclePolicy(self.benchmark.oracle_turns(task), self.conventions.oracle_reply)
         m = self.job.model
+        # Only what the benchmark's own runner sends (BFCL's: the temperature).
+        sent = self.conventions.sent_sampling(m)
+        if self._protective_cap:
+            sent["max_tokens"] = m.max_tokens
         return LlmPolicy(
-            self._chat, episode_id, m.action_format, m.temperature, m.max_tokens, m.seed, m.top_p
+            self._chat,
+            episode_id,
+            m.action_format,
+            sent["temperature"],
+            sent["max_tokens"],
+            sent["seed"],
+            sent["top_p"],
+            context_tokens=m.max_model_len,  # a benchmark that trims to the context reads it
         )
 
     async def preflight(self) -> str | None:
         """One request shaped exactly like an episode's (the same sampling, token cap,
         reasoning and thinking fields), so a server that refuses how this model's
         requests are built stops the run at its first request (`RequestConfigError`
-        propagates) instead of failing every episode. An unreachable server is left to
-        the episodes (they record it as `infra_error`); its message is returned."""
+        propagates) instead of failing every episode.
+
+        Its reply is data like any other: an unreachable server, or a reply of any
+        shape or size (`InvalidReply`, a refusal of the conversation, anything else a
+        reply can cause), is left to the episodes, which retry the one and score the
+        other as the model's; what happened is returned as one line."""
         if self._chat is None or not self._tasks:
             return None
         policy = self._policy(next(iter(self._tasks.values())), f"preflight-{uuid.uuid4().hex}")
         try:
             await policy.respond([{"role": "user", "content": PREFLIGHT_PROMPT}], None)
+        except RequestConfigError:
+            raise  # how distillery built the request: the run stops here
         except InfraError as exc:
-            return str(exc)
+            return _one_line(f"unreachable: {exc}")
+        except Exception as exc:  # the reply is the model's (its server's): data, not a stop
+            return _one_line(f"unusable reply ({type(exc).__name__}): {exc}")
         finally:
             await policy.close()
         return None
 
-    async def run_task(self, task_id: str) -> EpisodeSummary:
-        """Play one task (retrying infrastructure failures) and persist the record."""
+    async def run_task(self, task_id: str, play: PlayRequest | None = None) -> EpisodeSummary:
+        """Play one task (retrying infrastructure failures) and persist the record
+        (`play`: one play of an outcome-driven stage, else the job's own)."""
         task = self._tasks.get(task_id)
         if task is None:
             raise ValueError(f"task {task_id!r} is not in benchmark {self.job.benchmark!r}")
@@ -134,9 +176,9 @@ class EpisodeRunner:
             attempts += 1
             episode_id = f"{self.job.role}-{task_id}-{uuid.uuid4().hex[:12]}"
             try:
-                record = await self._attempt(task, episode_id, started, attempts)
+                record = await self._attempt(task, episode_id, started, attempts, play)
                 # Inside the handling too: nothing in a record may abort the sweep.
-                written = await self._write(record)
+                written = await self._write(record, play)
             except RequestConfigError:
                 raise  # not a result: the run stops (never retried, never recorded)
             except InfraError as exc:
@@ -151,26 +193,34 @@ class EpisodeRunner:
             if attempts <= self.job.episode_retries:
                 await asyncio.sleep(self.job.retry_backoff_s * attempts)
         record = self._unscored_record(task, episode_id, started, attempts, *failure)
-        return EpisodeSummary.of(record, await self._write(record))
+        if play is not None:
+            record = replace(record, attempt=play.attempt)
+        return EpisodeSummary.of(record, await self._write(record, play))
 
-    async def _write(self, record: EpisodeRecord) -> EpisodeFile:
+    async def _write(self, record: EpisodeRecord, play: PlayRequest | None = None) -> EpisodeFile:
         # In a thread: the write ends in an fsync (milliseconds of waiting) that would
         # otherwise stall every other episode of this worker's event loop.
+        directory = play.episodes_dir if play is not None else self.job.episodes_dir
         try:
-            return await asyncio.to_thread(write_episode, self.job.episodes_dir, record)
+            return await asyncio.to_thread(write_episode, directory, record)
         except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
             # A value Parquet cannot hold (replies are cleaned by the client; this is
             # the net under it): store the record with such values repaired.
             log.warning("episode %s stored repaired: %s", record.task_id, exc)
             repaired = storable_record(record)
-            return await asyncio.to_thread(write_episode, self.job.episodes_dir, repaired)
+            return await asyncio.to_thread(write_episode, directory, repaired)
 
     async def _attempt(
-        self, task: Task, episode_id: str, started: float, attempts: int
+        self,
+        task: Task,
+        episode_id: str,
+        started: float,
+        attempts: int,
+        play: PlayRequest | None = None,
     ) -> EpisodeRecord:
         env = self.benchmark.make_env(task, episode_id)
         policy = self._policy(task, episode_id)
-        hooks = self._hooks(task, policy)
+        hooks = self._hooks(task, policy, play.memory if play is not None else self.job.memory)
         try:
             # Environment code runs off the event loop (see envs/execution.py), so the
             # timeout ends an episode stuck in a slow call too, scoring included.
@@ -189,17 +239,26 @@ class EpisodeRunner:
             outcome.tokens_out += usage.completion_tokens
             outcome.tokens_reasoning += usage.reasoning_tokens
         record = self._record(task, episode_id, started, attempts, outcome, score)
+        if play is not None:
+            record = replace(record, attempt=play.attempt)
         extra: dict[str, Any] = hooks.record() if hooks is not None else {}
         extra.update(score.counters)  # the benchmark's own counts (Score.counters)
         if outcome.reply_notes:
             extra["reply_notes"] = outcome.reply_notes
             extra["reply_notes_dropped"] = outcome.reply_notes_dropped
+        # How often each protection fired (the loop's and the environment's own).
+        fired = outcome.limits_fired + Counter(getattr(env, "limits_fired", None) or {})
+        if self._protective_cap and outcome.length_stops:
+            fired["generation_cap"] += outcome.length_stops
+        if fired:
+            extra["limits_fired"] = dict(sorted(fired.items()))
         if extra:
             record = replace(record, extra_json=json.dumps(extra, ensure_ascii=False))
         return record
 
-    def _hooks(self, task: Task, policy: EpisodePolicy) -> MemoryHooks | None:
-        memory = self.job.memory
+    def _hooks(
+        self, task: Task, policy: EpisodePolicy, memory: MemoryJob | None
+    ) -> MemoryHooks | None:
         if memory is None:
             return None
 
@@ -207,14 +266,16 @@ class EpisodeRunner:
             return await policy.respond(messages, None)
 
         isolation = memory.isolation
-        # The method acts inside the episode only through the hooks it returns.
-        return memory_method(memory.kind).hooks(
+        # The method acts inside the episode only through the hooks it returns; what
+        # they inject is bounded (memory/bounds.py), whatever the bank holds.
+        hooks = memory_method(memory.kind).hooks(
             task,
             BankSearch(memory),
             memory.retrieval,
             allows=lambda source: isolation.allows(source, task.task_id),
             ask_model=ask,
         )
+        return BoundedHooks(hooks, memory.max_injected_chars)
 
     def _base_fields(self, task: Task, episode_id: str, started: float, attempts: int) -> dict:
         m = self.job.model
@@ -299,6 +360,11 @@ class EpisodeRunner:
         )
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(clean_text(text)[0].split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 class EpisodeWorkerImpl:
     """Ray actor body: one EpisodeRunner per agent job, many episodes in flight."""
 
@@ -312,13 +378,12 @@ class EpisodeWorkerImpl:
         from distillery import redaction
 
         # Before anything can log: this worker's logs and streams are Ray session logs.
-        redaction.register_secrets(redaction.secrets_in(job.model))
-        redaction.install()
+        redaction.protect(job.model)
         logging.basicConfig(level=logging.WARNING)
         self._runner = EpisodeRunner(job, endpoints, directory=directory, share=share)
 
-    async def run_task(self, task_id: str) -> EpisodeSummary:
-        return await self._runner.run_task(task_id)
+    async def run_task(self, task_id: str, play: PlayRequest | None = None) -> EpisodeSummary:
+        return await self._runner.run_task(task_id, play)
 
     def ready(self) -> str:
         """The Ray node this worker runs on."""
@@ -329,7 +394,7 @@ class EpisodeWorkerImpl:
     def routing_stats(self) -> dict[str, int]:
         """Requests re-sent to another replica, episodes moved (router.RoutedChat)."""
         stats = getattr(self._runner._chat, "stats", None)
-        return stats() if callable(stats) else {}
+        return cast(dict[str, int], stats()) if callable(stats) else {}
 
     async def preflight(self) -> str | None:
         return await self._runner.preflight()

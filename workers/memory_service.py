@@ -13,16 +13,25 @@ dataclass each holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.embedding import make_embedder
 from distillery.workers.memory.entries import CollectionSpec
-from distillery.workers.memory.retrieval import BankRetriever, Hit, Isolation
+from distillery.workers.memory.retrieval import BankRetriever, Combine, Hit, Isolation
 from distillery.workers.memory.store import MemoryStore, collection_name
+
+if TYPE_CHECKING:
+    from ray.actor import ActorProxy
+
+    from distillery.workers.envs.base import Task
+    from distillery.workers.llm.config import ModelConfig
+    from distillery.workers.memory.config import BuilderConfig
+    from distillery.workers.trajectories import EpisodeRecord
 
 
 def method_layouts() -> dict[str, tuple[CollectionSpec, ...]]:
@@ -40,10 +49,8 @@ def method_layouts() -> dict[str, tuple[CollectionSpec, ...]]:
             method = memory_method(kind)
         except MemoryMethodLoadError:
             continue
-        prefix = getattr(method, "store_prefix", None)
-        specs = getattr(method, "collections", None)
-        if prefix and specs:
-            layouts.setdefault(prefix, tuple(specs))
+        if method.store_prefix and method.collections:
+            layouts.setdefault(method.store_prefix, tuple(method.collections))
     return layouts
 
 
@@ -53,18 +60,33 @@ class MemoryServiceImpl:
 
         from distillery import redaction
 
-        redaction.register_secrets(redaction.secrets_in([store, embedder]))
-        redaction.install()
+        redaction.protect([store, embedder])
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # A Qdrant server (url) replaces the embedded default folder of a local root.
         path = store.path or (None if store.url else default_path)
         self.store = MemoryStore(path=path, url=store.url, api_key_env=store.api_key_env)
-        self.embedder = make_embedder(embedder)
+        # Loaded when something is first embedded (a bank written, a bank opened for
+        # search): the model and its framework are most of this actor's memory, and
+        # checking a cached bank in the store needs neither.
+        self._embedder_config = embedder
+        self._embedder: Any = None
         self._retrievers: dict[tuple[str, Isolation], BankRetriever] = {}
         self._layouts: dict[str, tuple[CollectionSpec, ...]] | None = None
+        self._embedded: dict[str, np.ndarray] = {}  # key text -> vector (live views)
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            self._embedder = make_embedder(self._embedder_config)
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, value: Any) -> None:
+        self._embedder = value
 
     def ready(self) -> dict[str, Any]:
-        return {"store": self.store.location, "embedder": self.embedder.name}
+        config = self._embedder_config
+        return {"store": self.store.location, "embedder": f"{config.kind}:{config.model}"}
 
     # -- which method's bank ------------------------------------------------------
 
@@ -149,6 +171,39 @@ class MemoryServiceImpl:
         }
         return BuiltBank(prefix, specs, collections)
 
+    # -- live views (a bank an outcome-driven stage is still writing) --------------
+
+    def put_view(self, view_id: str, bank: BuiltBank, isolation: Isolation) -> dict[str, int]:
+        """Make `bank` searchable as `view_id` (never stored): the memory an
+        outcome-driven stage's play reads, its committed entries plus what it staged
+        for the task. Key texts are embedded once per text (the cache lives as long as
+        the service)."""
+        key = (view_id, isolation)
+        if key not in self._retrievers:
+            entries = {}
+            for spec in bank.specs:
+                items = list(bank.collections[spec.name])
+                entries[spec.name] = (items, self._embed_cached([e.key_text for e in items]))
+            self._retrievers[key] = BankRetriever.from_entries(
+                self.embedder, isolation, bank.specs, entries
+            )
+        return self._retrievers[key].sizes()
+
+    def drop_views(self, prefix: str) -> None:
+        """Forget the live views whose ids start with `prefix` (a finished wave's)."""
+        for key in [k for k in self._retrievers if k[0].startswith(prefix)]:
+            del self._retrievers[key]
+
+    def _embed_cached(self, texts: list[str]) -> np.ndarray:
+        cache = self._embedded
+        new = [t for t in dict.fromkeys(texts) if t not in cache]
+        if new:
+            for text, vector in zip(new, self.embedder.embed(new), strict=True):
+                cache[text] = vector
+        if not texts:
+            return np.zeros((0, 1), np.float32)
+        return np.stack([cache[t] for t in texts])
+
     # -- retrieval ----------------------------------------------------------------
 
     def open_bank(self, bank_id: str, isolation: Isolation) -> dict[str, int]:
@@ -170,7 +225,7 @@ class MemoryServiceImpl:
         k: int,
         threshold: float | None,
         group: str | None = None,
-        combine: str = "each",
+        combine: Combine = "each",
     ) -> list[list[Hit]]:
         """Top-k allowed hits per query of one collection of an opened bank (`combine`:
         see `BankRetriever.search`)."""
@@ -198,23 +253,41 @@ class MemoryServiceImpl:
 
 @dataclass(frozen=True)
 class MemoryJob:
-    """What an episode worker needs to let its student read a bank."""
+    """What an episode worker needs to let its student read a bank (`bank_id` None: a
+    method whose memory needs no bank; its hooks get no search)."""
 
-    service: Any  # Ray actor handle of MemoryServiceImpl
-    bank_id: str
+    service: ActorProxy[MemoryServiceImpl] | None
+    bank_id: str | None
     isolation: Isolation
-    retrieval: Any  # the memory method's read settings
+    retrieval: BaseModel  # the memory method's validated read settings
     kind: str  # the memory method, whose hooks the episode runs
+    # What one hook call may inject (`memory.bounds.max_injected_chars`, ours).
+    max_injected_chars: int = 32_000
+    # An outcome-driven stage's play: which play of the task it is (1: the first) and
+    # what the stage staged for this task's re-plays (its provisional slot, searchable
+    # in `bank_id` too): the hooks read both from their search (`BankSearch`).
+    attempt: int = 1
+    staged: tuple[Any, ...] = ()
 
 
 class BankSearch:
     """The generic search of one opened bank over the memory service actor, awaitable
-    from async workers; what a method's hooks get (`MemoryMethod.hooks`)."""
+    from async workers; what a method's hooks get (`MemoryMethod.hooks`), with which
+    play of the task the episode is (`attempt`, 1: the first) and what an
+    outcome-driven stage staged for the task's re-plays (`staged`). A method whose
+    memory needs no bank gets one too (`has_bank` False: `search` refuses)."""
 
     def __init__(self, job: MemoryJob) -> None:
-        self._service = job.service
+        self._service: Any = job.service  # its remote methods are awaited
         self._bank = job.bank_id
         self._isolation = job.isolation
+        self._kind = job.kind
+        self.attempt = job.attempt
+        self.staged = job.staged
+
+    @property
+    def has_bank(self) -> bool:
+        return self._service is not None and self._bank is not None
 
     async def search(
         self,
@@ -224,8 +297,10 @@ class BankSearch:
         k: int,
         threshold: float | None,
         group: str | None = None,
-        combine: str = "each",
+        combine: Combine = "each",
     ) -> list[list[Hit]]:
+        if self._service is None or self._bank is None:
+            raise ValueError(f"memory method {self._kind!r} reads no bank: nothing to search")
         return await self._service.search.remote(
             self._bank, self._isolation, collection, queries, task_id, k, threshold, group, combine
         )
@@ -254,7 +329,7 @@ class RoutedBuilderLLM:
             self._routed.end_episode(request_id)
 
 
-def builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
+def builder_llm(model: ModelConfig | None, endpoints: list[str]) -> RoutedBuilderLLM | None:
     """The LLM a bank's builders call: `model` over its replicas (None: no model, the
     builders write deterministic entries only)."""
     if model is None:
@@ -266,7 +341,13 @@ def builder_llm(model: Any, endpoints: list[str]) -> RoutedBuilderLLM | None:
     return RoutedBuilderLLM(routed, model.temperature, cap, model.top_p)
 
 
-async def render_task(kind: str, bank: Any, builder: Any, model: Any, endpoints: list[str]) -> Any:
+async def render_task(
+    kind: str,
+    bank: BuiltBank,
+    builder: BuilderConfig,
+    model: ModelConfig | None,
+    endpoints: list[str],
+) -> BuiltBank:
     """Body of a derived (render) stage's Ray task: the memory method's `render`."""
     from distillery.workers.memory.registry import memory_method
 
@@ -275,13 +356,13 @@ async def render_task(kind: str, bank: Any, builder: Any, model: Any, endpoints:
 
 async def build_task(
     kind: str,
-    episodes: list[Any],
-    tasks: list[Any],
+    episodes: list[EpisodeRecord],
+    tasks: list[Task],
     split: str,
-    builder: Any,
-    model: Any,
+    builder: BuilderConfig,
+    model: ModelConfig | None,
     endpoints: list[str],
-) -> Any:
+) -> BuiltBank:
     """Body of the build stage's Ray task: the memory method's `build` (its LLM calls
     run concurrently)."""
     from distillery.workers.memory.registry import memory_method

@@ -18,7 +18,7 @@ def packaged_file(distribution: str, file_name_endswith: str, install_hint: str)
         raise FileNotFoundError(f"{distribution} is not installed: {install_hint}") from None
     for file in dist.files or []:
         if str(file).endswith(file_name_endswith):
-            path = Path(dist.locate_file(file))
+            path = Path(str(dist.locate_file(file)))
             if path.exists():
                 return path
     raise FileNotFoundError(

@@ -140,6 +140,10 @@ class EpisodeRecord:
     messages_json: str = "[]"  # the full chat transcript, as sent to the model
     extra_json: str = "{}"  # method-specific details (e.g. memory retrievals)
     tokens_reasoning: Int64 = 0  # of tokens_out, thinking tokens (as the server reports)
+    # Which play of the task this is in an outcome-driven stage, whose re-plays are
+    # decided at run time (1: the first play; 2: the first re-play, ...); `attempts`
+    # counts the infrastructure tries of this one play.
+    attempt: Int32 = 1
     # Every model call of the loop and every injection by its hooks, in order (empty in
     # files written before they were recorded).
     model_calls: list[ModelCallRecord] = field(default_factory=list)
@@ -235,6 +239,7 @@ class EpisodeSummary:
     # The task's scenario/group (the record's): the report's scenario goal completion
     # needs it; None in ledger records written before it was kept.
     group_id: str | None = None
+    attempt: int = 1  # which play of the task (outcome-driven stages; see the record's)
 
     @property
     def finished(self) -> bool:

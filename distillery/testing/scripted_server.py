@@ -14,6 +14,10 @@ status 200: the whole body, verbatim, with optional ``headers``) or ``stream``
 (``{"chunk": str, "interval_s": float, "total_bytes": int | None}``: a body that
 trickles or never ends). JSON is written ASCII-only, so any string (lone surrogates
 included) goes over the wire as the JSON escape a real server would send.
+`POST /tokenize` counts a conversation's tokens as vLLM's endpoint of that name
+answers (``{"count": n}``), by the same rule as the usage (4 characters = 1 token) over
+the messages' contents. With ``record=True`` it keeps every chat request body (not the
+preflight) for `recorded_requests` (tests that compare what two pipelines sent).
 The server runs in its own process
 (so it never competes with the code under test for the GIL), adds a fixed delay per
 call, counts usage (4 characters = 1 token) and exposes request counts at /stats.
@@ -55,6 +59,11 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
 
+def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """A conversation's tokens by the server's rule (its usage and `/tokenize`)."""
+    return max(1, sum(len(json.dumps(m.get("content") or "")) for m in messages) // 4)
+
+
 def word_vector(text: str, dim: int = 32) -> list[float]:
     """A deterministic embedding: hashed bag of words (shared words -> similar)."""
     import hashlib
@@ -66,7 +75,7 @@ def word_vector(text: str, dim: int = 32) -> list[float]:
 
 
 def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
-    prompt_chars = sum(len(json.dumps(m.get("content") or "")) for m in request["messages"])
+    prompt_chars = 4 * prompt_tokens(request["messages"])
     if "message" in reply:  # a hostile reply: every field exactly as the script wrote it
         usage = {"prompt_tokens": max(1, prompt_chars // 4), "completion_tokens": 1}
         return {
@@ -126,7 +135,7 @@ def _is_preflight(body: dict[str, Any]) -> bool:
     return len(messages) == 1 and messages[0].get("content") == PREFLIGHT_PROMPT
 
 
-def make_app(script: str, delay_s: float, gate: str | None = None):
+def make_app(script: str, delay_s: float, record: bool = False, gate: str | None = None):
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -134,6 +143,7 @@ def make_app(script: str, delay_s: float, gate: str | None = None):
 
     play = load_script(script)
     stats: Counter[str] = Counter()
+    recorded: list[dict[str, Any]] = []
 
     async def models(_: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": "stub", "object": "model"}]})
@@ -142,6 +152,8 @@ def make_app(script: str, delay_s: float, gate: str | None = None):
         body = await request.json()
         preflight = _is_preflight(body)
         stats["preflight" if preflight else "requests"] += 1
+        if record and not preflight:
+            recorded.append(body)
         stats[f"model:{body.get('model')}"] += 1
         if delay_s:
             await asyncio.sleep(delay_s)
@@ -190,12 +202,26 @@ def make_app(script: str, delay_s: float, gate: str | None = None):
     async def get_stats(_: Request) -> JSONResponse:
         return JSONResponse(dict(stats))
 
+    async def tokenize(request: Request) -> JSONResponse:
+        body = await request.json()
+        stats["tokenize_requests"] += 1
+        return JSONResponse({"count": prompt_tokens(body.get("messages") or [])})
+
+    async def requests(request: Request) -> JSONResponse:
+        """The recorded chat requests, oldest first; `?clear=1` forgets them after."""
+        out = list(recorded)
+        if request.query_params.get("clear"):
+            recorded.clear()
+        return JSONResponse(out)
+
     return Starlette(
         routes=[
             Route("/v1/models", models),
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/stats", get_stats),
+            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/requests", requests),
         ]
     )
 
@@ -240,7 +266,10 @@ def _server_env() -> dict[str, str]:
 
 @contextmanager
 def run_stub_server(
-    script: str, delay_s: float = 0.0, gate: str | os.PathLike[str] | None = None
+    script: str,
+    delay_s: float = 0.0,
+    record: bool = False,
+    gate: str | os.PathLike[str] | None = None,
 ) -> Iterator[str]:
     """The scripted server on a free loopback port (yields its /v1 URL). `gate`: a file
     path; requests wait until it exists (preflight requests do not)."""
@@ -255,6 +284,7 @@ def run_stub_server(
         str(delay_s),
         "--port",
         str(port),
+        *(["--record"] if record else []),
         *(["--gate", str(gate)] if gate else []),
     ]
     process = subprocess.Popen(command, env=_server_env())
@@ -274,6 +304,13 @@ def stub_stats(url: str) -> dict[str, int]:
     return httpx.get(url.removesuffix("/v1") + "/stats", timeout=5).json()
 
 
+def recorded_requests(url: str, clear: bool = False) -> list[dict[str, Any]]:
+    """The chat requests a server started with `record=True` has received, oldest first
+    (`clear`: forget them after)."""
+    params = {"clear": "1"} if clear else {}
+    return httpx.get(url.removesuffix("/v1") + "/requests", params=params, timeout=30).json()
+
+
 def main() -> None:
     import uvicorn
 
@@ -281,10 +318,11 @@ def main() -> None:
     parser.add_argument("--script", required=True)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--record", action="store_true")
     parser.add_argument("--gate", default=None, help="hold requests until this file exists")
     args = parser.parse_args()
     uvicorn.run(
-        make_app(args.script, args.delay, args.gate),
+        make_app(args.script, args.delay, args.record, args.gate),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

@@ -12,12 +12,13 @@ import pandas as pd
 
 from distillery.orchestrator.costs import (
     cost_breakdown,
+    model_costs,
     point_costs,
     stage_costs,
     unpriced_models,
 )
 from distillery.orchestrator.repeats import repeat_notes
-from distillery.orchestrator.report.load import SweepData, load_sweep
+from distillery.orchestrator.report.load import ReportError, SweepData, load_sweep
 from distillery.orchestrator.report.markdown import _cost_line, markdown_table, render_markdown
 from distillery.orchestrator.report.plots import (
     plot_steps_by_method,
@@ -146,6 +147,22 @@ def _default_out(data: SweepData) -> Path:
     return Path("distillery_reports") / data.sweep_id  # a remote sweep: report locally
 
 
+def _writable(out: Path) -> None:
+    """The report's folder exists and can be written (a ReportError says why not)."""
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file, not a folder: give a folder to write to")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".distillery-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ReportError(
+            f"--out {out}: cannot write there ({exc.strerror or exc}); give a folder you can "
+            "write to"
+        ) from None
+
+
 def build_report(
     sweep_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -164,7 +181,7 @@ def build_report(
     `report.references`; see `references.py`)."""
     data, picked = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else _default_out(data)
-    out.mkdir(parents=True, exist_ok=True)
+    _writable(out)
     _clean(out)
     notes = list(data.notes)
 
@@ -175,6 +192,7 @@ def build_report(
     s_costs = stage_costs(data.stages, prices)
     p_costs = point_costs(data.points, s_costs)
     breakdown = cost_breakdown(s_costs)
+    by_model = model_costs(s_costs)
     # With no price table at all every model is unpriced: say "no prices" once instead.
     unpriced = unpriced_models(s_costs) if prices.has_prices else []
     use_usd = prices.has_prices and bool(breakdown["usd"].sum() > 0)
@@ -247,6 +265,7 @@ def build_report(
         # Only where a benchmark has scenarios: BFCL's report has no such table.
         **({"scenario_goal_completion": scenarios} if not scenarios.empty else {}),
         "costs_breakdown": breakdown,
+        "costs_models": by_model,
         "costs_stages": s_costs,
         "costs_points": point_view,
     }
@@ -283,6 +302,7 @@ def build_report(
         steps_method=by_method,
         scenarios=scenarios,
         zero_shot_referenced=_references_zero_shot(against),
+        by_model=by_model,
     )
     (out / "report.md").write_text(markdown)
     files = [out / "report.md", *plots.values(), *files]

@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReportError as exc:
         print(f"distillery report: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a folder or file the report reads or writes: the user's to fix
+        print(f"distillery report: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     print(report.console())
     if report.mlflow_failed:
         print(f"distillery report: {report.mlflow_note}", file=sys.stderr)

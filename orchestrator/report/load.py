@@ -25,7 +25,7 @@ from distillery.orchestrator.sweep_tables import (
     TableSpec,
     read_sweep_table,
 )
-from distillery.workers.memory.registry import is_memory_method, memory_method
+from distillery.workers.memory.registry import bank_origin, is_memory_method, memory_method
 from distillery.workers.storage import Location
 
 # Descriptors that define a cell (everything but the seed), in display order; a sweep's
@@ -89,6 +89,11 @@ def find_sweep(path: str | Path | Location) -> tuple[Location, str | None]:
         loc = Location(loc.uri.rsplit("/", 1)[0])  # a file of the sweep: its folder
     if not loc.exists():
         raise ReportError(f"{loc} does not exist; {_run_hint(str(path))}")
+    if loc.is_local and not loc.local_path.is_dir():
+        raise ReportError(
+            f"{loc} is a file, not a folder: give a sweep directory "
+            "(<output_dir>/sweeps/<sweep_id>) or an output root"
+        )
     if (loc / "sweep.json").exists():
         return loc, None
     base = loc / "sweeps" if (loc / "sweeps").exists() else loc
@@ -183,7 +188,7 @@ def normalize_points(points: pd.DataFrame, columns: MethodColumns | None = None)
     out.loc[teacher_rows, "teacher"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student"] = agent_or_teacher[teacher_rows]
     out.loc[teacher_rows, "student_params_b"] = np.nan
-    no_teacher = out["method_kind"].map(lambda k: kind_rank(k) in (1, 2)).astype(bool)
+    no_teacher = out["method_kind"].map(lambda k: kind_rank(str(k)) in (1, 2)).astype(bool)
     out.loc[no_teacher, "teacher"] = ""
     return out.drop_duplicates("point_id", keep="last").reset_index(drop=True)
 
@@ -196,7 +201,7 @@ def kind_rank(kind: str) -> int:
     if not is_memory_method(kind):
         return 3
     try:
-        return 2 if memory_method(kind).bank_source == "student" else 3
+        return 2 if bank_origin(kind) == "student" else 3
     except Exception:  # a broken plugin must not break the report of its old sweeps
         return 3
 
@@ -246,6 +251,13 @@ def load_sweep(path: str | Path | Location) -> tuple[SweepData, str | None]:
         raise ReportError(f"{loc}/sweep.json is not valid JSON ({exc})") from None
     if not isinstance(meta, dict):
         raise ReportError(f"{loc}/sweep.json is not a JSON object")
+    try:
+        PriceTable.from_dict(meta.get("prices"))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ReportError(
+            f"{loc}/sweep.json: prices is not a price table ({type(exc).__name__}: {exc}); "
+            "it holds the sweep's cost.prices: re-run the sweep's command to rewrite it"
+        ) from None
     tables = {spec.file: _read_table(loc, spec, root_hint) for spec in TABLES}
     points_table = tables[POINTS.file]
     kinds = set(points_table.column("method_kind").to_pylist())

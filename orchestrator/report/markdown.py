@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -58,12 +58,14 @@ def _cost_line(breakdown: pd.DataFrame, use_usd: bool, unpriced: list[str]) -> s
     if parts.empty:
         return "no stages recorded"
     if not use_usd:
-        by_category = ", ".join(f"{r.category} {int(r.tokens):,}" for r in parts.itertuples())
+        by_category = ", ".join(
+            f"{r.category} {int(cast(Any, r.tokens)):,}" for r in parts.itertuples()
+        )
         return (
             f"{int(total['tokens']):,} tokens in all ({by_category}); {time_used}; "
             "no prices (set cost.prices to get USD)"
         )
-    by_category = ", ".join(f"{r.category} {_money(r.usd)}" for r in parts.itertuples())
+    by_category = ", ".join(f"{r.category} {_money(cast(Any, r.usd))}" for r in parts.itertuples())
     line = f"{_money(total['usd'])} in all ({by_category}); {int(total['tokens']):,} tokens, "
     line += time_used
     if unpriced:
@@ -100,6 +102,7 @@ def render_markdown(
     steps_method: pd.DataFrame | None = None,
     scenarios: pd.DataFrame | None = None,
     zero_shot_referenced: bool = False,
+    by_model: pd.DataFrame | None = None,
 ) -> str:
     meta = data.meta
     candidates = disambiguators(data.columns)
@@ -181,6 +184,28 @@ def render_markdown(
             )
         )
     )
+    if by_model is not None and not by_model.empty:
+        md += [
+            "",
+            "By stage kind, role and model (a stage that calls several models has a row each):",
+            "",
+        ]
+        md.append(
+            markdown_table(
+                pd.DataFrame(
+                    {
+                        "stage kind": by_model["kind"],
+                        "role": by_model["role"],
+                        "model": by_model["model"],
+                        "tokens in": by_model["tokens_in"].map("{:,}".format),
+                        "tokens out": by_model["tokens_out"].map("{:,}".format),
+                        "LLM calls": by_model["n_llm_calls"].map("{:,}".format),
+                        "GPU s": by_model["gpu_s"].map("{:.0f}".format),
+                        "USD": by_model["usd"].map(_money),
+                    }
+                )
+            )
+        )
     if not use_usd:
         md += ["", "No prices in `cost.prices`: money is 0 and plots use tokens."]
     if summary["unpriced"]:

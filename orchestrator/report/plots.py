@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -55,7 +55,7 @@ def _label_keys(
     return distinguishing(lines, ["method"], candidates)
 
 
-def _line_label(row: Mapping[str, Any], keys: Sequence[str]) -> str:
+def _line_label(row: Any, keys: Sequence[str]) -> str:
     parts = []
     for k in keys:
         value = str(row[k])
@@ -112,10 +112,10 @@ def plot_success_vs_k(
             )
         refs = zero.merge(firsts[["student", "benchmark", "protocol"]].drop_duplicates())
         for ref in refs.itertuples(index=False):
-            ax.axhline(100 * ref.rate, linestyle=":", color="grey")
+            ax.axhline(100 * cast(float, ref.rate), linestyle=":", color="grey")
             ax.annotate(
                 f"zero-shot {ref.student}",
-                (ax.get_xlim()[0], 100 * ref.rate),
+                (ax.get_xlim()[0], 100 * cast(float, ref.rate)),
                 fontsize=7,
                 color="grey",
                 va="bottom",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from distillery.redaction import REDACTED
+from distillery.redaction import REDACTED, redact
 
 if TYPE_CHECKING:
     from distillery.orchestrator.report.build import Report
@@ -27,6 +29,38 @@ def _tracking_store_missing(uri: str) -> str | None:
     return None if path.exists() else str(path)
 
 
+# A tracking server that is down or silent costs the report seconds, not MLflow's
+# default minutes of retries (7, exponential backoff, 120 s a request).
+ANSWER_TIMEOUT_S = 5.0
+_BOUNDED_MLFLOW = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+
+
+def _server_silent(uri: str) -> str | None:
+    """Why an http(s) tracking server cannot take the report (None: it answers)."""
+    if urlsplit(uri).scheme.lower() not in ("http", "https"):
+        return None  # a local store or a database: MLflow's own errors are quick
+    import httpx
+
+    try:
+        httpx.get(uri.rstrip("/") + "/health", timeout=ANSWER_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return f"the tracking server did not answer within {ANSWER_TIMEOUT_S:g} s ({text[:200]})"
+    return None
+
+
+@contextmanager
+def _bounded_mlflow() -> Iterator[None]:
+    """MLflow's HTTP retries bounded while the report logs (the user's own settings win)."""
+    set_here = [k for k in _BOUNDED_MLFLOW if k not in os.environ]
+    os.environ.update({k: _BOUNDED_MLFLOW[k] for k in set_here})
+    try:
+        yield
+    finally:
+        for key in set_here:
+            os.environ.pop(key, None)
+
+
 def log_report(out_dir: Path, tracking_uri: str, run_id: str) -> str:
     """Log every file of `out_dir` to run `run_id` under `report/`; returns the
     artifact URI. Raises on a missing run or store (callers decide how loud to be)."""
@@ -41,10 +75,14 @@ def log_report(out_dir: Path, tracking_uri: str, run_id: str) -> str:
             f"tracking store {missing} not found (a relative tracking URI is resolved from "
             "the directory the report runs in: run it where the sweep ran)"
         )
-    client = MlflowClient(tracking_uri)
-    run = client.get_run(run_id)  # fails loudly for a deleted/unknown run
-    client.log_artifacts(run_id, str(out_dir), artifact_path="report")
-    client.set_tag(run_id, "distillery.report", "report/report.md")
+    silent = _server_silent(tracking_uri)
+    if silent:
+        raise ConnectionError(silent)
+    with _bounded_mlflow():
+        client = MlflowClient(tracking_uri)
+        run = client.get_run(run_id)  # fails loudly for a deleted/unknown run
+        client.log_artifacts(run_id, str(out_dir), artifact_path="report")
+        client.set_tag(run_id, "distillery.report", "report/report.md")
     return f"{run.info.artifact_uri}/report"
 
 
@@ -71,10 +109,12 @@ def _with_mlflow(report: Report, meta: Mapping[str, Any], enabled: bool) -> Repo
     try:
         where = log_report(report.out_dir, str(uri), str(run_id))
     except Exception as exc:  # any store/network error: the files are written anyway
+        reason = " ".join(str(exc).split())[:400] or type(exc).__name__
         return replace(
             report,
             mlflow_failed=True,
-            mlflow_note=f"could not log to MLflow run {run_id} at {uri}: {exc}",
+            mlflow_note=f"not logged to MLflow (run {run_id} at {redact(str(uri))}): {reason}; "
+            f"the report's files are in {report.out_dir}",
         )
     return replace(
         report,

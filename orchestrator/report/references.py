@@ -74,7 +74,7 @@ def present_references(stats: pd.DataFrame, references: Sequence[str]) -> list[s
     return [r for r in references if _is(students, r).any()]
 
 
-def _outcomes(episodes: pd.DataFrame) -> dict[str, pd.Series]:
+def _outcomes(episodes: pd.DataFrame) -> dict[Any, pd.Series]:
     return {
         pid: frame.dropna(subset=["success"]).set_index("task_id")["success"].astype(bool)
         for pid, frame in episodes.groupby("point_id")
@@ -134,15 +134,15 @@ def reference_tests(
 
 def _best_per_method(
     candidates: pd.DataFrame,
-    point: Mapping[str, Any],
+    point: Mapping[Any, Any],
     mine: pd.Series,
-    outcome: Mapping[str, pd.Series],
-) -> list[tuple[pd.DataFrame, Mapping[str, Any]]]:
+    outcome: Mapping[Any, pd.Series],
+) -> list[tuple[pd.DataFrame, Mapping[Any, Any]]]:
     """Per reference method (a kind may name several: `amd_wf` and `amd_wf_st_fn`), its
     point best paired with `point`: the same task split first, then the most pairs."""
     out = []
     for _, group in candidates.groupby("method", sort=False):
-        best: tuple[tuple[int, int], pd.DataFrame, Mapping[str, Any]] | None = None
+        best: tuple[tuple[int, int], pd.DataFrame, Mapping[Any, Any]] | None = None
         for ref in group.to_dict("records"):
             theirs = outcome.get(ref["point_id"], pd.Series(dtype=bool))
             paired = pd.concat([mine.rename("m"), theirs.rename("r")], axis=1, join="inner")
@@ -175,7 +175,7 @@ def pooled_tests(tests: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return pooled[columns]
 
 
-def _versus(row: Mapping[str, Any]) -> str:
+def _versus(row: Mapping[Any, Any]) -> str:
     gain = row["gain_pp"]
     sign = "–" if pd.isna(gain) else f"{gain:+.1f} pp"
     return f"vs {row['reference_method']}: {sign} (p={_p(row['p'])})"
@@ -222,8 +222,9 @@ def table1(
         by_cell = {tuple(r[k] for k in keys): r for r in tested.to_dict("records")}
         rows = [by_cell.get(tuple(r[k] for k in keys)) for r in cells.to_dict("records")]
         for column in ("gain_pp", "p", "n_pairs"):
+            values = [float("nan") if r is None else float(r[column]) for r in rows]
             numbers = numbers.assign(
-                **{f"{column}_vs_{ref}": [None if r is None else r[column] for r in rows]}
+                **{f"{column}_vs_{ref}": pd.Series(values, index=numbers.index, dtype="float64")}
             )
     return Table(table.name, table.title, table.frame, caption, table.linked, numbers)
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from distillery.orchestrator.report.load import BASE_CELL_KEYS, kind_rank
-from distillery.orchestrator.stats import mcnemar, wilson_interval
+from distillery.orchestrator.stats import NO_SCORED_EPISODES, mcnemar, wilson_interval
 
-_NA = "–"
+_NA = "–"  # a missing number or descriptor in tables
 
 
 def point_stats(points: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
@@ -44,8 +45,8 @@ def point_stats(points: pd.DataFrame, episodes: pd.DataFrame) -> pd.DataFrame:
 def cell_label(successes: int, n: int, seed_mean: float, seed_std: float, n_seeds: int) -> str:
     """A cell as shown: `62.5% [42.7–78.8] n=24`, then `· 62.5 ± 3.5 (3 seeds)` when
     the cell has several seeds."""
-    if n <= 0:
-        return f"{_NA} n=0"
+    if n <= 0:  # every episode unscored: no rate to show, said as everywhere else
+        return NO_SCORED_EPISODES
     low, high = wilson_interval(successes, n)
     label = f"{100 * successes / n:.1f}% [{100 * low:.1f}–{100 * high:.1f}] n={n}"
     if n_seeds > 1 and not math.isnan(seed_std):
@@ -141,11 +142,11 @@ def mcnemar_table(
         mine = outcome.get(point["point_id"], pd.Series(dtype=bool))
         best: tuple[int, int, str, pd.DataFrame] | None = None
         for ref in candidates.itertuples(index=False):
-            theirs = outcome.get(ref.point_id, pd.Series(dtype=bool))
+            theirs = outcome.get(cast(str, ref.point_id), pd.Series(dtype=bool))
             paired = pd.concat([mine.rename("m"), theirs.rename("z")], axis=1, join="inner")
             rank = (int(ref.eval_task_ids_sha == point["eval_task_ids_sha"]), len(paired))
             if best is None or rank > best[:2]:
-                best = (*rank, ref.point_id, paired)
+                best = (*rank, cast(str, ref.point_id), paired)
         assert best is not None
         paired, ref_id = best[3], best[2]
         b = int((paired["m"] & ~paired["z"]).sum())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -100,7 +100,7 @@ def _preferred_protocol(cells: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     return cells, next(iter(protocols)) if len(protocols) == 1 else None
 
 
-def representation_label(row: Mapping[str, Any], columns: MethodColumns) -> str:
+def representation_label(row: Mapping[Any, Any], columns: MethodColumns) -> str:
     """ "<collection>=<representation> ..." over the collections a point reads (its
     methods' text columns that are set), e.g. "notes=text" for a `style_notes` column
     of a collection "notes" (a column of no collection is named as it is)."""
@@ -147,7 +147,7 @@ def link_cells(
             run_id = by_point.at[pid, "mlflow_run_id"] if pid in by_point.index else None
             url = run_url(uri, _text(run_id) or None, experiment_id, ui_url)
             if url:
-                runs.append((int(by_point.at[pid, "seed"]), url))
+                runs.append((int(cast(Any, by_point.at[pid, "seed"])), url))
         if len(runs) == 1:
             linked.append(markdown_link(label, runs[0][1]))
         elif runs:

@@ -6,7 +6,7 @@ Planning lists the benchmark's tasks (stage keys hash the task ids, cross_split 
 AppWorld's scenarios), and AppWorld lists them from the user's data folder through a
 worker in its own venv. The structure tests below hand the planner a task listing
 shaped like the real one instead (`listing`: 168 test_normal tasks in 56 scenarios of
-three, ToolSandbox's 91 offline base scenarios), so they run in a second; the slow
+three, ToolSandbox's 129 base scenarios), so they run in a second; the slow
 test plans one experiment through the real adapter on the synthetic data folder of
 tests/workers/envs/appworld, and a missing data folder is refused with the fix."""
 
@@ -32,7 +32,7 @@ from tests.workers.envs.appworld.conftest import appworld_data, appworld_ready  
 from tests.workers.envs.conftest import appworld_envs  # noqa: F401  (fixtures)
 
 APPWORLD_SCENARIOS = 56  # test_normal: 168 tasks, three per scenario
-TOOLSANDBOX_OFFLINE = 129 - 38  # the base scenarios less the RapidAPI ones
+TOOLSANDBOX_BASE = 129  # the base scenarios, the RapidAPI ones included (network=true)
 
 
 def _appworld_tasks() -> tuple[Task, ...]:
@@ -46,7 +46,7 @@ def _appworld_tasks() -> tuple[Task, ...]:
 def _toolsandbox_tasks() -> tuple[Task, ...]:
     return tuple(
         Task(f"scenario_{i}", "toolsandbox", (f"request {i}",), (), ())
-        for i in range(TOOLSANDBOX_OFFLINE)
+        for i in range(TOOLSANDBOX_BASE)
     )
 
 
@@ -55,8 +55,11 @@ def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
     venv); also used by tests/orchestrator/test_readme_commands.py for the command
     lines of these experiments' configs."""
     listings = {"appworld": _appworld_tasks(), "toolsandbox": _toolsandbox_tasks()}
+    real = plan_module._load_tasks
 
     def load(name, options, limit, task_ids):
+        if name not in listings:  # another benchmark (BFCL): its own listing
+            return real(name, options, limit, task_ids)
         tasks = listings[name]
         if task_ids is not None:
             tasks = tuple(t for t in tasks if t.task_id in set(task_ids))
@@ -95,7 +98,7 @@ def _bank_of(stage: EvaluateStage):
 
 @pytest.mark.parametrize(
     ("experiment", "benchmark", "tasks"),
-    [("appworld_table1", "appworld", 168), ("toolsandbox_table1", "toolsandbox", 91)],
+    [("appworld_table1", "appworld", 168), ("toolsandbox_table1", "toolsandbox", 129)],
 )
 def test_table1_one_collection_and_one_build_per_memory_method(
     listing, experiment, benchmark, tasks
@@ -113,14 +116,14 @@ def test_table1_one_collection_and_one_build_per_memory_method(
     assert {c.seed for c in graph.configs} == {0, 1}
     memory = [m for m in cfg.methods if m not in ("teacher", "zero_shot")]
     assert len(memory) == 5 and memory[-1] == "amd_wf_st_fn"
-    if benchmark == "appworld":  # the AMD authors' AppWorld ports of the baselines
-        assert {"reasoning_bank_amd_appworld", "memp_amd_appworld"} <= set(memory)
+    # the AMD authors' ports of the baselines on that benchmark (the paper's "adapted")
+    assert {f"reasoning_bank_amd_{benchmark}", f"memp_amd_{benchmark}"} <= set(memory)
 
     (collect,) = [k for k in graph.stages if k.kind == "collect"]
     builds = _builds(graph)
     assert all(s.upstream == (collect,) for s in builds.values())
     assert sorted(s.source.kind for s in builds.values()) == sorted(
-        ["reasoning_bank", "memp", "sasm", "trajectory_rag", "amd"]
+        ["reasoning_bank", "memp_amd", "sasm", "trajectory_rag", "amd"]
     )
     # zero-shot + 5 memory methods per student (4) and seed (2): nothing duplicated
     evaluations = _evaluations(graph)
@@ -237,7 +240,7 @@ def test_k_curve_one_bank_read_by_every_k(listing):
 
 
 @pytest.mark.parametrize(
-    ("experiment", "tasks"), [("appworld_protocols", 168), ("toolsandbox_protocols", 91)]
+    ("experiment", "tasks"), [("appworld_protocols", 168), ("toolsandbox_protocols", 129)]
 )
 def test_protocols_zero_shot_on_each_protocol_s_tasks_and_a_bank_per_split(
     listing, experiment, tasks

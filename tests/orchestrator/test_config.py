@@ -136,7 +136,9 @@ def test_each_method_ships_its_catalog_entries_in_its_own_file():
     cfg = to_config(_compose("methods=[amd_wf_st_fn,student_memory]", "memory.retrieval.k_st=3"))
     assert cfg.method("amd_wf_st_fn").types == ("wf", "st", "fn")
     assert cfg.retrieval_for("amd_wf_st_fn").k_st == 3
-    assert cfg.method("student_memory").builds_from_student
+    from distillery.workers.memory.registry import bank_origin
+
+    assert bank_origin(cfg.method("student_memory").kind) == "student"
     edited = to_config(_compose("method_catalog.amd_wf.types=[st]", "methods=[amd_wf]"))
     assert edited.method("amd_wf").types == ("st",)
 

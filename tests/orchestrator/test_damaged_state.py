@@ -88,22 +88,24 @@ def test_the_stage_cost_row_counts_only_the_tasks_the_sweep_needs(tmp_path, capl
     is reported with its path and not counted: it used to inflate the stage's tokens."""
     from types import SimpleNamespace
 
-    from distillery.orchestrator.results import stage_row
+    from distillery.orchestrator.results import stage_rows
     from distillery.orchestrator.stages import EvaluateStage
     from distillery.workers.llm.config import ModelConfig
 
     ledger = Ledger(tmp_path)
-    key = StageKey("evaluate", "ef" * 32)
+    model = ModelConfig(name="m", backend="external", model="m", base_url="http://h/v1")
+    stage = EvaluateStage(
+        identity={"benchmark": "bfcl_multi_turn_base"}, upstream=(), label="evaluate", model=model
+    )
+    key = stage.key
     for task_id in ("t_0", "t_1", "t_150"):
         written = write_episode(ledger.episodes_dir(key), _record(task_id, True))
         ledger.record_episode(key, EpisodeSummary.of(_record(task_id, True), written))
-    model = ModelConfig(name="m", backend="external", model="m", base_url="http://h/v1")
-    stage = EvaluateStage(key=key, identity={}, upstream=(), label="evaluate", model=model)
     graph = SimpleNamespace(stages={key: stage}, needs={key: {"t_0", "t_1"}})
     sweep = SimpleNamespace(graph=graph, ledger=ledger)
 
     with caplog.at_level(logging.WARNING):
-        row = stage_row(sweep, key)  # type: ignore[arg-type]
+        (row,) = stage_rows(sweep, key)  # type: ignore[arg-type]
     assert (row["tokens_in"], row["tokens_out"], row["n_llm_calls"]) == (10, 4, 2)
     outside = ledger.record_path(key, "t_150")
     assert f"ledger record {outside} is for task 't_150'" in caplog.text
@@ -200,7 +202,7 @@ def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monke
             return self.value
 
     stored = {"wf": 2, "st": 0, "fn": 7}
-    stage = memory_stage.MemoryStage(sweep=None)  # type: ignore[arg-type]
+    stage = memory_stage.MemoryStage(None, None, None, {}, print, str)  # type: ignore[arg-type]
     stage._service = SimpleNamespace(has_bank=_Call(True), bank_counts=_Call(stored))
     monkeypatch.setattr(memory_stage, "ray_get", lambda value: value)
     recorded = BankOutput("b" * 64, {"wf": 2, "st": 15, "fn": 7, "embedded_chars": 9})

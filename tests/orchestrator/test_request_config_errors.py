@@ -30,11 +30,13 @@ def _gpt5_teacher(url: str) -> list[str]:
 
 def test_a_refused_request_stops_the_run_at_its_first_request(tmp_path, ray_local):
     with run_stub_server("tests.support.openai_errors:gpt5") as url:
-        # What teacher=gpt5_mini used to send: max_tokens (and a temperature).
+        # What teacher=gpt5_mini used to send: max_tokens (and a temperature). BFCL's
+        # handler sends no token cap: its `model_sampling` option sends the config's.
         old = [
             *_gpt5_teacher(url),
             "teacher.token_limit_param=max_tokens",
             "teacher.max_tokens=4096",
+            "+benchmark.options.model_sampling=true",
         ]
         cfg = _config(tmp_path, "benchmark.limit=3", "methods=[teacher,amd_wf]", *old)
         with pytest.raises(RequestConfigError) as info:

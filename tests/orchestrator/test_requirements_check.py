@@ -202,3 +202,46 @@ def test_a_key_in_an_unreachable_url_is_never_printed():
     found = missing_requirements([cfg])
     assert len(found) == 2
     assert all(key not in m.what and "<redacted>" in m.what for m in found)
+
+
+CHAT_TEMPLATES = REPO_ROOT / "tests" / "workers" / "llm" / "chat_templates"
+
+
+def test_a_llama_cpp_format_that_cannot_carry_the_action_format_is_refused(tmp_path):
+    """Native tool calls need a template with a tool-call syntax; the prompt format needs
+    system messages kept. Read from the model file's header: no server, no weights."""
+    native = _config("methods=[zero_shot]", "student.action_format=native")
+    (missing,) = missing_requirements([native], services=False)
+    assert missing.what.startswith(
+        "student=smollm2-135m (backend llama_cpp, action_format native): the chat template of "
+    )
+    assert "never shows the tools to the model" in missing.what
+    assert missing.fix.startswith("set student.action_format=prompt, or student.chat_template_file")
+    gemma = _config("methods=[zero_shot]", "student.chat_format=gemma")
+    (missing,) = missing_requirements([gemma], services=False)
+    assert missing.what.endswith("chat_format gemma cannot be used: it drops system messages")
+    assert missing.fix.startswith("unset student.chat_format")
+    hermes = CHAT_TEMPLATES / "hermes.jinja"
+    with_template = _config(
+        "methods=[zero_shot]",
+        "student.action_format=native",
+        f"student.chat_template_file={hermes}",
+    )
+    assert missing_requirements([with_template], services=False) == []
+    absent = _config("methods=[zero_shot]", f"student.chat_template_file={tmp_path}/none.jinja")
+    (missing,) = missing_requirements([absent], services=False)
+    assert str(missing) == (
+        f"student.chat_template_file={tmp_path}/none.jinja: no such file: point "
+        "student.chat_template_file at a Jinja chat template, or unset it"
+    )
+
+
+def test_cli_refuses_a_native_student_without_tool_calls_and_starts_nothing(capsys, tmp_path):
+    code = run_cli(
+        ["methods=[zero_shot]", f"output_dir={tmp_path}", "student.action_format=native"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("distillery: student=smollm2-135m (backend llama_cpp, action_format")
+    assert "student.action_format=prompt" in err and err.count("\n") == 1
+    assert not (tmp_path / "stages").exists()  # nothing ran

@@ -150,7 +150,7 @@ def test_canaries_never_leave_and_an_all_infra_point_has_no_rate(tmp_path):
         console = out.stdout + out.stderr
         # Item 7: the zero-shot point is all infra errors: no rate, rc 3, how to resume.
         assert out.returncode == 3, console[-4000:]
-        assert "success   n/a (no scored episode of 2)" in out.stdout
+        assert "success   no scored episodes (0 of 2)" in out.stdout
         assert "INCOMPLETE: 2 episode(s) of 1 point(s) are unscored" in out.stdout
         assert "re-run the same command" in out.stdout and "distillery output_dir=" in out.stdout
         assert f"user:{URL_CANARY}" not in out.stdout

@@ -68,7 +68,34 @@ def test_prompt_change_renews_agent_stages(monkeypatch):
     ["native_system_prompt", "positional_args", "report_invalid_calls", "json_schema_tools"],
 )
 def test_a_deviation_from_bfcl_renews_agent_stages_and_is_tagged(option):
+    _renews_and_is_tagged(option)
+    # The key they had as agent options names where they went.
+    with pytest.raises(ConfigError) as err:
+        config(f"agent.{option}=true")
+    assert str(err.value) == (
+        f"invalid config at agent.{option}: moved to benchmark.options.{option} (a deviation "
+        f"from the benchmark's own pipeline is the benchmark's option): set "
+        f"+benchmark.options.{option}=true"
+    )
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "strip_think_blocks",
+        "empty_arguments_as_object",
+        "refuse_arithmetic",
+        "rebuild_assistant_message",
+        "model_sampling",
+    ],
+)
+def test_a_former_repair_of_bfcl_replies_renews_agent_stages_and_is_tagged(option):
+    _renews_and_is_tagged(option)
+
+
+def _renews_and_is_tagged(option: str) -> None:
     from distillery.orchestrator.results import point_descriptors
+    from distillery.workers.envs.registry import known_deviations
 
     on = f"+benchmark.options.{option}=true"  # BFCL's deviations are BFCL's options
     before, after = keys(config()), keys(config(on))
@@ -81,17 +108,11 @@ def test_a_deviation_from_bfcl_renews_agent_stages_and_is_tagged(option):
     assert collect.identity["deviations"] == [option]
     assert "benchmark_options" not in collect.identity
     point = next(iter(plan_sweep([cfg]).points.values()))
-    assert point_descriptors(point)["deviations"] == option
+    # Recorded after the deviations BFCL's adapter has whatever the options.
+    known = ",".join(known_deviations("bfcl_multi_turn_base"))
+    assert point_descriptors(point)["deviations"] == f"{known},{option}"
     default = next(iter(plan_sweep([config()]).points.values()))
-    assert point_descriptors(default)["deviations"] == "none"
-    # The key they had as agent options names where they went.
-    with pytest.raises(ConfigError) as err:
-        config(f"agent.{option}=true")
-    assert str(err.value) == (
-        f"invalid config at agent.{option}: moved to benchmark.options.{option} (a deviation "
-        f"from the benchmark's own pipeline is the benchmark's option): set "
-        f"+benchmark.options.{option}=true"
-    )
+    assert point_descriptors(default)["deviations"] == known
 
 
 def test_deviations_are_off_by_default():

@@ -33,13 +33,16 @@ def _kinds(graph) -> dict[str, int]:
 
 
 def test_oracle_teacher_with_protocol_main_is_refused_naming_both_keys():
+    # Refused when planned (which --cfg, --plan and a run all do): whether a memory
+    # method's bank comes from the teacher's collection is the method's answer to the
+    # planner.
     with pytest.raises(ConfigError) as err:
-        config("protocol=main")
+        plan_sweep([config("protocol=main")])
     message = str(err.value)
     assert message.startswith("invalid config at protocol.name:")
     assert "teacher=oracle" in message and "protocol=main" in message
     # memory methods are what reads the oracle's memory; without one it is allowed
-    assert config("protocol=main", "methods=[teacher,zero_shot]").protocol.name == "main"
+    assert plan_sweep([config("protocol=main", "methods=[teacher,zero_shot]")]).points
     assert config("protocol=main", "teacher=gpt5_mini").teacher.name == "gpt-5-mini"
 
 

@@ -16,7 +16,11 @@ PLUGIN_ROOT = Path(__file__).resolve().parent
 ENTRY_POINTS: dict[str, dict[str, str]] = {
     "distillery.benchmarks": {"toy": "toy_plugin.bench:ToyBenchmark"},
     "distillery.conf": {"toy_plugin": "toy_plugin.conf"},
-    "distillery.memory_methods": {"toy_recall": "toy_plugin.memory:ToyRecall"},
+    "distillery.memory_methods": {
+        "toy_recall": "toy_plugin.memory:ToyRecall",
+        "toy_hint": "toy_plugin.hints:HintMethod",
+    },
+    "distillery.stage_kinds": {"toy_retry": "toy_plugin.hints:RetryStage"},
 }
 
 

@@ -21,7 +21,8 @@ DONE = "I have completed the request."
 PAD_CALL = "wait_for_user()"
 
 # A reply: ("call", src) | ("calls", [src, ...]) | ("invalid", src)
-#          | ("positional", src) | ("text", text) | ("loop", src): `src` repeated forever.
+#          | ("positional", src) | ("text", text) | ("loop", src): `src` repeated forever
+#          | ("message", (native_message, prompt_message)): written whole (see `_message`).
 Reply = tuple[str, Any]
 Plan = Callable[[list[list[str]], list[list[str]]], list[list[Reply]]]
 
@@ -65,8 +66,11 @@ def _arguments(source: str) -> tuple[str, dict[str, Any]]:
     return node.func.id, {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
 
 
-def _render(reply: Reply, native: bool) -> dict[str, Any]:
+def _render(reply: Reply, native: bool, request: dict[str, Any]) -> dict[str, Any]:
     kind, value = reply
+    if kind == "message":
+        build = value[0] if native else value[1]
+        return {"message": build(len(request["messages"]))}
     if kind == "text":
         return {"content": value}
     if kind in ("call", "loop", "calls"):
@@ -101,9 +105,9 @@ def student(plan: Plan, native: bool) -> Callable[[dict[str, Any]], dict[str, An
         named, written = _task_of(turns)
         replies = plan(named, written)[turn]
         if made < len(replies):
-            return _render(replies[made], native)
+            return _render(replies[made], native, request)
         if replies and replies[-1][0] == "loop":
-            return _render(replies[-1], native)
+            return _render(replies[-1], native, request)
         return {"content": DONE}
 
     return play
@@ -212,3 +216,152 @@ PLANS: dict[str, Plan] = {
     "invalid_arguments_last": invalid_arguments_last,
     "positional_calls": positional_calls,
 }
+
+
+# ------------------------------------------------------------------------ the probes
+#
+# Replies that exercise what distillery once repaired or limited on its own. Each is
+# inserted before the first call of the first turn that has calls, then the student
+# solves the task; the messages are shaped as vLLM sends them (null fields included).
+
+
+def _message(
+    content: str | None,
+    calls: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    **fields: Any,
+) -> Callable[[int], dict[str, Any]]:
+    """A message builder: tool calls get ids that depend only on the conversation
+    (`call_{messages}_{index}`) unless a call brings its own (or none: key "id" absent)."""
+
+    def build(position: int) -> dict[str, Any]:
+        tool_calls = []
+        for index, call in enumerate(calls):
+            call = dict(call)
+            if call.get("id", "") == "":
+                call["id"] = f"call_{position}_{index}"
+            elif call["id"] is _ABSENT:
+                del call["id"]
+            tool_calls.append(call)
+        message = {
+            "role": "assistant",
+            "content": content,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": tool_calls,
+            "reasoning_content": None,
+        }
+        message.update(fields)
+        return message
+
+    return build
+
+
+_ABSENT = object()
+
+
+def _tool_call(source: str, arguments: Any = _ABSENT, call_id: Any = "") -> dict[str, Any]:
+    name, named = _arguments(source)
+    if arguments is _ABSENT:
+        arguments = json.dumps(named)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _as_text(sources: list[str]) -> str:
+    return "[" + ", ".join(sources) + "]"
+
+
+def _with_note(source: str, chars: int) -> str:
+    """`source` with one more (unexpected) argument of `chars` characters."""
+    head = source[:-1]
+    return f"{head}{'' if head.endswith('(') else ', '}note={'x' * chars!r})"
+
+
+def _arithmetic(source: str) -> str:
+    """`source` with its first number or string argument written as arithmetic."""
+    node = ast.parse(source, mode="eval").body
+    parts = []
+    changed = False
+    for kw in node.keywords:
+        value = ast.literal_eval(kw.value)
+        text = repr(value)
+        if not changed and type(value) is int:
+            text, changed = f"{value - 1} + 1", True
+        elif not changed and type(value) is str and len(value) > 1:
+            half = len(value) // 2
+            text, changed = f"{value[:half]!r} + {value[half:]!r}", True
+        parts.append(f"{kw.arg}={text}")
+    return f"{node.func.id}({', '.join(parts)})"
+
+
+def _probe_reply(kind: str, turn: list[str]) -> list[Reply]:
+    first = turn[0]
+    if kind == "empty_arguments":
+        return [("message", (_message(None, [_tool_call(first, "")]), _message(_as_text([first]))))]
+    if kind == "null_arguments":
+        native = _message(None, [_tool_call(first, None)])
+        return [("message", (native, _message(_as_text([first]))))]
+    if kind == "thirty_three_calls":
+        return [("calls", turn + [PAD_CALL] * (33 - len(turn)))]
+    if kind == "long_argument":
+        return [("call", _with_note(first, 9_000))]
+    if kind == "arithmetic":
+        text = _as_text([_arithmetic(first)])
+        return [("message", (_message(None, [_tool_call(first)]), _message(text)))]
+    if kind == "undefined_name":
+        name = ast.parse(first, mode="eval").body.func.id
+        text = f"[{name}(value=count + 1)]"
+        return [("message", (_message(None, [_tool_call(first)]), _message(text)))]
+    if kind == "think_block":
+        think = "<think>\nThe user wants this done; one call does it.\n</think>\n\n"
+        native = _message(think, [_tool_call(first)])
+        return [("message", (native, _message(think + _as_text([first]))))]
+    if kind == "reasoning_content":
+        reasoning = "The user wants this done; one call does it."
+        native = _message(None, [_tool_call(first)], reasoning_content=reasoning)
+        return [("message", (native, _message(_as_text([first]), reasoning_content=reasoning)))]
+    if kind == "duplicate_ids":
+        calls = [_tool_call(first, call_id="call_dup"), _tool_call(PAD_CALL, call_id="call_dup")]
+        return [("message", (_message(None, calls), _message(_as_text([first, PAD_CALL]))))]
+    if kind == "missing_ids":
+        native = _message(None, [_tool_call(first, call_id=_ABSENT)])
+        return [("message", (native, _message(_as_text([first]))))]
+    if kind == "object_arguments":
+        _, named = _arguments(first)
+        native = _message(None, [_tool_call(first, named)])
+        return [("message", (native, _message(_as_text([first]))))]
+    raise ValueError(kind)
+
+
+PROBE_KINDS = (
+    "empty_arguments",
+    "null_arguments",
+    "thirty_three_calls",
+    "long_argument",
+    "arithmetic",
+    "undefined_name",
+    "think_block",
+    "reasoning_content",
+    "duplicate_ids",
+    "missing_ids",
+    "object_arguments",
+)
+
+
+def probe(kind: str) -> Plan:
+    """The correct plan with the `kind` reply first in the first turn that has calls."""
+
+    def plan(named: list[list[str]], written: list[list[str]]) -> list[list[Reply]]:
+        replies = correct(named, written)
+        turn = next(i for i, t in enumerate(named) if t)
+        replies[turn][:0] = _probe_reply(kind, named[turn])
+        return replies
+
+    plan.__name__ = kind
+    return plan
+
+
+def always_failing(request: dict[str, Any]) -> dict[str, Any]:
+    """A server that answers every attempt with HTTP 500."""
+    return {"http_status": 500}

@@ -214,9 +214,14 @@ MODES: dict[str, tuple[str, Callable[[Reply], Reply]]] = {
 
 def hostile(request: dict[str, Any]) -> Reply:
     """The reply of mode `request["model"]` ("MODE" or "MODE@STEP": hostile only at the
-    model's STEP-th reply of the episode, counted from 0; a perfect player otherwise)."""
+    model's STEP-th reply of the episode, counted from 0; a perfect player otherwise).
+    The preflight request every agent stage sends first gets the mode too (bent from
+    the "OK" any model answers it with)."""
     mode, _, at = str(request.get("model", "")).partition("@")
-    base = _base(request)
+    try:
+        base = _base(request)
+    except Exception:  # the preflight request is no task: a model would answer "OK"
+        base = {"content": "OK"}
     if at and sum(1 for m in request["messages"] if m["role"] == "assistant") != int(at):
         return base
     _, bend = MODES[mode]

@@ -18,13 +18,14 @@ from distillery.workers.trajectories import SCORED_TERMINATIONS, read_episodes
 from tests.workers.llm.test_compat import shipped
 
 
-def _runner(tmp_path, cfg: ModelConfig, url: str) -> EpisodeRunner:
+def _runner(tmp_path, cfg: ModelConfig, url: str, **options) -> EpisodeRunner:
     job = AgentJob(
         run_id="r",
         stage="collect",
         role="teacher",
         model=cfg,
         benchmark="bfcl_multi_turn_base",
+        benchmark_options=options,
         episodes_dir=str(tmp_path / "episodes"),
         episode_retries=2,
         retry_backoff_s=0,
@@ -41,7 +42,9 @@ def _gpt5(url: str, **update) -> ModelConfig:
 
 def test_a_configuration_error_is_raised_not_recorded_nor_retried(tmp_path):
     with run_stub_server("tests.support.openai_errors:gpt5") as url:
-        runner = _runner(tmp_path, _gpt5(url, token_limit_param="max_tokens", max_tokens=64), url)
+        # BFCL's handler sends no token cap: its `model_sampling` option sends the config's.
+        cfg = _gpt5(url, token_limit_param="max_tokens", max_tokens=64)
+        runner = _runner(tmp_path, cfg, url, model_sampling=True)
 
         async def both():
             with pytest.raises(RequestConfigError, match="Change: token_limit_param"):

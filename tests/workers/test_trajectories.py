@@ -117,13 +117,18 @@ _OLD_SCHEMA = pa.schema(
 
 def test_schema_is_derived_from_the_record_and_matches_the_hand_kept_one():
     assert [f.name for f in EPISODE_SCHEMA] == list(EpisodeRecord.__dataclass_fields__)
-    old_plus_reasoning = _OLD_SCHEMA.append(pa.field("tokens_reasoning", pa.int64()))
-    later = EPISODE_SCHEMA.names[len(old_plus_reasoning.names) :]
-    assert later == ["model_calls", "injections"]  # every model call, what hooks injected
+    # Fields added since, each with a default an older file reads as: the thinking
+    # tokens, which play of the task an episode is (outcome-driven stages), every model
+    # call and what hooks injected.
+    grown = _OLD_SCHEMA.append(pa.field("tokens_reasoning", pa.int64())).append(
+        pa.field("attempt", pa.int32())
+    )
+    later = EPISODE_SCHEMA.names[len(grown.names) :]
+    assert later == ["model_calls", "injections"]
     assert (
         EPISODE_SCHEMA.remove(EPISODE_SCHEMA.get_field_index("injections"))
         .remove(EPISODE_SCHEMA.get_field_index("model_calls"))
-        .equals(old_plus_reasoning)
+        .equals(grown)
     )
     step = EPISODE_SCHEMA.field("steps").type.value_type
     assert [f.name for f in step] == list(StepRecord.__dataclass_fields__)
@@ -131,10 +136,10 @@ def test_schema_is_derived_from_the_record_and_matches_the_hand_kept_one():
 
 def test_a_file_written_with_the_old_schema_reads_back(tmp_path):
     record = _record()
-    row = {k: v for k, v in asdict(record).items() if k != "tokens_reasoning"}
+    row = {k: v for k, v in asdict(record).items() if k not in ("tokens_reasoning", "attempt")}
     pq.write_table(pa.Table.from_pylist([row], schema=_OLD_SCHEMA), tmp_path / "a.parquet")
     (back,) = read_episodes(tmp_path)
-    assert back == record  # tokens_reasoning, absent then, reads as its default 0
+    assert back == record  # tokens_reasoning and attempt, absent then, read as 0 and 1
     assert read_episode_file_bytes((tmp_path / "a.parquet").read_bytes()) == [record]
 
 
@@ -144,7 +149,7 @@ def test_summary_numbers_are_the_records():
     summary = EpisodeSummary.of(record, written)
     for name in ("task_id", "success", "termination", "total_steps", "n_llm_calls",
                  "tokens_in", "tokens_out", "wall_s", "attempts", "error_type",
-                 "error_message", "tokens_reasoning"):  # fmt: skip
+                 "error_message", "tokens_reasoning", "attempt"):  # fmt: skip
         assert getattr(summary, name) == getattr(record, name), name
     assert (summary.file, summary.sha256) == (written.uri, written.sha256)
     assert EpisodeSummary.of(record).file == ""

@@ -9,19 +9,34 @@ when the task is done (AppWorld's `complete_task`) ends the episode there.
 
 What differs between benchmarks is the benchmark's (`AgentConventions`, see
 envs/conventions.py): how observations go back to the model in each action format and
-how the step limit is counted (BFCL's loop lets a turn make one step over its limit).
+how the step limit is counted (BFCL's loop lets a turn make one step over its limit),
+how a reply is kept in the history, and whether the history is trimmed to the model's
+context before each request (`context.py`). A benchmark whose own loop opens the
+conversation itself (AppWorld's ReAct prompt) gives those messages
+(`opening_messages`), and memory goes where they put it instead of a system prompt.
 A turn that reaches its limit is closed (and later scored), and the episode stops.
 Stopping in the last turn therefore still scores every turn; stopping earlier leaves
 turns unplayed, which the benchmark's checker fails. Infrastructure failures propagate
 as `InfraError` so the caller can retry the episode; they are never scored.
 
 A reply the client could not use (`InvalidReply`) ends the episode as the model's
-failure. Every tool call of a reply is answered by its own observation, matched by id;
-a policy that repeats or omits ids gets ids of ours first (the client already does this
-for server replies). What is kept in the history, and re-sent at every step, is bounded:
-text over `MAX_HISTORY_TEXT` characters, arguments over `MAX_HISTORY_ARGUMENTS` and
-calls beyond `MAX_HISTORY_CALLS` in one reply (all beyond what the environment accepts)
-are cut, with a note saying so.
+failure. How a reply is read and kept is the benchmark's (`conventions.reply`): by
+default the client's cleaned reply is parsed (reasoning split off) and a message rebuilt
+from it is kept, every tool call answered by its own observation, matched by id (a
+policy that repeats or omits ids gets ids of ours first; the client already does this
+for server replies); a benchmark whose runner re-sends the server's message (BFCL's)
+has the server's message parsed and kept as it was sent, its calls answered in order
+with the ids they came with. What is kept in the history, and re-sent at every step, is
+bounded: text over `MAX_HISTORY_TEXT` characters, arguments over
+`MAX_HISTORY_ARGUMENTS` and calls beyond `MAX_HISTORY_CALLS` in one reply (all beyond
+what any environment accepts) are cut, with a note saying so, and counted
+(`EpisodeOutcome.limits_fired`, `history_cut`). Every observation (and every message of
+a benchmark's own user) is cut to the benchmark's observation cut before it enters the
+history (`conventions.observation_cut`: the benchmark's own where its runner has one,
+else distillery's default cap), counted (`observation_cut`); before that, every secret
+this process knows (`distillery.redaction`: its environment's keys, its model's) is
+redacted by value from it, counted (`observation_redacted`): a world that shows one (a
+program printing its environment) never sends it to the model or stores it.
 """
 
 from __future__ import annotations
@@ -29,13 +44,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from distillery.workers.agents.policies import OBSERVATION_NAME, EpisodePolicy
+from distillery.redaction import redact_values
+from distillery.workers.agents.context import request_view
+from distillery.workers.agents.policies import OBSERVATION_NAME, PROMPT_NAME, EpisodePolicy
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
-from distillery.workers.envs.calls import DEFAULT_LIMITS
-from distillery.workers.envs.conventions import AgentConventions
+from distillery.workers.envs.calls import PROTECTION_LIMITS
+from distillery.workers.envs.conventions import AgentConventions, ObservationCut
 from distillery.workers.envs.execution import run_in_env_thread
 from distillery.workers.llm.types import (
     ChatResult,
@@ -52,12 +70,14 @@ from distillery.workers.trajectories import (
     StepRecord,
 )
 
-# What one assistant message may keep in the history: the environment refuses longer
-# responses and arguments as calls anyway, and a reply of megabytes kept verbatim is
-# re-sent (and held in memory) at every later step.
-MAX_HISTORY_TEXT = DEFAULT_LIMITS.max_text_chars
-MAX_HISTORY_ARGUMENTS = DEFAULT_LIMITS.max_call_chars
-MAX_HISTORY_CALLS = 4 * DEFAULT_LIMITS.max_calls  # (a reply with more is refused whole)
+# What one assistant message may keep in the history: no environment accepts longer
+# responses and arguments as calls (the most generous limits are the protections of
+# `calls.PROTECTION_LIMITS`), and a reply of megabytes kept verbatim is re-sent (and
+# held in memory) at every later step.
+MAX_HISTORY_TEXT = PROTECTION_LIMITS.max_text_chars
+MAX_HISTORY_ARGUMENTS = PROTECTION_LIMITS.max_call_chars
+MAX_HISTORY_CALLS = 4 * PROTECTION_LIMITS.max_calls  # (a reply with more is refused whole)
+HISTORY_CUT = "history_cut"  # `EpisodeOutcome.limits_fired` key of the cuts above
 MAX_NOTES = 50  # reply repairs kept per episode (the rest are counted)
 # Turns a benchmark's own user may add (ToolSandbox caps a scenario at 30 messages): a
 # user that never ends the conversation must not keep an episode going for ever.
@@ -69,15 +89,20 @@ class EpisodeHooks(Protocol):
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
         """The system prompt to use from this turn on (proactive injection)."""
+        ...
 
     async def after_step(
         self, turn_index: int, user_text: str, observations: list[ToolResult]
     ) -> list[ToolResult]:
         """The observations as the model will see them (reactive injection)."""
+        ...
 
-    # Optional (looked up with getattr, so existing hooks need not define it):
+    # Optional (looked up with getattr, so existing hooks need not define them):
     # `async def user_message(self, turn_index: int, user_text: str) -> str`, the user
-    # message as the model will see it (injection into the request itself).
+    # message as the model will see it (injection into the request itself);
+    # `async def system_prompt_after_step(self, turn_index: int, steps_done: int,
+    # system_prompt: str) -> str | None`, the system prompt from the next request on
+    # (memory withdrawn after a step), None to leave it as it is.
 
 
 class MemoryHooks(EpisodeHooks, Protocol):
@@ -87,9 +112,11 @@ class MemoryHooks(EpisodeHooks, Protocol):
     def model_usage(self) -> tuple[int, Usage]:
         """Calls the hooks made to the agent's own model and their tokens (they count
         as the agent's usage)."""
+        ...
 
     def record(self) -> dict[str, Any]:
         """What the episode record keeps (its `extra_json`): retrievals, audits."""
+        ...
 
 
 @dataclass
@@ -108,6 +135,10 @@ class EpisodeOutcome:
     reply_notes_dropped: int = 0
     model_calls: list[ModelCallRecord] = field(default_factory=list)  # every call, in order
     injections: list[InjectionRecord] = field(default_factory=list)  # what hooks added
+    # How often each protection of the loop fired (the environment counts its own):
+    # `observation_cut` and `observation_redacted` among them.
+    limits_fired: Counter[str] = field(default_factory=Counter)
+    length_stops: int = 0  # replies that stopped at the token cap (finish_reason length)
 
 
 async def run_agent_loop(
@@ -126,7 +157,14 @@ async def run_agent_loop(
     tools = list(task.tools) if fmt == "native" else None
     base_prompt = env.system_prompt(fmt)
     out = EpisodeOutcome(termination="done")
+    # A benchmark whose own loop opens with a conversation of its own (AppWorld's ReAct
+    # prompt, the task in its last message) gets memory put into it instead of into a
+    # system prompt; `opening` counts the messages before the first reply.
+    opens = _opens(env, fmt)
+    if opens:
+        base_prompt = ""
     _set_system_prompt(out.messages, base_prompt)
+    opening = 0
 
     # The user's messages: the task's turns, or (user_turns="environment") the task's
     # first turn and then whatever the benchmark's user answers to each closing reply.
@@ -138,10 +176,12 @@ async def run_agent_loop(
     while pending:
         user_text = pending.pop(0)
         turn_index += 1
+        prompt = base_prompt
         if hooks is not None:
             prompt = await hooks.before_turn(turn_index, user_text, base_prompt)
             _note_injection(out, turn_index, -1, "system_prompt", base_prompt, prompt)
-            _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
+            if not opens:
+                _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
         content = user_text
         # Optional: hooks that inject into the user's message (e.g. MemP appends memory
         # to the task's first message) define `user_message`; others leave it as is.
@@ -149,12 +189,21 @@ async def run_agent_loop(
         if rewrite is not None:
             content = await rewrite(turn_index, user_text)
             _note_injection(out, turn_index, -1, "user_message", user_text, content)
-        out.messages.append({"role": "user", "content": content})
+        if opens and turn_index == 0:
+            memory = _memory_of(prompt, user_text, content)
+            out.messages[:] = _opening_messages(env, fmt, memory)
+        else:
+            out.messages.append({"role": "user", "content": content})
+        if turn_index == 0:
+            opening = len(out.messages)
         steps_in_turn = 0
         while True:
             request = _RequestShape.of(out.messages, tools)
             try:
-                result = await policy.respond(out.messages, tools)
+                view = await request_view(
+                    out.messages, opening, conventions, policy, out.reply_notes
+                )
+                result = await policy.respond(view, tools)
             except RequestRejected as exc:  # the model's doing (RequestConfigError is not)
                 out.termination = (
                     "context_overflow" if isinstance(exc, ContextOverflow) else "request_rejected"
@@ -173,18 +222,28 @@ async def run_agent_loop(
                 out.steps_per_turn.append(steps_in_turn)
                 return out
             result = _with_unique_ids(result)
-            action = _parse(env, fmt, result)
+            as_sent = conventions.reply == "as_sent" and bool(result.message)
+            action = _parse_as_sent(env, fmt, result) if as_sent else _parse(env, fmt, result)
             out.model_calls.append(
                 request.answered(turn_index, steps_in_turn, result, action.empty)
             )
-            result = _bounded(result)  # parsed whole, kept bounded
+            in_history = _as_kept(conventions, fmt, result)  # as the benchmark's history keeps it
+            kept, cuts = _bounded(result)  # parsed whole, kept (and recorded) bounded
+            shown = kept if in_history is None else _bounded(in_history)[0]
+            message, sent_calls = _assistant_message(fmt, shown), kept.tool_calls
+            if as_sent:  # the history keeps the server's message, bounded alike
+                message, sent_calls, cuts = _bounded_as_sent(result.message)
+            result = replace(kept, notes=(*kept.notes, *cuts))
+            if cuts:
+                out.limits_fired[HISTORY_CUT] += len(cuts)
             _count_usage(out, result)
             _keep_notes(out, turn_index, steps_in_turn, result)
-            out.messages.append(_assistant_message(fmt, result))
+            out.messages.append(message)
             if action.empty:  # no call, or nothing decodable: the turn ends
                 break
             acting = time.monotonic()
             observations = await run_in_env_thread(env.step, action)
+            observations = _cut_observations(out, conventions.observation_cut, observations)
             if hooks is not None:
                 before = observations
                 observations = await hooks.after_step(turn_index, user_text, observations)
@@ -193,11 +252,15 @@ async def run_agent_loop(
                         out, turn_index, steps_in_turn, "observation", old.content, new.content
                     )
             out.model_calls[-1] = replace(out.model_calls[-1], action_s=time.monotonic() - acting)
-            out.messages.extend(_observation_messages(conventions, fmt, result, observations))
-            kept = observations[:MAX_HISTORY_CALLS]
-            out.steps.append(_step_record(turn_index, steps_in_turn, result, kept))
+            out.messages.extend(_observation_messages(conventions, fmt, sent_calls, observations))
+            recorded = observations[:MAX_HISTORY_CALLS]
+            out.steps.append(_step_record(turn_index, steps_in_turn, result, recorded))
             steps_in_turn += 1
-            if conventions.world_ends_episode and env.task_done():
+            if hooks is not None:
+                opening = await _after_step(
+                    hooks, env, fmt, out.messages, opening, turn_index, steps_in_turn, base_prompt
+                )
+            if conventions.world_ends_episode and cast(Any, env).task_done():
                 env.end_turn()  # the benchmark's own loop stops here; the task is scored
                 out.steps_per_turn.append(steps_in_turn)
                 return out
@@ -213,10 +276,68 @@ async def run_agent_loop(
             out.reply_notes.append(f"the user spoke {MAX_WORLD_USER_TURNS} turns: stopped")
             return out
         if from_world:  # the closing reply reaches the user, who answers or ends
-            answer = await run_in_env_thread(env.next_user_message, result.text or "")
+            answer = await run_in_env_thread(cast(Any, env).next_user_message, result.text or "")
             if answer is not None:
-                pending.append(answer)
+                pending.append(_cut_text(out, conventions.observation_cut, answer))
     return out
+
+
+def _opens(env: Environment, fmt: str) -> bool:
+    """Whether the benchmark opens the conversation itself (`opening_messages`)."""
+    opening = getattr(env, "opening_messages", None)
+    return opening is not None and opening(fmt, "") is not None
+
+
+def _opening_messages(env: Environment, fmt: str, memory: str) -> list[dict[str, Any]]:
+    """The benchmark's opening with `memory` in its place. Every message but the last
+    (the task's) is marked as the benchmark's prompt, so it is told apart from the
+    task's user turns (bookkeeping: `wire_messages` drops the marker)."""
+    messages = [dict(m) for m in env.opening_messages(fmt, memory)]  # type: ignore[attr-defined]
+    return [{**m, "name": PROMPT_NAME} for m in messages[:-1]] + messages[-1:]
+
+
+def _memory_of(prompt: str, user_text: str, content: str) -> str:
+    """What a memory method injected, to go where the benchmark's opening puts memory:
+    its system-prompt part (the hooks saw an empty prompt) and what it added to the
+    user's message."""
+    added = ""
+    if content != user_text:
+        added = content[len(user_text) :] if content.startswith(user_text) else content
+    return "\n\n".join(part for part in (prompt.strip(), added.strip()) if part)
+
+
+async def _after_step(
+    hooks: EpisodeHooks,
+    env: Environment,
+    fmt: str,
+    messages: list[dict[str, Any]],
+    opening: int,
+    turn_index: int,
+    steps_done: int,
+    base_prompt: str,
+) -> int:
+    """A method that withdraws its memory after a step (the AMD authors' ReasoningBank
+    on AppWorld) gives the prompt to use from now on; the opening's length is returned
+    (the benchmark's own opening is rendered again around the new memory)."""
+    update = getattr(hooks, "system_prompt_after_step", None)
+    if update is None:
+        return opening
+    prompt = await update(turn_index, steps_done, base_prompt)
+    if prompt is None:
+        return opening
+    if base_prompt or not _opens(env, fmt):
+        _set_system_prompt(messages, prompt if base_prompt else prompt.rstrip())
+        return opening
+    renewed = _opening_messages(env, fmt, prompt.strip())
+    messages[:opening] = renewed
+    return len(renewed)
+
+
+def _as_kept(conventions: AgentConventions, fmt: str, result: ChatResult) -> ChatResult | None:
+    """The reply as the benchmark's loop keeps it in its history (None: as written)."""
+    if fmt == "native" or conventions.kept_reply is None:
+        return None
+    return replace(result, text=conventions.kept_reply(result.text or ""))
 
 
 def _set_system_prompt(messages: list[dict[str, Any]], prompt: str) -> None:
@@ -241,6 +362,19 @@ def _parse(env: Environment, fmt: str, result: ChatResult) -> ParsedAction:
     return env.parse_text(result.text or "")
 
 
+def _parse_as_sent(env: Environment, fmt: str, result: ChatResult) -> ParsedAction:
+    """The server's message read as a runner that re-sends it reads it: its calls and
+    text as sent (reasoning, <think> blocks and empty arguments included; what the
+    benchmark's decoder makes of them is the environment's)."""
+    if fmt == "native":
+        calls = result.message.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            return env.parse_tool_calls(calls)
+        return ParsedAction()
+    content = result.message.get("content")
+    return env.parse_text(content if isinstance(content, str) else "")
+
+
 def _with_unique_ids(result: ChatResult) -> ChatResult:
     """`result` with every tool call under its own string id, so that each
     observation goes back to the call it answers."""
@@ -261,9 +395,10 @@ def _with_unique_ids(result: ChatResult) -> ChatResult:
     return replace(result, tool_calls=calls, notes=(*result.notes, *renamed))
 
 
-def _bounded(result: ChatResult) -> ChatResult:
-    """`result` as the history keeps it: oversize text and arguments cut."""
-    notes = []
+def _bounded(result: ChatResult) -> tuple[ChatResult, list[str]]:
+    """`result` as the history keeps it: oversize text and arguments cut (the notes
+    say what was cut)."""
+    notes: list[str] = []
     text = result.text
     if isinstance(text, str) and len(text) > MAX_HISTORY_TEXT:
         notes.append(f"content of {len(text)} characters cut to {MAX_HISTORY_TEXT}")
@@ -284,8 +419,82 @@ def _bounded(result: ChatResult) -> ChatResult:
                 call = {**call, "arguments": json.dumps({"cut": f"{size} characters"})}
             calls.append(call)
     if not notes:
-        return result
-    return replace(result, text=text, tool_calls=calls, notes=(*result.notes, *notes))
+        return result, notes
+    return replace(result, text=text, tool_calls=calls), notes
+
+
+def _bounded_as_sent(
+    message: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """The server's message as the history keeps it (its text fields, the calls'
+    arguments and the number of calls bounded as `_bounded` bounds them), the calls as
+    the observations answer them (``id``, ``name``, ``arguments`` as sent), and the
+    notes of what was cut."""
+    notes: list[str] = []
+    kept = dict(message)
+    for key, value in message.items():
+        if isinstance(value, str) and len(value) > MAX_HISTORY_TEXT:
+            notes.append(f"{key} of {len(value)} characters cut to {MAX_HISTORY_TEXT}")
+            kept[key] = (
+                value[:MAX_HISTORY_TEXT] + f" [... {len(value) - MAX_HISTORY_TEXT} characters cut]"
+            )
+    raw_calls = message.get("tool_calls")
+    if not isinstance(raw_calls, list):
+        return kept, [], notes
+    if len(raw_calls) > MAX_HISTORY_CALLS:
+        notes.append(f"{len(raw_calls)} tool calls cut to the first {MAX_HISTORY_CALLS}")
+        raw_calls = raw_calls[:MAX_HISTORY_CALLS]
+    calls, answered = [], []
+    for call in raw_calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            arguments = function.get("arguments")
+            size = len(
+                arguments if isinstance(arguments, str) else json.dumps(arguments, default=repr)
+            )
+            if size > MAX_HISTORY_ARGUMENTS:
+                notes.append(f"arguments of {function.get('name')!s:.40} ({size} characters) cut")
+                function = {**function, "arguments": json.dumps({"cut": f"{size} characters"})}
+                call = {**call, "function": function}
+        calls.append(call)
+        answered.append(
+            {
+                "id": call.get("id") if isinstance(call, dict) else None,
+                "name": function.get("name") if isinstance(function, dict) else None,
+                "arguments": function.get("arguments") if isinstance(function, dict) else None,
+            }
+        )
+    kept["tool_calls"] = calls
+    return kept, answered, notes
+
+
+def _cut_text(
+    out: EpisodeOutcome, cut: ObservationCut, text: str, cut_from: int | None = None
+) -> str:
+    shown = redact_values(text)
+    if shown != text:  # a secret of this process, shown by the world: never sent or kept
+        out.limits_fired["observation_redacted"] += 1
+        text = shown
+    if len(text) > cut.max_chars:
+        out.limits_fired["observation_cut"] += 1
+        return cut.cut(text, cut.max_chars)
+    if cut_from is not None:  # cut on the world's side already (isolated servers bound it)
+        out.limits_fired["observation_cut"] += 1
+    return text
+
+
+def _cut_observations(
+    out: EpisodeOutcome, cut: ObservationCut, observations: list[ToolResult]
+) -> list[ToolResult]:
+    """The observations as the history keeps them: each cut to the benchmark's cut."""
+    kept = []
+    for o in observations:
+        content = _cut_text(out, cut, o.content, o.cut_from)
+        error = redact_values(o.error) if o.error else o.error
+        if content is not o.content or error != o.error:
+            o = replace(o, content=content, error=error)
+        kept.append(o)
+    return kept
 
 
 def _keep_notes(out: EpisodeOutcome, turn: int, step: int, result: ChatResult) -> None:
@@ -298,6 +507,7 @@ def _keep_notes(out: EpisodeOutcome, turn: int, step: int, result: ChatResult) -
 
 def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
     out.n_llm_calls += 1
+    out.length_stops += result.finish_reason == "length"
     out.tokens_in += result.usage.prompt_tokens
     out.tokens_out += result.usage.completion_tokens
     out.tokens_reasoning += result.usage.reasoning_tokens
@@ -305,6 +515,7 @@ def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
 
 
 def _assistant_message(fmt: str, result: ChatResult) -> dict[str, Any]:
+    """The assistant message rebuilt from the cleaned reply (`reply="normalized"`)."""
     message: dict[str, Any] = {"role": "assistant", "content": result.text or ""}
     if fmt == "native" and result.tool_calls:
         # As a server sends a tool-call message back (and BFCL echoes it): no text is null.
@@ -321,9 +532,12 @@ def _assistant_message(fmt: str, result: ChatResult) -> dict[str, Any]:
 
 
 def _observation_messages(
-    conventions: AgentConventions, fmt: str, result: ChatResult, observations: list[ToolResult]
+    conventions: AgentConventions,
+    fmt: str,
+    tool_calls: list[dict[str, Any]],
+    observations: list[ToolResult],
 ) -> list[dict[str, Any]]:
-    calls = result.tool_calls if fmt == "native" else []
+    calls = tool_calls if fmt == "native" else []
     messages = conventions.results(fmt, calls, observations)
     # Observations sent as user messages are marked, so they are told apart from the
     # task's user turns (the marker is bookkeeping: `wire_messages` drops it).

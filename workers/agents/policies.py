@@ -11,14 +11,19 @@ from distillery.workers.llm.types import ChatResult
 # benchmarks), so they can be told apart from real user turns in the transcript. It is
 # bookkeeping: a request carries the benchmark's message without it (`wire_messages`).
 OBSERVATION_NAME = "tool_results"
+# Marks the messages of a benchmark's own opening conversation but its last (AppWorld's
+# ReAct prompt: a worked demonstration before the task), so they are told apart from
+# the task's user turns; bookkeeping too, dropped on the wire.
+PROMPT_NAME = "benchmark_prompt"
+_MARKERS = frozenset({OBSERVATION_NAME, PROMPT_NAME})
 
 
 def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages as sent to a model: observation markers removed."""
-    if not any(m.get("name") == OBSERVATION_NAME for m in messages):
+    """The messages as sent to a model: observation and prompt markers removed."""
+    if not any(m.get("name") in _MARKERS for m in messages):
         return messages
     return [
-        {k: v for k, v in m.items() if k != "name"} if m.get("name") == OBSERVATION_NAME else m
+        {k: v for k, v in m.items() if k != "name"} if m.get("name") in _MARKERS else m
         for m in messages
     ]
 
@@ -44,6 +49,10 @@ class ChatBackend(Protocol):
 
     def end_episode(self, episode_id: str) -> None: ...
 
+    # Optional (looked up with getattr): `async def count_tokens(self, episode_id: str,
+    # messages: list[dict]) -> int | None`, the conversation's tokens as the serving
+    # model's tokenizer and chat template count them (None: the server cannot say).
+
 
 class LlmPolicy:
     """A model behind an OpenAI-compatible endpoint, kept on one replica per episode."""
@@ -57,10 +66,17 @@ class LlmPolicy:
         max_tokens: int | None,
         seed: int | None,
         top_p: float | None = None,
+        context_tokens: int | None = None,
     ) -> None:
         self._backend = backend
         self._episode_id = episode_id
         self.action_format = action_format
+        # What a request may hold: the served context less the reply's room (None: no
+        # limit known, e.g. an API model). A benchmark that trims its conversation to
+        # the context (AppWorld's loop) reads it; others send everything.
+        self.prompt_token_limit = (
+            context_tokens - (max_tokens or 0) if context_tokens is not None else None
+        )
         # None: not sent (the server's default); the client sends each as its model's
         # server wants it (e.g. max_tokens as max_completion_tokens).
         self._sampling = {
@@ -77,6 +93,14 @@ class LlmPolicy:
         if self.action_format == "native" and tools:
             kwargs["tools"] = tools
         return await self._backend.chat(self._episode_id, wire_messages(messages), **kwargs)
+
+    async def count_tokens(self, messages: list[dict[str, Any]]) -> int | None:
+        """The conversation's tokens as this episode's server counts them (its model's
+        tokenizer and chat template, no generation prompt); None where it cannot."""
+        count = getattr(self._backend, "count_tokens", None)
+        if count is None:
+            return None
+        return await count(self._episode_id, wire_messages(messages))
 
     async def close(self) -> None:
         self._backend.end_episode(self._episode_id)

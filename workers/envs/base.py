@@ -44,6 +44,9 @@ class RejectedCall:
     as a call that changed nothing. `position` is its index in the response, so
     results keep the response's order. `counted` is False for output the benchmark's
     decoder rejects but an option chose to report (it never reaches the checker).
+    `limit` names the protection that refused it, when one did (a size limit, an
+    argument the benchmark would `eval`): such refusals are deviations from the
+    benchmark's own runner, recorded with every run and counted when they fire.
     """
 
     raw: str
@@ -51,6 +54,7 @@ class RejectedCall:
     call_id: str | None = None
     position: int = -1
     counted: bool = True
+    limit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,9 @@ class ToolResult:
     function: str | None = None  # function name, when known
     call_id: str | None = None
     rejected: bool = False  # never reached the executor (failed validation)
+    # The content's length before the world's side cut it (an isolated world's server
+    # bounds what it sends); None: not cut there. The loop counts such cuts too.
+    cut_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,18 +121,23 @@ class Environment(Protocol):
 
     def system_prompt(self, action_format: str) -> str:
         """The benchmark's system prompt for `native` tool calling or the `prompt` format."""
+        ...
 
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
         """OpenAI-style `tool_calls` (name + JSON arguments) -> validated calls."""
+        ...
 
     def parse_text(self, text: str) -> ParsedAction:
         """The benchmark's prompt format (e.g. ``[f(a=1), g()]``) -> validated calls."""
+        ...
 
     def step(self, action: ParsedAction) -> list[ToolResult]:
         """Execute the validated calls in order; rejected ones come back as errors."""
+        ...
 
     def end_turn(self) -> None:
         """The current user turn is over (the model stopped calling functions)."""
+        ...
 
     # Asked only of a benchmark whose conventions say so (`conventions.py`):
     #
@@ -136,12 +148,20 @@ class Environment(Protocol):
     #
     # `def task_done(self) -> bool` (world_ends_episode=True): whether the world
     # considers the task over after the last step (no I/O: learnt with that step).
+    #
+    # Looked up with getattr by the loop, for a benchmark whose own loop opens the
+    # conversation itself (AppWorld's ReAct prompt): `def opening_messages(self,
+    # action_format: str, memory: str) -> list[dict] | None`, the messages before the
+    # first reply (the task in the last) with `memory` where that prompt puts it; None
+    # for the system prompt and the task's first turn. No I/O.
 
     def score(self) -> Score:
         """Score the episode with the benchmark's own checker."""
+        ...
 
     def close(self) -> None:
         """Release every resource of this episode (instances, caches)."""
+        ...
 
 
 # What a benchmark's episodes hold for memory methods to build from
@@ -156,7 +176,7 @@ def deviation(description: str) -> Any:
     pipeline: off, an episode sees what the benchmark's own runner shows the model and
     is scored as its checker scores it. One that is on is recorded with the run (its
     `deviations`) and, by name, in the identity of the episodes it plays."""
-    return Field(False, description=description, json_schema_extra={"deviation": True})
+    return Field(default=False, description=description, json_schema_extra={"deviation": True})
 
 
 class BenchmarkOptions(BaseModel):
@@ -167,6 +187,16 @@ class BenchmarkOptions(BaseModel):
     `deviation(...)` are the benchmark's deviations from its own pipeline."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Every benchmark has it: the safety limit on what one observation adds to the
+    # history (see `conventions.ObservationCut`). None: the benchmark's own cut where
+    # its runner has one, else distillery's documented default cap.
+    max_observation_chars: int | None = Field(
+        default=None,
+        gt=0,
+        description="Longest observation kept in the history, in characters (None: the "
+        "benchmark's own cut, else distillery's default of 100,000); a cut is counted.",
+    )
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -196,6 +226,17 @@ class BenchmarkOptions(BaseModel):
         return self.model_dump(
             mode="json", exclude_defaults=True, exclude=set(self.deviation_names())
         )
+
+    def required_environment(self) -> dict[str, str]:
+        """Environment variables a run with these options reads (a key of a service the
+        benchmark's tools or user call), each with what needs it: a run stops before it
+        starts when one is unset. None by default."""
+        return {}
+
+    def notices(self) -> tuple[str, ...]:
+        """What a user must know before a run with these options starts (e.g. that it
+        is played off the benchmark's own harness), one sentence each. None by default."""
+        return ()
 
 
 class BenchmarkUnavailable(ImportError):
@@ -239,16 +280,20 @@ class Benchmark(Protocol):
         order. The orchestrator hashes them into every episode stage's identity, so a
         change re-runs the benchmark's episodes. Read them at call time (not at import),
         and list a hash of anything long rather than leaving it out."""
+        ...
 
     @classmethod
     def versions(cls) -> dict[str, str]:
         """The benchmark's own packages and their installed versions (provenance)."""
+        ...
 
     def load_tasks(self, limit: int | None = None, task_ids: list[str] | None = None) -> list[Task]:
         """Tasks in the benchmark's canonical order, optionally restricted."""
+        ...
 
     def make_env(self, task: Task, episode_tag: str) -> Environment:
         """A new isolated environment; `episode_tag` is unique per episode attempt."""
+        ...
 
     # Optional, read from the class: `trajectory_contents(options) -> frozenset[str]`,
     # what its episodes hold for memory methods (of TRAJECTORY_CONTENTS); a benchmark
@@ -263,3 +308,4 @@ class Benchmark(Protocol):
         through `parse_text`, so every string must make a reply `parse_text` accepts
         (by default one call of the shared `calls.parse_text_calls`:
         ``name(key=literal, ...)``)."""
+        ...

@@ -22,6 +22,7 @@ import itertools
 import json
 import re
 import threading
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,14 +36,19 @@ from distillery.workers.envs.base import (
     ToolCall,
     ToolResult,
 )
-from distillery.workers.envs.bfcl_pipeline import BFCL_CONVENTIONS, BfclOptions
+from distillery.workers.envs.bfcl_pipeline import (
+    BFCL_CONVENTIONS,
+    BfclOptions,
+    bfcl_conventions,
+)
 from distillery.workers.envs.calls import (
-    DEFAULT_LIMITS,
+    PROTECTION_LIMITS,
     CallLimits,
-    check_call,
     parse_native_calls,
     parse_text_calls,
+    refusal,
 )
+from distillery.workers.llm.reasoning import split_think_blocks
 
 # The version the adapter is checked against (tests/workers/envs/test_bfcl_agreement.py).
 BFCL_EVAL_REQUIREMENT = "bfcl-eval==2026.3.23"
@@ -89,6 +95,17 @@ NATIVE_SYSTEM_PROMPT = (
     "fulfilled to the best of your ability. If no tool fits, or a required argument is "
     "missing, say so instead of guessing. When you have nothing left to call, reply "
     "without any tool call: that ends the turn."
+)
+
+# `BfclEnvironment.limits_fired` key of a call refused by its execution cost.
+EXECUTION_COST = "execution_cost"
+
+# How a reply is read, kept and requested (BFCL_CONVENTIONS, the limits): part of the
+# fingerprint, so a change re-runs BFCL's episodes.
+REPLY_HANDLING = (
+    "reply as sent (decoded and re-sent as the server sent it), tool messages paired "
+    "in order with the ids as sent, constant arithmetic computed, temperature only; "
+    f"protections {dataclasses.astuple(PROTECTION_LIMITS)}"
 )
 
 # Name suffixes BFCL's executor appends to the model name (episode, checker replays).
@@ -298,7 +315,7 @@ class BfclEnvironment:
         entry: dict[str, Any],
         ground_truth: list[list[str]],
         episode_tag: str,
-        limits: CallLimits = DEFAULT_LIMITS,
+        limits: CallLimits = PROTECTION_LIMITS,
         options: BfclOptions | None = None,
     ) -> None:
         self.task = task
@@ -317,6 +334,8 @@ class BfclEnvironment:
         self._turns: list[list[list[str]]] = []  # closed turns -> steps -> call sources
         self._current: list[list[str]] = []
         self._closed = False
+        # How often each protection refused a call (`RejectedCall.limit`, execution cost).
+        self.limits_fired: Counter[str] = Counter()
 
     # -- prompts and parsing
 
@@ -329,17 +348,28 @@ class BfclEnvironment:
         raise ValueError(f"unknown action format {action_format!r}; use 'native' or 'prompt'")
 
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
+        """The reply's tool calls as BFCL's FC handler decodes them: every call's
+        arguments must be a JSON object (empty or null ones make the whole response
+        undecodable, unless `empty_arguments_as_object`)."""
+        if self._options.empty_arguments_as_object:
+            tool_calls = [_empty_as_object(call) for call in tool_calls]
         return parse_native_calls(
             tool_calls, self._allowed, self._limits, self._options.report_invalid_calls
         )
 
     def parse_text(self, text: str) -> ParsedAction:
+        """A prompt-format reply as BFCL's prompting handler decodes it: the content as
+        sent (a <think> block included, unless `strip_think_blocks`), constant arithmetic
+        computed (unless `refuse_arithmetic`)."""
+        if self._options.strip_think_blocks and isinstance(text, str):
+            text = split_think_blocks(text)[0]
         return parse_text_calls(
             text,
             self._allowed,
             self._limits,
             positional_args=self._options.positional_args,
             report_invalid=self._options.report_invalid_calls,
+            arithmetic=not self._options.refuse_arithmetic,
         )
 
     # -- acting
@@ -357,13 +387,16 @@ class BfclEnvironment:
         for call in action.calls:
             # Re-checked here too: a ParsedAction may have been built by hand. A call
             # whose cost is unbounded is refused too (it could never be stopped).
-            reason = check_call(call, self._allowed, self._limits)
-            reason = reason or execution_cost_error(call)
-            if reason is None:
+            found = refusal(call, self._allowed, self._limits)
+            if found is None and (cost := execution_cost_error(call)) is not None:
+                found = (cost, EXECUTION_COST)
+            if found is None:
                 runnable.append(call)
             else:
                 name = call.name if isinstance(call.name, str) else "<invalid>"
-                refused.append(RejectedCall(f"{name[:80]}(...)", reason, call.call_id))
+                reason, limit = found
+                refused.append(RejectedCall(f"{name[:80]}(...)", reason, call.call_id, limit=limit))
+        self.limits_fired.update(r.limit for r in refused if r.limit)
         executed = self._execute(runnable)
         placed = sorted((r for r in refused if r.position >= 0), key=lambda r: r.position)
         ordered: list[ToolResult | RejectedCall] = []
@@ -475,7 +508,7 @@ class BfclEnvironment:
         return names
 
     def _drop_instances(self, suffixes: tuple[str, ...]) -> None:
-        namespace = vars(multi_turn_utils)
+        namespace = multi_turn_utils.__dict__
         for name in self.instance_names(suffixes):
             namespace.pop(name, None)
 
@@ -488,6 +521,21 @@ class BfclEnvironment:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _empty_as_object(call: Any) -> Any:
+    """`call` with empty or null arguments as {} (the `empty_arguments_as_object`
+    repair), in either shape of a tool call."""
+    if not isinstance(call, dict):
+        return call
+    function = call.get("function")
+    if isinstance(function, dict):
+        if function.get("arguments") in (None, ""):
+            return {**call, "function": {**function, "arguments": "{}"}}
+        return call
+    if call.get("arguments") in (None, ""):
+        return {**call, "arguments": "{}"}
+    return call
 
 
 def _rejection(rejected: RejectedCall) -> ToolResult:
@@ -514,20 +562,46 @@ class BfclMultiTurnBase:
     groups_are_scenarios = False
     options_model = BfclOptions
     conventions = BFCL_CONVENTIONS
+    # Where distillery differs from `bfcl generate` whatever the options (recorded with
+    # every run; docs/fidelity/bfcl.md): protections of the machine and of the project's
+    # rules. Each refusal is counted in the episode's record (`limits_fired`).
+    known_deviations = (
+        # calls over PROTECTION_LIMITS are refused (BFCL runs a call of any size)
+        "call_size_limits",
+        # values only `eval` could compute (names, calls, attributes) are not computed
+        "unsafe_arguments_refused",
+        # MathAPI calls whose cost has no bound are refused (bfcl_costs.py)
+        "execution_cost_limits",
+        # a reply over the history bounds is kept cut (loop.MAX_HISTORY_*)
+        "history_bounds",
+        # NUL and lone surrogates are removed from a reply (it could not be re-sent)
+        "unencodable_text_cleaned",
+        # an endpoint that keeps failing is an unscored infra_error (BFCL scores the
+        # entry as failed with "Error during inference")
+        "infra_errors_unscored",
+    )
 
     def __init__(
         self,
-        limits: CallLimits = DEFAULT_LIMITS,
+        limits: CallLimits = PROTECTION_LIMITS,
         settings: BfclOptions | None = None,
     ) -> None:
         self.limits = limits
         self.settings = settings or BfclOptions()
+        # The options that change how the loop plays apply to this adapter's episodes.
+        self.conventions = bfcl_conventions(self.settings)
 
     @classmethod
     def fingerprint(cls) -> tuple[str, ...]:
         """What the model is shown besides the task and its data, read at call time.
         (The order is part of every stage key: append, do not reorder.)"""
-        return (NATIVE_SYSTEM_PROMPT, PROMPT_VARIANT, PYTHON_HINT, EXECUTION_ERROR_PREFIX)
+        return (
+            NATIVE_SYSTEM_PROMPT,
+            PROMPT_VARIANT,
+            PYTHON_HINT,
+            EXECUTION_ERROR_PREFIX,
+            REPLY_HANDLING,
+        )
 
     @classmethod
     def versions(cls) -> dict[str, str]:

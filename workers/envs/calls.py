@@ -19,6 +19,10 @@ What counts as a call, and what ends the turn, is BFCL's decoder's decision
   a call that changed nothing (BFCL's executor would run it and fail).
 - A response with more than `max_calls` calls, or longer than `max_text_chars`, is
   rejected as a whole (one `RejectedCall`): it is pathological, not a plan.
+
+Every refusal by a size limit, or of a value only `eval` could compute, names its
+protection (`RejectedCall.limit`: `CALL_SIZE`, `UNSAFE_ARGUMENTS`), so a benchmark can
+record it as a deviation from its own runner and count how often it fires.
 """
 
 from __future__ import annotations
@@ -28,12 +32,15 @@ import json
 import keyword
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from distillery.workers.envs.base import ParsedAction, RejectedCall, ToolCall
 from distillery.workers.envs.decoding import (
+    CALL_SIZE,
+    UNSAFE_ARGUMENTS,
+    ArithmeticBounds,
     DecodedCall,
     DecodeFailure,
     decode_text,
@@ -55,6 +62,19 @@ class CallLimits:
 
 
 DEFAULT_LIMITS = CallLimits()
+
+# Limits that only protect the machine: each far above anything a benchmark's ground
+# truth or a realistic reply holds (BFCL's 200 tasks, measured: at most 7 calls in a
+# turn, 255 characters in a call, 478 in a whole turn written as one reply, nesting 1,
+# 7 values in a call, 6-digit integers), so they fire only on degenerate output.
+PROTECTION_LIMITS = CallLimits(
+    max_text_chars=200_000,
+    max_call_chars=100_000,
+    max_calls=256,
+    max_depth=16,
+    max_values=10_000,
+    max_int_digits=64,
+)
 
 _SCALAR_TYPES = (str, int, float, bool, type(None))
 _CONTAINER_TYPES = (list, tuple, set)
@@ -84,7 +104,16 @@ _NOT_LITERAL = {
 
 
 class _Rejected(Exception):
-    """Internal: one call failed validation; the message is the reason."""
+    """Internal: one call failed validation; the message is the reason, `limit` the
+    protection that refused it (None: the call is invalid, not refused)."""
+
+    def __init__(self, reason: str, limit: str | None = None) -> None:
+        super().__init__(reason)
+        self.limit = limit
+
+
+def _too_large(reason: str) -> _Rejected:
+    return _Rejected(reason, CALL_SIZE)
 
 
 # --------------------------------------------------------------------------- public
@@ -96,20 +125,23 @@ def parse_text_calls(
     limits: CallLimits = DEFAULT_LIMITS,
     positional_args: bool = False,
     report_invalid: bool = False,
+    arithmetic: bool = False,
 ) -> ParsedAction:
     """BFCL prompt-format output (``[f(a=1), g()]`` or ``f(a=1)``) -> validated calls.
 
     Decoded as BFCL decodes it (`decoding.decode_text`): positional arguments are
     dropped unless `positional_args`; an undecodable response is a `decode_error`
     (the turn ends) unless `report_invalid` turns a call-like one into a rejected,
-    unscored call that the model is told about.
+    unscored call that the model is told about. `arithmetic`: constant arithmetic in
+    an argument is computed (as BFCL's decoder computes it), else refused.
     """
     if not isinstance(text, str):
         return ParsedAction(decode_error="the response has no text")
     if len(text) > limits.max_text_chars:
         return _too_long(text.strip(), limits)
+    bounds = ArithmeticBounds(limits.max_int_digits, limits.max_call_chars) if arithmetic else None
     try:
-        decoded = decode_text(text)
+        decoded = decode_text(text, bounds)
     except DecodeFailure as exc:
         return _undecodable(text, str(exc), report_invalid, limits)
     return _validated(decoded, allowed, limits, positional_args)
@@ -134,7 +166,9 @@ def parse_native_calls(
         # Every call keeps its id, so each one can still be answered.
         reason = f"too many calls in one response: {len(items)} (limit {limits.max_calls})"
         rejected = tuple(
-            RejectedCall(_clip(_native_raw(item), limits), reason, _native_id(item), i)
+            RejectedCall(
+                _clip(_native_raw(item), limits), reason, _native_id(item), i, limit=CALL_SIZE
+            )
             for i, item in enumerate(items)
         )
         return ParsedAction(rejected=rejected)
@@ -161,10 +195,19 @@ def check_call(
     requires it to be a literal-only call again: this is the guarantee an executor
     that `eval`s the source relies on.
     """
+    refused = refusal(call, allowed, limits)
+    return None if refused is None else refused[0]
+
+
+def refusal(
+    call: ToolCall, allowed: Collection[str], limits: CallLimits = DEFAULT_LIMITS
+) -> tuple[str, str | None] | None:
+    """`check_call`'s reason with the protection that refused the call (None: the call
+    is invalid), or None when the call may run."""
     try:
         _check_call(call, allowed, limits)
     except _Rejected as exc:
-        return str(exc)
+        return str(exc), exc.limit
     return None
 
 
@@ -172,14 +215,15 @@ def check_call(
 
 
 def _validated(
-    decoded: list[DecodedCall | RejectedCall],
+    decoded: Sequence[DecodedCall | RejectedCall],
     allowed: Collection[str],
     limits: CallLimits,
     positional_args: bool,
 ) -> ParsedAction:
     if len(decoded) > limits.max_calls:
         reason = f"too many calls in one response: {len(decoded)} (limit {limits.max_calls})"
-        return ParsedAction(rejected=(RejectedCall(_clip(_raw_of(decoded), limits), reason),))
+        raw = _clip(_raw_of(decoded), limits)
+        return ParsedAction(rejected=(RejectedCall(raw, reason, limit=CALL_SIZE),))
     calls: list[ToolCall] = []
     rejected: list[RejectedCall] = []
     for position, item in enumerate(decoded):
@@ -190,7 +234,7 @@ def _validated(
             calls.append(_call_from_decoded(item, allowed, limits, positional_args))
         except _Rejected as exc:
             raw = _clip(_display(item), limits)
-            rejected.append(RejectedCall(raw, str(exc), item.call_id, position))
+            rejected.append(RejectedCall(raw, str(exc), item.call_id, position, limit=exc.limit))
     return ParsedAction(calls=tuple(calls), rejected=tuple(rejected))
 
 
@@ -204,9 +248,9 @@ def _call_from_decoded(
         # Worded as the NameError BFCL's executor reports for an unknown function.
         raise _Rejected(f"name {_short(repr(name))} is not defined")
     if item.unsafe:
-        raise _Rejected(item.unsafe)
+        raise _Rejected(item.unsafe, item.limit or UNSAFE_ARGUMENTS)
     if len(item.raw) > limits.max_call_chars:
-        raise _Rejected(
+        raise _too_large(
             f"call too long: {len(item.raw)} characters (limit {limits.max_call_chars})"
         )
     if any(key is None for key in item.kwargs):
@@ -247,10 +291,10 @@ def _too_long(body: str, limits: CallLimits) -> ParsedAction:
     if not _LOOKS_LIKE_CALL.match(body):
         return ParsedAction(decode_error="long text without a call")  # prose ends the turn
     reason = f"response too long: {len(body)} characters (limit {limits.max_text_chars})"
-    return ParsedAction(rejected=(RejectedCall(_clip(body, limits), reason),))
+    return ParsedAction(rejected=(RejectedCall(_clip(body, limits), reason, limit=CALL_SIZE),))
 
 
-def _raw_of(decoded: list[DecodedCall | RejectedCall]) -> str:
+def _raw_of(decoded: Sequence[DecodedCall | RejectedCall]) -> str:
     return ", ".join(item.raw for item in decoded)
 
 
@@ -269,9 +313,9 @@ def _require_literal(
     """Structural check before `ast.literal_eval`, so every rejection has a reason."""
     budget[0] -= 1
     if budget[0] < 0:
-        raise _Rejected(f"too many values in one call (limit {limits.max_values})")
+        raise _too_large(f"too many values in one call (limit {limits.max_values})")
     if depth > limits.max_depth:
-        raise _Rejected(f"{where}: nesting deeper than {limits.max_depth}")
+        raise _too_large(f"{where}: nesting deeper than {limits.max_depth}")
     if isinstance(node, ast.Constant):
         if type(node.value) not in _SCALAR_TYPES:
             raise _Rejected(f"{where}: {type(node.value).__name__} literals are not allowed")
@@ -340,7 +384,7 @@ def _check_call(call: ToolCall, allowed: Collection[str], limits: CallLimits) ->
         _require_value(value, f"argument {key!r}", 1, budget, limits)
     source = call.source
     if len(source) > limits.max_call_chars:
-        raise _Rejected(f"call too long: {len(source)} characters (limit {limits.max_call_chars})")
+        raise _too_large(f"call too long: {len(source)} characters (limit {limits.max_call_chars})")
     _require_canonical(source, call, limits)
 
 
@@ -349,12 +393,12 @@ def _require_value(
 ) -> None:
     budget[0] -= 1
     if budget[0] < 0:
-        raise _Rejected(f"too many values in one call (limit {limits.max_values})")
+        raise _too_large(f"too many values in one call (limit {limits.max_values})")
     if depth > limits.max_depth:
-        raise _Rejected(f"{where}: nesting deeper than {limits.max_depth}")
+        raise _too_large(f"{where}: nesting deeper than {limits.max_depth}")
     kind = type(value)  # exact types: a subclass could override __repr__
     if kind is int and abs(value) >= 10**limits.max_int_digits:
-        raise _Rejected(f"{where}: integer longer than {limits.max_int_digits} digits")
+        raise _too_large(f"{where}: integer longer than {limits.max_int_digits} digits")
     if kind is float and not math.isfinite(value):
         raise _Rejected(f"{where}: non-finite numbers are not allowed")
     if kind in _SCALAR_TYPES:

@@ -18,8 +18,8 @@ format of `calls.parse_text_calls` (``[name(key=value)]``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, get_args
 
 from distillery.workers.envs.base import ToolResult
@@ -40,6 +40,59 @@ STEP_LIMITS: tuple[str, ...] = get_args(StepLimit)
 # message or None when the user ends the conversation.
 UserTurns = Literal["task", "environment"]
 USER_TURNS: tuple[str, ...] = get_args(UserTurns)
+# normalized: the loop parses the client's cleaned reply (reasoning and <think> blocks
+# split off, empty arguments as {}, ids made unique, arguments encoded as strings) and
+# keeps a message rebuilt from it. as_sent: the loop parses and keeps the server's
+# message as the server sent it (`ChatResult.message`), as a runner that re-sends the
+# API's message object does (BFCL's): native observations get the reply's calls as sent.
+ReplyHandling = Literal["normalized", "as_sent"]
+REPLY_HANDLINGS: tuple[str, ...] = get_args(ReplyHandling)
+# The request parameters a model config may set that a runner sends.
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
+
+
+# Ours: the longest observation the history keeps where the benchmark's own runner has
+# no cut of its own. Far above any observation of BFCL (a few KB) or ToolSandbox, so
+# their episodes never meet it; what it stops is an output of megabytes (AppWorld
+# returns a program's stdout uncut: `print('x' * 30_000_000)` is 30 bytes of code) kept
+# and re-sent at every later step. `benchmark.options.max_observation_chars` changes it.
+DEFAULT_OBSERVATION_CHARS = 100_000
+
+
+def cut_with_marker(text: str, max_chars: int) -> str:
+    """Ours: the first `max_chars` characters and a line saying how many were cut."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n[... {len(text) - max_chars} characters cut]"
+
+
+@dataclass(frozen=True)
+class ObservationCut:
+    """How long one observation may be when it enters the history, and how a longer one
+    is cut: the benchmark's own cut where its runner has one (its length and its way of
+    cutting, `origin` citing the file), else distillery's documented default
+    (`DEFAULT_OBSERVATION_CUT`). Every cut that fires is counted in the episode record
+    (`limits_fired`: `observation_cut`)."""
+
+    max_chars: int
+    # (text, max_chars) -> the text as the benchmark shows a cut observation.
+    cut: Callable[[str, int], str] = cut_with_marker
+    origin: str = "ours"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_chars, int) and self.max_chars > 0):
+            raise ValueError(
+                f"ObservationCut.max_chars must be a positive int, not {self.max_chars!r}"
+            )
+        if not callable(self.cut):
+            raise TypeError("ObservationCut.cut must be callable")
+
+
+DEFAULT_OBSERVATION_CUT = ObservationCut(
+    DEFAULT_OBSERVATION_CHARS,
+    cut_with_marker,
+    "ours: distillery's default cap (conventions.DEFAULT_OBSERVATION_CHARS)",
+)
 
 
 class ResultFeedback(Protocol):
@@ -76,6 +129,30 @@ def json_results_message(
     return [{"role": "user", "content": json.dumps(payload, ensure_ascii=False)}]
 
 
+class Trim(Protocol):
+    """Drops history so the request fits: `(messages, opening, fits)` -> (messages to
+    send, step pairs dropped). `opening` is the number of messages before the first
+    reply (never dropped); `fits` says whether a list of messages fits the budget."""
+
+    def __call__(
+        self,
+        messages: Sequence[dict[str, Any]],
+        opening: int,
+        fits: Callable[[list[dict[str, Any]]], Awaitable[bool]],
+    ) -> Awaitable[tuple[list[dict[str, Any]], int]]: ...
+
+
+@dataclass(frozen=True)
+class ContextTrim:
+    """A benchmark's own loop keeps its conversation within the model's context by
+    dropping history before each request (AppWorld's: the oldest steps): what a request
+    may hold is the model's context less its reply's room (max_tokens) and
+    `buffer_tokens`, counted by the model's own tokenizer."""
+
+    buffer_tokens: int
+    trim: Trim
+
+
 def call_list_reply(step: str) -> str:
     """A ground-truth call as a prompt-format reply of the shared call decoder."""
     return f"[{step}]"
@@ -97,6 +174,27 @@ class AgentConventions:
     # episode ends there, as the benchmark's own loop ends it (AppWorld's loop stops once
     # `complete_task` has been called).
     world_ends_episode: bool = False
+    # How long one observation (a tool result, a program's output) may be when it
+    # enters the history. A benchmark whose own runner cuts its tool output declares
+    # that cut here, `ObservationCut(max_chars, cut, origin)`: its length, its way of
+    # cutting and the file it comes from (AppWorld's 20,000 characters). One that
+    # declares none gets distillery's default cap (`DEFAULT_OBSERVATION_CUT`, ours).
+    # Either way a cut that fires is counted in the record; the config's
+    # `benchmark.options.max_observation_chars` changes the length (a deviation where
+    # the benchmark has its own).
+    observation_cut: ObservationCut = DEFAULT_OBSERVATION_CUT
+    # The prompt format's reply as the history keeps it (AppWorld's loop keeps it cut
+    # after the code it ran); None: as the model wrote it.
+    kept_reply: Callable[[str], str] | None = None
+    # The benchmark's loop trims the conversation to the model's context before each
+    # request (None: it sends it whole and an overflow is the model's failure).
+    context_trim: ContextTrim | None = None
+    # How a reply is parsed and kept in the history (see `ReplyHandling`).
+    reply: ReplyHandling = "normalized"
+    # Which of the model config's request parameters (`SAMPLING_FIELDS`) the benchmark's
+    # runner sends; None: every one the model config sets. BFCL's handler sends its
+    # temperature only (no token cap, no seed).
+    sampling: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.step_limit not in STEP_LIMITS:
@@ -107,9 +205,25 @@ class AgentConventions:
             raise ValueError(
                 f"user_turns must be one of {', '.join(USER_TURNS)}, not {self.user_turns!r}"
             )
+        if self.reply not in REPLY_HANDLINGS:
+            raise ValueError(
+                f"reply must be one of {', '.join(REPLY_HANDLINGS)}, not {self.reply!r}"
+            )
+        unknown = sorted(set(self.sampling or ()) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"sampling may name {', '.join(SAMPLING_FIELDS)} only, not {unknown}")
         for name in ("prompt_results", "native_results", "oracle_reply"):
             if not callable(getattr(self, name)):
                 raise TypeError(f"AgentConventions.{name} must be callable")
+        if not isinstance(self.observation_cut, ObservationCut):
+            raise TypeError(
+                "AgentConventions.observation_cut must be an ObservationCut, not "
+                f"{type(self.observation_cut).__name__}"
+            )
+        if self.kept_reply is not None and not callable(self.kept_reply):
+            raise TypeError("AgentConventions.kept_reply must be callable or None")
+        if self.context_trim is not None and not isinstance(self.context_trim, ContextTrim):
+            raise TypeError("AgentConventions.context_trim must be a ContextTrim or None")
 
     def results(
         self,
@@ -119,6 +233,20 @@ class AgentConventions:
     ) -> list[dict[str, Any]]:
         feedback = self.native_results if action_format == "native" else self.prompt_results
         return feedback(tool_calls, observations)
+
+    def with_observation_chars(self, max_chars: int | None) -> AgentConventions:
+        """These conventions with observations cut at `max_chars` (None: as declared)."""
+        if max_chars is None or max_chars == self.observation_cut.max_chars:
+            return self
+        return replace(self, observation_cut=replace(self.observation_cut, max_chars=max_chars))
+
+    def sent_sampling(self, model: Any) -> dict[str, Any]:
+        """The request parameters of `model` (a model config) this runner sends: the
+        others are None (not sent)."""
+        return {
+            name: getattr(model, name) if self.sampling is None or name in self.sampling else None
+            for name in SAMPLING_FIELDS
+        }
 
     def turn_is_over_limit(self, steps_in_turn: int, max_steps_per_turn: int) -> bool:
         """Whether a turn that has made `steps_in_turn` steps is force-quit now."""

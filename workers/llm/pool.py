@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.servers import GpuLeaseImpl, LlmServerImpl
@@ -55,6 +55,9 @@ class ReplicaDirectoryImpl:
     """Ray actor body: the pool's current view of its replicas, for the routers."""
 
     def __init__(self, snapshot: list[dict[str, Any]]) -> None:
+        from distillery import redaction
+
+        redaction.protect()  # a Ray worker: its logs are Ray's session logs
         self._snapshot = snapshot
 
     def publish(self, snapshot: list[dict[str, Any]]) -> None:
@@ -278,6 +281,7 @@ class ModelServerPool:
     def poll_once(self) -> None:
         """One health poll of every serving replica (the watcher thread's step)."""
         import ray
+        import ray.exceptions as ray_exceptions
 
         up = [r for r in self.replicas if r.state == "up" and r.actor is not None]
         if not up:
@@ -297,7 +301,7 @@ class ModelServerPool:
                 try:
                     ok = ray.get(ref)
                     problem = "" if ok else "its server fails its health check"
-                except ray.exceptions.RayError as exc:  # the actor (or its node) died
+                except ray_exceptions.RayError as exc:  # the actor (or its node) died
                     problem = dead = f"{type(exc).__name__}: {str(exc)[:200]}"
             if not problem:
                 replica.failed_polls = 0
@@ -330,7 +334,9 @@ class ModelServerPool:
             try:
                 self._wait_placed([replica.group], placement_bundles(self.cfg))
                 self._spawn(replica)
-                url = ray.get(self._start_ref(replica), timeout=self.cfg.startup_timeout_s + 30)
+                url = cast(
+                    str, ray.get(self._start_ref(replica), timeout=self.cfg.startup_timeout_s + 30)
+                )
             except Exception as exc:
                 last = f"{type(exc).__name__}: {str(exc)[:300]}"
                 log.warning(

@@ -32,7 +32,7 @@ import json
 import re
 import reprlib
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.llm.reasoning import reasoning_tokens, split_reasoning
 from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply, Usage
@@ -252,7 +252,7 @@ def tool_calls(raw: Any, notes: list[str]) -> list[dict[str, Any]]:
             notes.append(f"{where}: {why} id {_show(call_id)} replaced by {fresh}")
             call_id = fresh
         else:
-            call_id, changed = clean_text(call_id)
+            call_id, changed = clean_text(cast(str, call_id))  # usable: a string
             if changed or call_id in seen:
                 call_id = f"call_{uuid.uuid4().hex[:16]}"
                 notes.append(f"{where}: id with NUL or lone surrogates replaced by {call_id}")
@@ -334,7 +334,11 @@ def parse_completion(body: bytes, latency_s: float, attempts: int, endpoint: str
     fields = {k: message.get(k) for k in ("reasoning_content", "reasoning")}
     clean_fields = {k: clean_text(v)[0] if isinstance(v, str) else None for k, v in fields.items()}
     text, reasoning = split_reasoning({"content": content, **clean_fields})
+    as_sent, changed = _clean_value(message)
+    if changed:
+        notes.append("message as sent: NUL or lone surrogates removed")
     return ChatResult(
+        message=as_sent,
         text=text,
         reasoning=reasoning,
         tool_calls=tool_calls(message.get("tool_calls"), notes),

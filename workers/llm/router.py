@@ -279,6 +279,13 @@ class RoutedChat:
                     raise
                 self.requests_rerouted += 1
 
+    async def count_tokens(self, episode_id: str, messages: list[dict[str, Any]]) -> int | None:
+        """The conversation's tokens as the episode's replica counts them (see
+        `ChatClient.count_tokens`); the same replica its requests go to."""
+        index = self.router.place(episode_id)
+        url = self.router.replicas[index].url or ""
+        return await self._client(url).count_tokens(messages)
+
     async def _while_up(self, index: int, url: str, request: Any) -> ChatResult:
         """The request's reply, unless the pool takes its replica down (or replaces it)
         first: then InfraError, and the caller retries elsewhere."""

@@ -47,10 +47,14 @@ def find_smollm2_gguf() -> Path:
 
 
 def llama_cpp_command(cfg: ModelConfig, model_path: str | Path, host: str, port: int) -> list[str]:
+    """llama-cpp-python's server behind distillery's adapter (llama_server.py: native
+    tool calls, null content, a health check that answers while it generates)."""
     command = [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "distillery.workers.llm.llama_server",
+        "--action_format",
+        cfg.action_format,
         "--model",
         str(model_path),
         "--model_alias",
@@ -72,6 +76,8 @@ def llama_cpp_command(cfg: ModelConfig, model_path: str | Path, host: str, port:
     ]
     if cfg.chat_format:
         command += ["--chat_format", cfg.chat_format]
+    if cfg.chat_template_file:
+        command += ["--chat_template_file", str(Path(cfg.chat_template_file).resolve())]
     return command + list(cfg.extra_args)
 
 
@@ -288,8 +294,7 @@ class LlmServerImpl:
     def __init__(self, cfg: ModelConfig, log_dir: str, node_address: bool = False) -> None:
         import ray
 
-        redaction.register_secrets(redaction.secrets_in(cfg))
-        redaction.install()
+        redaction.protect(cfg)
 
         # On a cluster, the node's own address: episode workers on other nodes must
         # reach it. A private local Ray keeps its servers on loopback.
@@ -326,6 +331,9 @@ class LlmServerImpl:
 class GpuLeaseImpl:
     """Ray actor body holding one GPU bundle of a tensor-parallel replica: it reports
     the GPU Ray assigned it, so the replica's server can be given all of them."""
+
+    def __init__(self) -> None:
+        redaction.protect()  # a Ray worker: its logs are Ray's session logs
 
     def gpu_ids(self) -> list[str]:
         import ray

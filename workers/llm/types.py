@@ -27,6 +27,12 @@ class ContextOverflow(RequestRejected):
     its own termination reason (`context_overflow`), scored and counted apart."""
 
 
+class RequestTooLarge(ContextOverflow):
+    """The request body passed the model's hard ceiling (`max_request_bytes`): never
+    sent. A history that big outgrew every context window, so it ends the episode as a
+    context overflow, the model's failure; the worker's memory stays bounded."""
+
+
 class RequestConfigError(ValueError):
     """The server refused a request because of how distillery built it from the model
     config (an unsupported parameter, a bad key, an unknown model).
@@ -72,6 +78,11 @@ class ChatResult:
     attempts: int = 1
     endpoint: str | None = None  # base_url that answered
     notes: tuple[str, ...] = ()  # what the client repaired in the reply (see replies.py)
-    # The model's reasoning text: kept for the record, never sent back in a history
-    # and never parsed for actions.
+    # The model's reasoning text: kept for the record; a history re-sends it only
+    # where the benchmark's own runner re-sends the server's message (`message`).
     reasoning: str = ""
+    # The message exactly as the server sent it (every field, reasoning and repairs
+    # the fields above make included), its strings only made encodable (NUL and lone
+    # surrogates, noted): what a benchmark whose runner re-sends the server's message
+    # (BFCL's) parses and keeps. Empty for results built by hand.
+    message: dict[str, Any] = field(default_factory=dict)

@@ -24,7 +24,7 @@ WHAT = {"tool_calls": "executed tool calls"}
 def refusal(kind: str, benchmark: str, options: Mapping[str, Any] | None) -> str | None:
     """Why memory method `kind` does not apply to `benchmark` with these options (one
     line), or None when it does."""
-    needs = frozenset(getattr(memory_method(kind), "reads", ()))
+    needs = memory_method(kind).reads
     missing = sorted(needs - trajectory_contents(benchmark, options))
     if not missing:
         return None

@@ -28,10 +28,10 @@ class BuilderConfig(BaseModel):
     # by default the student's own model writes them (the paper's "student-generated
     # memories"). Who wrote a bank is part of its identity and tagged on every run.
     student_memory_model: str = "student"
-    concurrency: int = Field(8, ge=1)
-    max_segments: int = Field(6, ge=1, le=12)
-    observation_chars: int = Field(500, ge=50)
-    function_result_chars: int = Field(300, ge=50)
+    concurrency: int = Field(default=8, ge=1)
+    max_segments: int = Field(default=6, ge=1, le=12)
+    observation_chars: int = Field(default=500, ge=50)
+    function_result_chars: int = Field(default=300, ge=50)
 
 
 class StoreConfig(BaseModel):
@@ -53,7 +53,7 @@ class EmbedderConfig(BaseModel):
     model: str = "all-MiniLM-L6-v2"
     base_url: str | None = None  # openai: any OpenAI-compatible embeddings endpoint
     api_key_env: str | None = None
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(default=64, ge=1)
 
     @model_validator(mode="after")
     def _url_for_openai(self) -> EmbedderConfig:
@@ -62,10 +62,40 @@ class EmbedderConfig(BaseModel):
         return self
 
 
+class MemoryBounds(BaseModel):
+    """Ours (no paper sets them): safety limits on what a bank holds and what an episode
+    reads of it, for every memory method alike (`memory/bounds.py`). Far above what any
+    method writes or injects on a faithful run, so they only stop builder output of
+    megabytes (ReasoningBank and SASM stored any length) from reaching a student's
+    requests. Each cut and each neutralised marker is counted (build stats
+    `bounds:*`, episode records `memory_injection_cut`); values off these defaults
+    enter the identity of the banks and episodes they shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_field_chars: int = Field(default=16_000, ge=200, description="One text field of an entry.")
+    max_entry_chars: int = Field(default=64_000, ge=200, description="All text fields of an entry.")
+    max_injected_chars: int = Field(
+        default=32_000,
+        ge=200,
+        description="What one hook call adds to a prompt, message or result.",
+    )
+    neutralise_markers: bool = Field(
+        default=True,
+        description="Chat-template control tokens and the methods' memory delimiters in "
+        "built text are made inert (counted).",
+    )
+
+    def identity(self) -> dict[str, Any]:
+        """The bounds off their defaults (what changes a bank's or episode's identity)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
 class MemoryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     builder: BuilderConfig = BuilderConfig()
+    bounds: MemoryBounds = MemoryBounds()
     embedder: EmbedderConfig = EmbedderConfig()
     store: StoreConfig = StoreConfig()
     # Defaults of the read settings of the methods that take them from this shared

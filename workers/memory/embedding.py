@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -39,7 +39,9 @@ class Embedder(Protocol):
     """Texts -> float32 matrix (len(texts), dim) with L2-normalised rows."""
 
     name: str
-    dim: int
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
@@ -105,7 +107,7 @@ class SentenceTransformerEmbedder:
             getattr(self._model, "get_embedding_dimension", None)
             or self._model.get_sentence_embedding_dimension
         )
-        self.dim = int(get_dim())
+        self.dim = int(cast(int, get_dim()))
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

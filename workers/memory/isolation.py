@@ -7,15 +7,16 @@ Every search re-checks its hits with `Isolation.allows` on the entry's own
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
-from distillery.workers.memory.entries import MemoryEntry, MemorySource
+from distillery.workers.memory.entries import MemorySource
 
-PROTOCOLS = ("main", "self_excluded", "cross_split")
+PROTOCOLS = ("main", "self_excluded", "cross_split", "split")
 
 
 @dataclass(frozen=True)
 class Hit:
-    entry: MemoryEntry
+    entry: Any  # the method's own entry dataclass (a `MemoryEntry`): its hooks read its fields
     score: float
     collection: str  # the name of the entry's collection in its method
 
@@ -28,6 +29,8 @@ class Isolation:
     - self_excluded: everything except the entries built from the evaluated task.
     - cross_split: only entries whose source split is in `allowed_splits` (the memory
       split), and never the evaluated task's own.
+    - split: the same check, the memory split being the benchmark's own (its training
+      split, e.g. AppWorld's train), the evaluated tasks another of its splits.
 
     Positional order is (protocol, allowed_splits, evaluated_task_id); a bank-level
     policy leaves `evaluated_task_id` None and each query names its task (or use
@@ -45,8 +48,8 @@ class Isolation:
             object.__setattr__(self, "allowed_splits", (self.allowed_splits,))
         else:
             object.__setattr__(self, "allowed_splits", tuple(self.allowed_splits))
-        if self.protocol == "cross_split" and not self.allowed_splits:
-            raise ValueError("cross_split isolation needs allowed_splits (the memory split)")
+        if self.filters_splits and not self.allowed_splits:
+            raise ValueError(f"{self.protocol} isolation needs allowed_splits (the memory split)")
 
     @property
     def excludes_own_task(self) -> bool:
@@ -54,7 +57,7 @@ class Isolation:
 
     @property
     def filters_splits(self) -> bool:
-        return self.protocol == "cross_split"
+        return self.protocol in ("cross_split", "split")
 
     def for_task(self, task_id: str) -> Isolation:
         return replace(self, evaluated_task_id=task_id)
@@ -71,6 +74,6 @@ class Isolation:
             return True
         if source.task_id == self.task(task_id):
             return False
-        if self.protocol == "cross_split":
+        if self.filters_splits:
             return source.split in self.allowed_splits
         return True

@@ -50,7 +50,7 @@ class QdrantIndex:
                     self.name, limit=4096, offset=offset, with_payload=["source_task_id"]
                 )
                 for p in points:
-                    task = p.payload["source_task_id"]
+                    task = (p.payload or {})["source_task_id"]
                     counts[task] = counts.get(task, 0) + 1
                 if offset is None:
                     return max(counts.values(), default=0)
@@ -63,7 +63,7 @@ class QdrantIndex:
         if group is not None:
             must.append(
                 models.FieldCondition(
-                    key=self.spec.group_field, match=models.MatchValue(value=group)
+                    key=str(self.spec.group_field), match=models.MatchValue(value=group)
                 )
             )
         if isolation is not None and isolation.filters_splits:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from distillery.workers.memory.method import MemoryMethod
+from distillery.workers.memory.method import MEMORY_METHOD_MEMBERS, MemoryMethod
 from distillery.workers.plugins import PluginLoadError, PluginRegistry, Registration, lacking
 
 ENTRY_POINT_GROUP = "distillery.memory_methods"
@@ -33,32 +33,9 @@ MEMORY_METHODS: dict[str, str] = {
     "trajectory_rag": "distillery.workers.memory.trajectory_rag.method:TrajectoryRag",
     "sasm": "distillery.workers.memory.sasm.method:SasmMethod",
     "memp": "distillery.workers.memory.memp.method:MempMethod",
+    # MemP as the AMD authors ported it (failed trajectories kept, labelled).
+    "memp_amd": "distillery.workers.memory.memp.method:MempAmdPort",
 }
-
-# What the orchestrator reads from a method (see MemoryMethod).
-_FACTS = (
-    "kind",
-    "bank_source",
-    "settings_model",
-    "code_version",
-    "collections",
-    "store_prefix",
-    "settings",
-    "read_identity",
-    "build_identity",
-    "build_fingerprint",
-    "bank_id",
-    "build",
-    "render",
-    "hook_texts",
-    "derived_stage",
-    "hooks",
-    "label",
-    "metrics",
-    "tags",
-    "report_columns",
-    "descriptors",
-)
 
 
 class MemoryMethodLoadError(PluginLoadError):
@@ -72,17 +49,15 @@ def _validate(cls: Any, registration: Registration, where: str) -> MemoryMethod:
     if not isinstance(cls, type):
         raise MemoryMethodLoadError(f"{where}: {value} is not a MemoryMethod class")
     method = cls()
-    missing = lacking(method, _FACTS)
+    # Every member of the protocol (`BaseMemoryMethod` has a default for most).
+    missing = lacking(method, MEMORY_METHOD_MEMBERS)
     if missing:
         raise MemoryMethodLoadError(
-            f"{where}: {value} is not a MemoryMethod (it lacks {', '.join(missing)})"
+            f"{where}: {value} is not a MemoryMethod (it lacks {', '.join(missing)}; "
+            "subclass distillery.workers.memory.method.BaseMemoryMethod for defaults)"
         )
     if method.kind != kind:
         raise MemoryMethodLoadError(f"{where}: {value} says its kind is {method.kind!r}")
-    if method.bank_source not in ("teacher", "student"):
-        raise MemoryMethodLoadError(
-            f"{where}: bank_source must be teacher or student, not {method.bank_source!r}"
-        )
     return method
 
 
@@ -128,3 +103,35 @@ def builtin_hook_texts() -> tuple[str, ...]:
             if text not in texts:
                 texts.append(text)
     return tuple(texts)
+
+
+class _OriginProbe:
+    """A `BankPlanner` that plans nothing and remembers what a method asked for."""
+
+    def __init__(self) -> None:
+        self.asked: str | None = None
+
+    def teacher_collection(self) -> Any:
+        self.asked = "teacher"
+        return self.asked
+
+    def student_runs(self) -> Any:
+        self.asked = "student"
+        return self.asked
+
+    def build(self, source: Any) -> Any:
+        return source
+
+    def stage(self, kind: str, **inputs: Any) -> Any:
+        self.asked = kind
+        return kind
+
+
+def bank_origin(kind: str) -> str | None:
+    """Whose episodes a method's bank comes from, as its `bank_stage` asks the planner:
+    "teacher" (the teacher's collection), "student" (the student's own runs), the kind
+    of a stage that writes it (e.g. "brew"), or None (no bank). For ordering and
+    grouping reports; the plan itself asks the method."""
+    probe = _OriginProbe()
+    asked = memory_method(kind).bank_stage(probe)  # type: ignore[arg-type]
+    return None if asked is None else probe.asked

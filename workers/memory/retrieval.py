@@ -373,7 +373,8 @@ class BankRetriever:
         index = self.indexes[collection]
         queries = list(queries)
         empty = len(index) == 0 or (
-            isinstance(index, GroupedIndex | QdrantGroupedIndex) and not index.has_group(group)
+            isinstance(index, GroupedIndex | QdrantGroupedIndex)
+            and (group is None or not index.has_group(group))
         )
         answers = 1 if combine == "mean" and queries else len(queries)
         if not queries or empty:

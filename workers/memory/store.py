@@ -536,7 +536,7 @@ class MemoryStore:
         connection = None
         if self.mode == "embedded":
             try:
-                local = self.client._client  # QdrantLocal
+                local: Any = self.client._client  # QdrantLocal
                 connection = local.collections[collection].storage.storage
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute("PRAGMA synchronous=NORMAL")

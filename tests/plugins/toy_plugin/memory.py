@@ -5,7 +5,8 @@ and the calls that solved it) in one collection; an evaluated task retrieves the
 answer by request similarity under the run's isolation protocol and reads it in its
 system prompt behind `MARKER`. Registered only through the `distillery.memory_methods`
 entry point of the toy plugin's distribution; it imports only distillery's public
-memory seams (`memory.entries`, `memory.bank`) and owns its settings and defaults (the
+memory seams (`workers.memory.api`: the base class, whose defaults it keeps where they
+fit, the isolation audit, the proactive hooks) and owns its settings and defaults (the
 shared `memory.retrieval` defaults are another method's).
 """
 
@@ -13,15 +14,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from distillery.workers.llm.types import Usage
-from distillery.workers.memory.bank import BuiltBank
-from distillery.workers.memory.entries import CollectionSpec, MemorySource
+from distillery.workers.memory.api import (
+    BaseMemoryMethod,
+    BuiltBank,
+    CollectionSpec,
+    MemorySource,
+    ProactiveOnly,
+    allowed_hits,
+    audit_log,
+    summed_counters,
+)
 
 MARKER = "[Toy recall]"
 HEADER = f"{MARKER} How a previous request was solved (for guidance only):"
@@ -55,16 +63,15 @@ class RecallSettings(BaseModel):
 
 
 @dataclass
-class RecallHooks:
-    """EpisodeHooks: before the first turn, the best answer joins the system prompt."""
+class RecallHooks(ProactiveOnly):
+    """EpisodeHooks: before the first turn, the best answer joins the system prompt
+    (the hits re-checked by distillery's isolation audit, `allowed_hits`)."""
 
     task_id: str
     search: Any  # the bank's generic search (memory_service.BankSearch)
     settings: RecallSettings
     allows: Callable[[MemorySource], bool]
-    log: dict[str, Any] = field(
-        default_factory=lambda: {"recalled": [], "isolation_checked": 0, "isolation_violations": 0}
-    )
+    log: dict[str, Any] = field(default_factory=audit_log)
     _block: str = ""
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
@@ -72,13 +79,7 @@ class RecallHooks:
             (hits,) = await self.search.search(
                 COLLECTION, [user_text], self.task_id, self.settings.k, self.settings.threshold
             )
-            kept = []
-            for hit in hits:  # the method's own audit of what it injects
-                self.log["isolation_checked"] += 1
-                if self.allows(hit.entry.source):
-                    kept.append(hit.entry)
-                else:
-                    self.log["isolation_violations"] += 1
+            kept = [hit.entry for hit in allowed_hits(hits, self.allows, self.log)]
             self.log["recalled"] = [e.memory_id for e in kept]
             self._block = "\n".join(
                 [HEADER, *(f"Request: {e.request}\nCalls: {'; '.join(e.calls)}" for e in kept)]
@@ -87,29 +88,15 @@ class RecallHooks:
             )
         return f"{self._block}\n\n{system_prompt}" if self._block else system_prompt
 
-    async def after_step(self, turn_index: int, user_text: str, observations: list) -> list:
-        return observations
 
-    def model_usage(self) -> tuple[int, Usage]:
-        return 0, Usage()
+class ToyRecall(BaseMemoryMethod):
+    """Built from the teacher's collection (the base's default `bank_stage`)."""
 
-    def record(self) -> dict[str, Any]:
-        return dict(self.log)
-
-
-class ToyRecall:
     kind = "toy_recall"
-    bank_source = "teacher"
     settings_model = RecallSettings
     code_version = "1"
     collections = COLLECTIONS
     store_prefix = "toyrecall"
-
-    def settings(
-        self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Any
-    ) -> RecallSettings:
-        # `defaults` (memory.retrieval) are AMD's settings, not this method's.
-        return RecallSettings.model_validate(dict(overrides))
 
     def read_identity(self, settings: RecallSettings) -> dict[str, Any]:
         # What the student is shown enters the evaluate stage's key with the settings.
@@ -144,14 +131,8 @@ class ToyRecall:
             self.store_prefix, COLLECTIONS, {COLLECTION: answers}, {"answers.built": len(answers)}
         )
 
-    async def render(self, bank: BuiltBank, builder: Any, llm: Any) -> BuiltBank:
-        return bank  # nothing derived (derived_stage is False)
-
     def hook_texts(self) -> tuple[str, ...]:
         return (HEADER,)
-
-    def derived_stage(self, settings: RecallSettings) -> bool:
-        return False
 
     def hooks(
         self,
@@ -164,13 +145,9 @@ class ToyRecall:
         return RecallHooks(task.task_id, search, settings, allows)
 
     def metrics(self, records: Sequence[Any]) -> dict[str, float]:
-        out = {"recalled": 0.0, "isolation_checked": 0.0, "isolation_violations": 0.0}
-        for record in records:
-            log = json.loads(record.extra_json or "{}")
-            out["recalled"] += len(log.get("recalled", []))
-            out["isolation_checked"] += log.get("isolation_checked", 0)
-            out["isolation_violations"] += log.get("isolation_violations", 0)
-        return out
+        out = summed_counters(records, ("isolation_checked", "isolation_violations"))
+        recalled = sum(len(json.loads(r.extra_json or "{}").get("recalled", [])) for r in records)
+        return {"recalled": float(recalled), **out}
 
     def tags(self, settings: RecallSettings, embedder: str) -> dict[str, str]:
         return {"recall_k": str(settings.k)}

@@ -45,9 +45,7 @@ BOUNDED = [
 @pytest.mark.parametrize("call", UNBOUNDED, ids=lambda c: c.source[:40])
 def test_unbounded_calls_are_refused_with_the_reason(env, call):
     assert execution_cost_error(call)
-    started = time.monotonic()
-    (result,) = env.step(ParsedAction(calls=(call,)))
-    assert time.monotonic() - started < 1.0
+    (result,) = env.step(ParsedAction(calls=(call,)))  # refused: never computed
     assert result.rejected and "limit" in result.error
 
 
@@ -64,4 +62,4 @@ def test_refused_calls_never_reach_the_checker(env):
     for _ in env.task.turns:
         env.end_turn()
     assert env.score().success is False  # scored at once, not replayed into a hang
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 120  # a replay of the refused call would not end

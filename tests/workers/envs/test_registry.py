@@ -269,14 +269,19 @@ def test_scenario_groups_are_the_benchmarks_fact(toy):
 # ---------------------------------------------------------------------- fingerprint
 
 
+def _code(node_type: type, benchmark: str) -> dict[str, str]:
+    """What an episode stage's code contributes to its key on `benchmark`."""
+    return node_type(identity={"benchmark": benchmark}, upstream=(), label="", model=None).code()
+
+
 def test_a_prompt_change_of_the_benchmark_changes_its_stage_keys(toy, monkeypatch):
     from distillery.workers.envs import bfcl
 
     before = bfcl.BfclMultiTurnBase.fingerprint()
-    code_before = stages.code_fingerprint("collect", BFCL)
+    code_before = _code(stages.CollectStage, BFCL)
     monkeypatch.setattr(bfcl, "PYTHON_HINT", bfcl.PYTHON_HINT + " Really.")
     assert bfcl.BfclMultiTurnBase.fingerprint() != before
-    assert stages.code_fingerprint("evaluate", BFCL) != code_before
+    assert _code(stages.EvaluateStage, BFCL) != code_before
     # A benchmark of another package is hashed the same way, by its name in the identity.
     toy_before = _keys(_config("benchmark.name=toy"))
     monkeypatch.setattr(sys.modules[toy], "PROMPT", "Answer the toy, briefly.")
@@ -285,18 +290,20 @@ def test_a_prompt_change_of_the_benchmark_changes_its_stage_keys(toy, monkeypatc
     assert toy_after["evaluate"].isdisjoint(toy_before["evaluate"])
 
 
-def test_bfcl_default_stage_keys_are_those_recorded_before_benchmarks_owned_them():
-    """The digests of the default config when stages.py listed BFCL's constants itself:
-    the same prompts give the same keys, so finished stages are reused. Change these
-    only on purpose (a prompt change re-runs every BFCL episode)."""
-    assert stages.code_fingerprint("collect", BFCL) == {
+def test_bfcl_default_stage_keys_are_pinned():
+    """The digests of the default config. Change these only on purpose: a change
+    re-runs every BFCL episode. Last changed by issue 20 (BFCL's own reading of a
+    reply, sampling and protections: `bfcl.REPLY_HANDLING` joined the fingerprint, and
+    the quickstart student's `cap_every_request`; before: prompts c016abba2dab67d5,
+    collect b66ef9eb..., evaluate 2c1f8c21...)."""
+    assert _code(stages.CollectStage, BFCL) == {
         "version": "2",
-        "prompts": "c016abba2dab67d5",
+        "prompts": "1ea110038d402bd0",
     }
     default = _keys(to_config(compose(rewrite_role_overrides([]))))
     assert default["collect"] == {
-        "b66ef9eb2066ec7d180f0034194c20b80aec85d8f06f101c41ac7100b152ae72"
+        "b322b1d501cddfb5b5426bccbc13f766b02f735c359d1cafafd01d9a62c2bd3d"
     }
-    assert "2c1f8c211f7ee16dc11c982dc7715a61a37085d0ea8032ea7652dd1f5b6a2125" in default["evaluate"]
+    assert "86c6da551e2d62e87b1066e517544e8258ad92bcff313c192f1b48afbe2d4827" in default["evaluate"]
     explicit = to_config(compose(rewrite_role_overrides(["benchmark.options={}"])))
     assert _keys(explicit) == default

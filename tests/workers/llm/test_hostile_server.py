@@ -1,12 +1,13 @@
 """ChatClient against every hostile reply of tests/support/hostile.py, over real HTTP:
 each one is repaired, refused as the model's failure, or (not a completion at all)
-an infrastructure error; never anything else, and never unbounded."""
+an infrastructure error; never anything else, and never unbounded. No assertion reads a
+clock: an endless body can only end at the size cap, a trickling one only at the
+request's deadline, so the outcome itself proves the bound held (on any machine speed)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
@@ -14,6 +15,10 @@ from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.llm.client import ChatClient
 from distillery.workers.llm.types import ChatResult, InfraError, InvalidReply
 from tests.support.hostile import MODES
+
+# Generous enough that no repairable reply times out on a loaded machine; the trickle
+# test sets its own short deadline (only a deadline can end an endless trickle).
+PATIENT_TIMEOUT_S = 120.0
 
 TOOLS = [{"type": "function", "function": {"name": "cd", "parameters": {"type": "object"}}}]
 
@@ -46,9 +51,8 @@ def _ask(url: str, mode: str, **client_kwargs) -> ChatResult | Exception:
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_every_hostile_reply_is_repaired_refused_or_an_infra_error(hostile_url, mode):
     expected, _ = MODES[mode]
-    started = time.monotonic()
-    outcome = _ask(hostile_url, mode, timeout_s=2.0)
-    assert time.monotonic() - started < 15
+    timeout_s = 2.0 if mode == "body_trickle" else PATIENT_TIMEOUT_S
+    outcome = _ask(hostile_url, mode, timeout_s=timeout_s)
     if expected == "repair":
         assert isinstance(outcome, ChatResult), outcome
         for text in (outcome.text, *(v for c in outcome.tool_calls for v in c.values())):
@@ -66,17 +70,19 @@ def test_every_hostile_reply_is_repaired_refused_or_an_infra_error(hostile_url, 
 
 
 def test_request_timeout_bounds_the_whole_request(hostile_url):
-    # The body trickles a byte every 50 ms: no single read ever times out.
-    started = time.monotonic()
+    # The body trickles a byte every 50 ms for ever: no single read ever times out, so
+    # only a deadline on the whole request can end it.
     outcome = _ask(hostile_url, "body_trickle", timeout_s=1.0)
     assert isinstance(outcome, InfraError) and "Timeout" in str(outcome)
-    assert time.monotonic() - started < 5
 
 
 def test_an_endless_body_is_cut_at_the_size_cap(hostile_url):
-    started = time.monotonic()
-    outcome = _ask(hostile_url, "body_endless", max_response_bytes=256 * 1024)
+    # The body never ends: only the size cap can end it.
+    outcome = _ask(
+        hostile_url, "body_endless", max_response_bytes=256 * 1024, timeout_s=PATIENT_TIMEOUT_S
+    )
     assert isinstance(outcome, InvalidReply) and "max_response_bytes=262144" in str(outcome)
-    assert time.monotonic() - started < 10
-    big = _ask(hostile_url, "body_huge")  # declared 8 MB: refused before it is read
+    big = _ask(
+        hostile_url, "body_huge", timeout_s=PATIENT_TIMEOUT_S
+    )  # declared 8 MB: refused before it is read
     assert isinstance(big, InvalidReply) and "declared" in str(big)

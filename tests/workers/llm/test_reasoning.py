@@ -1,5 +1,10 @@
 """Thinking models (issue 8 item 2): reasoning is split off every reply, never enters
-the next request's history nor any parser, and its tokens are counted apart."""
+the next request's history nor any parser, and its tokens are counted apart.
+
+That is the loop's normalized reading of a reply (`conventions.reply="normalized"`),
+which every benchmark gets unless its own runner re-sends the server's message: BFCL's
+does (tests/workers/envs/test_bfcl_agreement.py), so these episodes play BFCL with its
+`rebuild_assistant_message` option, which is that reading."""
 
 from __future__ import annotations
 
@@ -78,6 +83,7 @@ def _run(tmp_path, cfg: ModelConfig, url: str, task_id: str = "multi_turn_base_0
         role="student",
         model=cfg,
         benchmark="bfcl_multi_turn_base",
+        benchmark_options={"rebuild_assistant_message": True},
         episodes_dir=str(tmp_path / "episodes"),
         episode_retries=0,
         retry_backoff_s=0,

@@ -1,6 +1,6 @@
 """The memory method registry: built-ins by "module:Class", loaded lazily; methods of
 other packages through the `distillery.memory_methods` entry-point group (a real
-distribution on sys.path here). What a method owns (its kind, bank source, settings,
+distribution on sys.path here). What a method owns (its kind, bank stage, settings,
 identities, derived stage) reaches config validation and the stage graph without the
 orchestrator naming the method."""
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
+from distillery.workers.memory.method import StudentRunsMethod
 
 HINT = "Toy memory says hi."
 
@@ -54,9 +55,8 @@ class ToySettings(BaseModel):
     derived: bool = False
 
 
-class ToyMemory:
+class ToyMemory(StudentRunsMethod):  # its bank: the student's own runs, built
     kind = "toy_memory"
-    bank_source = "student"
     settings_model = ToySettings
     code_version = "1"
     collections = (CollectionSpec("notes", Note),)
@@ -174,7 +174,7 @@ def test_an_entry_point_registers_a_method_loaded_only_when_used(toy):
     method = memory_method("toy_memory")
     assert toy in sys.modules
     assert isinstance(method, MemoryMethod)
-    assert type(method).__module__ == toy and method.bank_source == "student"
+    assert type(method).__module__ == toy and registry.bank_origin("toy_memory") == "student"
     assert memory_method("toy_memory") is method  # one instance per kind
 
 
@@ -188,7 +188,7 @@ def test_the_builtin_methods_are_imported_only_when_used():
         amd = registry.memory_method("amd")
         student = registry.memory_method("student_memory")
         assert "distillery.workers.memory.amd.method" in sys.modules
-        print(amd.bank_source, student.bank_source)
+        print(registry.bank_origin("amd"), registry.bank_origin("student_memory"))
         """
     )
     done = subprocess.run(
@@ -199,7 +199,7 @@ def test_the_builtin_methods_are_imported_only_when_used():
 
 
 def test_a_plugin_method_is_planned_from_what_it_says(toy):
-    """Its bank_source picks the source stage (the student's zero-shot runs here), its
+    """Its bank_stage picks the source stage (the student's zero-shot runs here), its
     build identity and fingerprint make the build key, its read identity the evaluate
     key; the zero_shot stage is shared with the zero_shot method."""
     cfg = _config(*TOY_CATALOG)

@@ -6,24 +6,38 @@ which also runs AppWorld's post-install step ``appworld install`` that unpacks i
 apps) and its world module (`world.py`) runs there. This file is the distillery side:
 the options, how a reply becomes an action, and how the loop plays AppWorld.
 
-- Action: one Python code block a reply (```python fences; in native mode the `execute`
-  tool's `code`), run by AppWorld's own interpreter in the worker; a reply without code
-  ends the episode, and so does the step that completes the task (``complete_task``),
-  as AppWorld's own loop stops there. Its output goes back verbatim: as the next user message in the
-  prompt format (AppWorld's own ReAct loop), as the tool's result in native mode.
-- At most 40 steps (the paper's budget), counted as AppWorld counts executions.
+By default an episode is played as the AMD authors played their students: the text
+ReAct loop of ACE's fork of AppWorld's agent (`react.py` has each of its behaviours,
+cited; docs/fidelity/appworld.md lists them and the tests that prove them):
+
+- Prompt: the authors' generator prompt, a Jinja2 template of a conversation, read
+  from `prompt_file` (ACE's `experiments/prompts/appworld_react_generator_prompt.txt`;
+  its digest, not its path, is in episode identity); a memory method's memory goes
+  into its memory slot (``{{ playbook }}``). Without a prompt file the adapter's own
+  short ReAct prompt is used instead (world.py's PROMPT): the deviation
+  `own_react_prompt`, recorded with the run and announced before it starts.
+- Action: a reply's first ```python block (an unclosed last fence counts) is one
+  execution in AppWorld's own interpreter (in native mode, the `execute` tool's
+  `code`); a reply without code executes nothing (AppWorld's "No code available to
+  execute.") and the episode goes on; the reply is kept in the history cut after its
+  first block.
+- Output: a user message ``Output:`` in a fence, cut at 20,000 characters.
+- At most 40 steps (executions), ended at once by the step that completes the task
+  (``complete_task``), as AppWorld's loop stops there.
+- Context: before each request the oldest step pairs are dropped until the
+  conversation fits the student's context (its max_model_len less its max_tokens and
+  256), counted by the serving model's own tokenizer (`policies.LlmPolicy`).
 - Score: AppWorld's evaluator (task goal completion: every test of the task passes).
   Scenario goal completion (every task of a scenario succeeds) is a report-side
   aggregate over `group_id`, the scenario id (the task id before ``_``); the groups
   are scenarios, so cross_split keeps a scenario's tasks on one side.
+- Native function calling (a model with `action_format: native`): the `execute` tool
+  and the adapter's own prompt: the deviation `native_function_calling`, recorded.
 - Oracle: AppWorld's ground-truth solution code, replayed as one code block.
 - Data: the user's AppWorld folder (`root`, the folder that holds ``data``); nothing
   here can download it (``appworld download data --root <folder>`` on a machine with
   internet). Episode identity holds a digest of what defines the split's tasks there
   (`data_digest`), not the folder's path.
-- Prompt: the world's own rendering of AppWorld's ReAct instructions, not AppWorld's
-  official prompt file (not available here): a known deviation (`known_deviations`),
-  recorded with every run.
 """
 
 from __future__ import annotations
@@ -31,12 +45,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from distillery.workers.envs.appworld import react
 from distillery.workers.envs.base import (
     BenchmarkUnavailable,
     ParsedAction,
@@ -46,21 +61,26 @@ from distillery.workers.envs.base import (
     ToolResult,
 )
 from distillery.workers.envs.calls import DEFAULT_LIMITS, CallLimits
-from distillery.workers.envs.conventions import AgentConventions
+from distillery.workers.envs.conventions import AgentConventions, ContextTrim, tool_messages
 from distillery.workers.envs.isolated.adapter import IsolatedBenchmark, IsolatedOptions
 from distillery.workers.envs.isolated.venv import EnvSpec
 
 WORLD = Path(__file__).resolve().parent / "world.py"
 APPWORLD = "appworld==0.1.3.post1"
 EXECUTE = "execute"  # the one function of an AppWorld task (world.py's EXECUTE)
-# A code block longer than this is refused, not run (ground-truth solutions are a few
-# KB; the shared call limits are sized for call lists, not programs).
+# A code block longer than this is refused, not run: a limit of ours that protects the
+# worker (ground-truth solutions are a few KB); recorded with every run
+# (`known_deviations`) and counted where it fires (a rejected call of the step).
 MAX_CODE_CHARS = 64_000
-_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 DATA_HELP = (
     "download AppWorld's data on a machine with internet (`pip install "
     "appworld==0.1.3.post1 && appworld install && appworld download data --root "
     "<folder>`), copy <folder> here and set +benchmark.options.root=<folder>"
+)
+PROMPT_HELP = (
+    "+benchmark.options.prompt_file=<ace-appworld>/experiments/prompts/"
+    "appworld_react_generator_prompt.txt (ACE's fork of AppWorld, the prompt the AMD "
+    "authors' students were given)"
 )
 
 
@@ -75,27 +95,57 @@ class AppWorldOptions(IsolatedOptions):
         description="The AppWorld folder holding `data` (default: $APPWORLD_ROOT). Where "
         "the data lives is not part of episode identity; what it holds is (`data`).",
     )
+    prompt_file: str | None = Field(
+        None,
+        description="The authors' ReAct generator prompt (a Jinja2 template of USER:/"
+        "ASSISTANT: messages with a memory slot), e.g. ACE's experiments/prompts/"
+        "appworld_react_generator_prompt.txt. Its digest, not its path, is in episode "
+        "identity. None: the adapter's own prompt (deviation own_react_prompt).",
+    )
+
+    @field_validator("prompt_file")
+    @classmethod
+    def _readable_template(cls, value: str | None) -> str | None:
+        if value is not None:
+            react.PromptTemplate.read(value)  # a clear refusal now, not in every episode
+        return value
 
     def identity(self) -> dict[str, Any]:
-        """The options off their defaults but `root`, plus `data`: the digest of what
-        defines the split's tasks there (`data_digest`), so the same data at two paths
-        shares stage keys and two releases (or a synthetic folder and the real one) do
-        not. Without a data folder there is no digest, and no run either: planning lists
-        the tasks first, and that refuses missing data with the way to get it."""
-        out = {k: v for k, v in super().identity().items() if k != "root"}
+        """The options off their defaults but `root` and `prompt_file`, plus `data`: the
+        digest of what defines the split's tasks there (`data_digest`), so the same data
+        at two paths shares stage keys and two releases (or a synthetic folder and the
+        real one) do not; and `prompt`: the prompt file's digest. Without a data folder
+        there is no digest, and no run either: planning lists the tasks first, and that
+        refuses missing data with the way to get it."""
+        out = {k: v for k, v in super().identity().items() if k not in ("root", "prompt_file")}
+        if self.prompt_file is not None:
+            out["prompt"] = react.PromptTemplate.read(self.prompt_file).digest
         try:
             root = data_root(self)
         except BenchmarkUnavailable:
             return out
         return {**out, "data": data_digest(root, self.split)}
 
+    def deviations(self) -> tuple[str, ...]:
+        # Not a bool option, so not a declared deviation; recorded as one all the same.
+        found = super().deviations()
+        return (*found, "own_react_prompt") if self.prompt_file is None else found
+
+    def notices(self) -> tuple[str, ...]:
+        if self.prompt_file is not None:
+            return ()
+        return (
+            "benchmark.options.prompt_file is not set: AppWorld is played with the "
+            "adapter's own short ReAct prompt, not the authors' (recorded as the deviation "
+            f"own_react_prompt); for the paper's prompt set {PROMPT_HELP}",
+        )
+
 
 def code_of(text: str) -> str | None:
-    """The code of a reply: its fenced blocks, joined in order (one execution); None
-    when it has none."""
-    blocks = [block.strip() for block in _FENCE.findall(text or "")]
-    blocks = [block for block in blocks if block]
-    return "\n\n".join(blocks) if blocks else None
+    """The code a reply runs (the authors' extraction, `react.extract_code`); None when
+    it has none."""
+    code, _ = react.extract_code(text)
+    return code or None
 
 
 def code_reply(step: str) -> str:
@@ -103,10 +153,23 @@ def code_reply(step: str) -> str:
     return f"```python\n{step}\n```"
 
 
-def output_message(tool_calls: Any, observations: list[ToolResult] | Any) -> list[dict[str, Any]]:
-    """The interpreter's output as the next user message, as AppWorld's loop sends it."""
-    text = "\n\n".join(o.content for o in observations)
-    return [{"role": "user", "content": text}]
+def output_message(
+    tool_calls: Sequence[Mapping[str, Any]], observations: Sequence[ToolResult]
+) -> list[dict[str, Any]]:
+    """An execution's output as the next user message, as the authors' loop sends it:
+    ``Output:`` in a fence, cut at 20,000 characters (one execution a reply)."""
+    return [react.output_message(o.content) for o in observations]
+
+
+def cut_tool_messages(
+    tool_calls: Sequence[Mapping[str, Any]], observations: Sequence[ToolResult]
+) -> list[dict[str, Any]]:
+    """Native mode: OpenAI tool messages, each output cut as the text loop cuts it."""
+    cut = [
+        ToolResult(o.call, react.cut_output(o.content), o.error, o.function, o.call_id, o.rejected)
+        for o in observations
+    ]
+    return tool_messages(tool_calls, cut)
 
 
 class AppWorld(IsolatedBenchmark):
@@ -118,35 +181,50 @@ class AppWorld(IsolatedBenchmark):
         "appworld", requirements=(APPWORLD,), post_install=(("-m", "appworld.cli", "install"),)
     )
     world = WORLD
-    # Deviations from AppWorld's own pipeline that no option switches off, recorded with
-    # every run (the `deviations` tag, next to those options turn on): the system prompt
-    # is this project's rendering of AppWorld's ReAct instructions (world.py's PROMPT),
-    # as AppWorld's official prompt (in its repository's experiments folder, not in the
-    # package) is not available here.
-    known_deviations = ("own_react_prompt",)
+    # Deviations from the authors' loop that no option switches off, recorded with every
+    # run (the `deviations` tag, next to those options turn on): code over
+    # MAX_CODE_CHARS is refused, not run.
+    known_deviations = ("code_over_64000_chars_refused",)
+    # The authors played their students in text ReAct: a model that calls the `execute`
+    # tool natively is played off their harness (recorded by this name).
+    action_format_deviations = {"native": "native_function_calling"}
     conventions = AgentConventions(
         prompt_results=output_message,
+        native_results=cut_tool_messages,
         step_limit="at_most",
         oracle_reply=code_reply,
         world_ends_episode=True,
+        kept_reply=react.kept_reply,
+        context_trim=ContextTrim(buffer_tokens=react.CONTEXT_BUFFER, trim=react.trim_to_budget),
     )
 
     @classmethod
     def fingerprint(cls) -> tuple[str, ...]:
-        # This file decides what runs (the code a reply holds) and what the model sees
-        # of it (the output message): part of the benchmark as much as the world is.
-        source = Path(__file__).read_bytes()
-        return (*super().fingerprint(), f"adapter:{hashlib.sha256(source).hexdigest()}")
+        # This file and react.py decide what runs (the code a reply holds) and what the
+        # model sees of it (messages, outputs, the context): part of the benchmark as
+        # much as the world is.
+        sources = b"".join(Path(f).read_bytes() for f in (__file__, react.__file__))
+        return (*super().fingerprint(), f"adapter:{hashlib.sha256(sources).hexdigest()}")
 
     def __init__(
         self, settings: AppWorldOptions | None = None, limits: CallLimits = DEFAULT_LIMITS
     ) -> None:
         settings = settings or AppWorldOptions()
         self.root = data_root(settings)  # refused before any venv or worker is involved
+        self.template = (
+            react.PromptTemplate.read(settings.prompt_file) if settings.prompt_file else None
+        )
         super().__init__(settings, limits)
 
     def worker_environment(self) -> dict[str, str]:
         return {"APPWORLD_ROOT": str(self.root)}
+
+    def opening_messages(self, task: Task, action_format: str, memory: str) -> list[dict] | None:
+        """The authors' prompt for `task` with `memory` in its slot (prompt format with a
+        prompt file); None: the system prompt and the task as its user message."""
+        if self.template is None or action_format != "prompt":
+            return None
+        return self.template.messages(prompt_variables(task), memory)
 
     def parse_text(self, task: Task, text: str) -> ParsedAction:
         return parse_code_reply(text)
@@ -155,12 +233,22 @@ class AppWorld(IsolatedBenchmark):
         return parse_execute_calls(tool_calls)
 
 
+def prompt_variables(task: Task) -> dict[str, Any]:
+    """The template's variables for `task`, as evaluation_react.py `initialize` passes
+    them (`main_user` read by attribute, which Jinja2 reads from the supervisor's dict)."""
+    variables = task.metadata.get("prompt_variables") or {}
+    return {
+        "input_str": task.turns[0] if task.turns else "",
+        "main_user": task.metadata.get("supervisor") or {},
+        "app_descriptions": variables.get("app_descriptions", ""),
+        "relevant_apis": variables.get("relevant_apis", ""),
+    }
+
+
 def parse_code_reply(text: str) -> ParsedAction:
-    """A prompt-format reply -> one `execute` call of its code; no code block: no
-    action (the episode ends, as the prompt says)."""
-    code = code_of(text)
-    if code is None:
-        return ParsedAction()
+    """A prompt-format reply -> one `execute` call of its code (the authors'
+    extraction); a reply without code executes no code (the episode goes on)."""
+    code, _ = react.extract_code(text)
     return ParsedAction(calls=(_execute(code, None),)) if _fits(code) else _too_long(code)
 
 

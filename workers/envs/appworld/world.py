@@ -31,7 +31,7 @@ EXPERIMENT = "distillery"
 # step that completes the task, so only a later call of that same step meets it).
 COMPLETED = (
     "The task is already complete (apis.supervisor.complete_task was called); "
-    "nothing more is executed. Reply without a code block to finish."
+    "nothing more is executed."
 )
 SPLITS = ("test_normal", "test_challenge", "dev", "train")
 
@@ -53,8 +53,8 @@ My name is {first_name} {last_name}. My personal email is {email} and my phone n
 
 Rules:
 - Reply with your reasoning, then exactly one block of Python code in ```python ... ``` \
-fences; it is executed and its printed output comes back to you. A reply without a code \
-block ends the episode.
+fences; it is executed and its printed output comes back to you. Only the first block of \
+a reply runs; a reply without one runs no code.
 - The state persists between steps: variables you define stay defined.
 - Look up API documentation before using an API; do not guess parameters.
 - Use the supervisor app (apis.supervisor) for my account passwords, addresses and \
@@ -88,6 +88,17 @@ TOOL = {
 }
 MAX_STEPS = 40
 _CANARY = re.compile(r"^# Canary String:.*$\n?", re.MULTILINE)
+
+
+class CallFailed(Exception):
+    """Protocol 2 (`isolated/server.py`): running the model's code broke AppWorld's own
+    harness (its interpreter catches the program's errors and prints them; what
+    escapes `AppWorld.execute` was still caused by that code): the call's failure, an
+    observation, never an infrastructure error."""
+
+    def __init__(self, message: str, results: list) -> None:
+        super().__init__(message)
+        self.results = results
 
 
 def versions() -> dict:
@@ -125,6 +136,28 @@ def _solution(task_dir: str) -> str | None:
     return None
 
 
+def _app_descriptions() -> str:
+    """The apps a task may use, as the authors' prompt lists them (evaluation_react.py
+    `initialize`: `world.task.app_descriptions`, AppWorld's `Task` keeping every app
+    but admin, as JSON with indent 1). The same for every task."""
+    from appworld.apps import APP_TO_DESCRIPTION, get_all_apps
+
+    apps = get_all_apps(skip_admin=True)
+    listed = [{"name": app, "description": APP_TO_DESCRIPTION[app]} for app in apps]
+    return json.dumps(listed, indent=1)
+
+
+def _required_apis(task_id: str) -> str:
+    """`str(world.task.ground_truth.required_apis)` (a template variable of the authors'
+    prompt, unused by their prompts); "" where the data holds no ground truth."""
+    from appworld.ground_truth import GroundTruth
+
+    try:
+        return str(GroundTruth.load(task_id=task_id, mode="minimal").required_apis)
+    except Exception:  # a split released without ground truth
+        return ""
+
+
 def list_tasks(options: dict) -> list[dict]:
     split = options.get("split", "test_normal")
     if split not in SPLITS:
@@ -135,6 +168,7 @@ def list_tasks(options: dict) -> list[dict]:
         raise FileNotFoundError(f"the AppWorld data at {data!r} has no split {split!r}")
     from appworld.task import load_task_ids, task_id_to_generator_id
 
+    descriptions = _app_descriptions()
     out = []
     for task_id in load_task_ids(split):
         task_dir = os.path.join(data, "tasks", task_id)
@@ -158,6 +192,10 @@ def list_tasks(options: dict) -> list[dict]:
                     "datetime": specs.get("datetime"),
                     "difficulty": truth.get("difficulty"),
                     "supervisor": facts,
+                    "prompt_variables": {
+                        "app_descriptions": descriptions,
+                        "relevant_apis": _required_apis(task_id),
+                    },
                 },
                 "system_prompts": {
                     "prompt": PROMPT.format(**facts, max_steps=MAX_STEPS),
@@ -197,7 +235,13 @@ class World:
             elif self.world.task_completed():
                 results.append({"content": COMPLETED, "error": "task already completed"})
             else:
-                output = self.world.execute(code)
+                try:
+                    output = self.world.execute(code)
+                except BaseException as exc:  # noqa: BLE001 - the model's code did it
+                    # (KeyboardInterrupt and SystemExit too: the worker has no terminal.)
+                    raise CallFailed(
+                        f"AppWorld could not run the code: {type(exc).__name__}: {exc}", results
+                    ) from exc
                 # AppWorld's own loop stops once the task is completed: so does ours.
                 done = self.world.task_completed()
                 results.append({"content": output, "error": None, "task_done": done})

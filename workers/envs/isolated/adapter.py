@@ -42,6 +42,7 @@ from distillery.workers.envs.calls import (
     parse_native_calls,
     parse_text_calls,
 )
+from distillery.workers.envs.conventions import conventions_of
 from distillery.workers.envs.isolated import server
 from distillery.workers.envs.isolated.process import (
     DEFAULT_MAX_REPLY_BYTES,
@@ -50,6 +51,7 @@ from distillery.workers.envs.isolated.process import (
     WorkerProcess,
 )
 from distillery.workers.envs.isolated.venv import EnvNotReady, EnvSpec, ReadyEnv, check
+from distillery.workers.llm.replies import clean_text
 from distillery.workers.sandbox.jail import NO_NAMESPACES_HELP
 from distillery.workers.sandbox.netns import network_isolation_unavailable
 
@@ -72,11 +74,15 @@ OPERATIONAL = frozenset(
 class IsolatedOptions(BenchmarkOptions):
     """Options every isolated benchmark has; a benchmark's own options subclass it."""
 
-    venv: str | None = Field(None, description="The benchmark's venv (default: see venv.py).")
-    call_timeout_s: float = Field(120.0, gt=0, description="Per-call limit of the worker.")
-    startup_timeout_s: float = Field(120.0, gt=0, description="Limit for a worker to boot.")
-    max_reply_bytes: int = Field(DEFAULT_MAX_REPLY_BYTES, gt=0, description="Reply size cap.")
-    spare_workers: int = Field(1, ge=0, le=64, description="Workers booted ahead of need.")
+    venv: str | None = Field(
+        default=None, description="The benchmark's venv (default: see venv.py)."
+    )
+    call_timeout_s: float = Field(default=120.0, gt=0, description="Per-call limit of the worker.")
+    startup_timeout_s: float = Field(default=120.0, gt=0, description="Limit for a worker to boot.")
+    max_reply_bytes: int = Field(
+        default=DEFAULT_MAX_REPLY_BYTES, gt=0, description="Reply size cap."
+    )
+    spare_workers: int = Field(default=1, ge=0, le=64, description="Workers booted ahead of need.")
     sandbox_without_namespaces: bool = deviation(
         "Where network namespaces are unavailable, run a world that needs no network "
         "with the network anyway (it runs model-influenced code)."
@@ -86,8 +92,9 @@ class IsolatedOptions(BenchmarkOptions):
         return {k: v for k, v in super().identity().items() if k not in OPERATIONAL}
 
     def world_options(self) -> dict[str, Any]:
-        """What the world module gets: every option but the operational ones."""
-        return self.model_dump(mode="json", exclude=set(OPERATIONAL))
+        """What the world module gets: every option but the operational ones and the
+        history's observation cut (the agent loop's, not the world's)."""
+        return self.model_dump(mode="json", exclude={*OPERATIONAL, "max_observation_chars"})
 
 
 class IsolatedBenchmark:
@@ -236,6 +243,14 @@ class IsolatedBenchmark:
         the driver's that reach the world (`sandbox.environment`)."""
         return {}
 
+    def opening_messages(
+        self, task: Task, action_format: str, memory: str
+    ) -> list[dict[str, Any]] | None:
+        """A benchmark whose own loop opens with a conversation of its own (AppWorld's
+        ReAct prompt) returns it here, `memory` placed where that prompt puts it; None:
+        the system prompt and the task's first turn (override to open otherwise)."""
+        return None
+
     # -- how model output becomes calls (override for another action format) ---------
 
     def parse_text(self, task: Task, text: str) -> ParsedAction:
@@ -282,8 +297,24 @@ class IsolatedEnvironment:
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
         return self._benchmark.parse_tool_calls(self.task, tool_calls)
 
+    def opening_messages(self, action_format: str, memory: str) -> list[dict[str, Any]] | None:
+        """The benchmark's own opening of the conversation with `memory` in its place,
+        or None (the system prompt and the task's first turn); no I/O."""
+        return self._benchmark.opening_messages(self.task, action_format, memory)
+
     def parse_text(self, text: str) -> ParsedAction:
         return self._benchmark.parse_text(self.task, text)
+
+    def _content_bound(self, n_calls: int) -> int:
+        """What one result's content may be when the world sends it: twice the history's
+        observation cut (the loop cuts it there, the benchmark's way, and counts it),
+        and never so much that the step's reply could pass `max_reply_bytes` (a
+        character is at most 6 bytes as JSON)."""
+        cut = conventions_of(self._benchmark).with_observation_chars(
+            self._settings.max_observation_chars
+        )
+        budget = (self._settings.max_reply_bytes - 64 * 1024) // (6 * max(1, n_calls))
+        return max(1, min(2 * cut.observation_cut.max_chars, budget))
 
     def _call(self, op: str, args: dict[str, Any] | None = None) -> Any:
         timeout = self._settings.call_timeout_s
@@ -303,13 +334,26 @@ class IsolatedEnvironment:
         calls = list(action.calls)
         results: list[ToolResult] = []
         if calls:
-            raw = self._call("step", {"calls": [_wire_call(c) for c in calls]})
+            args = {
+                "calls": [_wire_call(c) for c in calls],
+                "max_content_chars": self._content_bound(len(calls)),
+            }
+            raw = self._call("step", args)
             if not isinstance(raw, list) or len(raw) != len(calls):
                 raise self._malformed(f"step answered {_count(raw)} for {len(calls)} calls")
             if not all(_is_result(item) for item in raw):
                 raise self._malformed(f"step answered {str(raw)[:200]}, not [{{content, error}}]")
+            # A call that failed inside the world (`"failed": true`, protocol 2) is an
+            # observation like any error the world reports: the model's doing.
             results = [
-                ToolResult(call.source, item["content"], item.get("error"), call.name, call.call_id)
+                ToolResult(
+                    call.source,
+                    clean_text(item["content"])[0],  # escapes of what UTF-8 cannot hold
+                    clean_text(item["error"])[0] if item.get("error") is not None else None,
+                    call.name,
+                    call.call_id,
+                    cut_from=item["cut"] if type(item.get("cut")) is int else None,
+                )
                 for call, item in zip(calls, raw, strict=True)
             ]
             # A world that ends tasks itself marks the result after which it is over.

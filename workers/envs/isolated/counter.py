@@ -21,7 +21,7 @@ WORLDS = Path(__file__).resolve().parent / "worlds"
 class CounterOptions(IsolatedOptions):
     """`benchmark.options` of `isolated_counter`."""
 
-    offset: int = Field(0, description="Added to every task's starting value.")
+    offset: int = Field(default=0, description="Added to every task's starting value.")
 
 
 class IsolatedCounter(IsolatedBenchmark):

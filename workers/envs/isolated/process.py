@@ -4,12 +4,13 @@ A `WorkerProcess` is the benchmark's interpreter running `server.py` for one wor
 module, in its own process group (so a kill reaches whatever it started). Every reply
 is data from another program: it is read with a deadline, its size is bounded before it
 is read, and its encoding and shape are checked; anything else (a crash, a hang past
-the call's timeout, a malformed or oversized frame, an exception in the world) ends
-the worker and raises an `IsolatedWorkerError`, which is an `InfraError`: the episode
-runner retries the episode with a fresh environment and never scores it against the
-student. A worker serves one episode and is never reused (strict isolation); the
-`WorkerPool` only starts the next one early so its interpreter boots while the
-previous episode plays.
+the call's timeout, a malformed or oversized frame, an exception of the world itself)
+ends the worker and raises an `IsolatedWorkerError`, which is an `InfraError`: the
+episode runner retries the episode with a fresh environment and never scores it against
+the student. (A call that failed inside the world, the world's `CallFailed`, is no
+error here: the server answers it as the call's observation, see `server.py`.) A worker
+serves one episode and is never reused (strict isolation); the `WorkerPool` only starts
+the next one early so its interpreter boots while the previous episode plays.
 
 Nothing outlives the driver: workers are killed (their process group) on close, on
 any error and at interpreter exit, and a worker whose driver dies exits by itself
@@ -21,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -32,7 +34,7 @@ import weakref
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from distillery.workers.envs.isolated import server
 from distillery.workers.llm.types import InfraError
@@ -255,14 +257,17 @@ class WorkerProcess:
         return b"".join(chunks)
 
     def _wait(self, fd: int, direction: str, deadline: float, what: str) -> None:
+        """Until `fd` is ready for `direction` or `deadline` passes (then the worker is
+        killed). `poll`, not `select`: select cannot watch a descriptor numbered 1024 or
+        more (FD_SETSIZE), and a busy Ray worker, whose descriptor limit Ray raises,
+        gets there; the deadline must hold at any number."""
         left = deadline - time.monotonic()
         if left > 0:
-            readers, writers = ([fd], []) if direction == "read" else ([], [fd])
-            try:
-                ready = select.select(readers, writers, [], left)
-            except (OSError, ValueError):
-                return  # a closed pipe: the read or write that follows reports the crash
-            if ready[0] or ready[1]:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN if direction == "read" else select.POLLOUT)
+            # Hang-up and error events are always reported: the read or write that
+            # follows then says the worker is gone.
+            if poller.poll(max(1, math.ceil(left * 1000))):
                 return
         self._fail(WorkerTimeout(f"worker {self.pid} gave no answer: {what}"))
 
@@ -274,7 +279,7 @@ class WorkerProcess:
         if self._closed:
             raise WorkerCrashed(f"worker {self.pid} is closed")
 
-    def _fail(self, error: IsolatedWorkerError) -> None:
+    def _fail(self, error: IsolatedWorkerError) -> NoReturn:
         """Kill the worker (its state can no longer be trusted) and raise `error`."""
         self._broken = error
         self.kill()

@@ -26,7 +26,26 @@ The world module defines, all with plain JSON values:
   ``"task_done": true`` (a world that ends tasks itself, e.g. AppWorld after
   ``complete_task``); a world with its own simulated user also defines
   ``next_user_message(reply) -> str | None`` (the user's answer to the agent's closing
-  reply, None when it ends the conversation).
+  reply, None when it ends the conversation);
+- optionally ``CallFailed``, an exception class: raised by ``step``, it says that a call
+  failed inside the world because of what the model asked (an arithmetic result past
+  the world's limits, model-written code that broke the interpreter's own harness),
+  while the world itself is fine. Its ``results`` attribute (optional) holds the
+  results of the step's calls that ran before the failing one; a true ``ends_task``
+  attribute says the benchmark's own runner ends the task there (ToolSandbox's scores
+  a scenario whose play raised as a failure): every result then carries ``task_done``
+  and the world's ``evaluate`` scores it as its runner does.
+
+Who failed decides what an exception means (protocol 2). A call that failed inside the
+world is an observation: the server answers the step with the calls that ran, the
+failing call's error (``"failed": true``) and "not run" for the calls after it, and the
+episode goes on (the benchmark's own scoring then judges the model). Any other exception
+is the world itself failing: the error reply below, an infrastructure error for the
+driver (retried, never scored). What the model's actions make a world return is bounded
+here too: a result's content is cut to the step request's ``max_content_chars`` (a
+marker says how much was cut, ``"cut"`` holds its length), and text that UTF-8 cannot
+encode (lone surrogates a program printed) travels as JSON escapes, so no output a model
+provokes can turn a step into a frame the driver must refuse.
 
 A library that prints would corrupt the protocol, so file descriptor 1 is moved to a
 private descriptor first and fd 1 then points at stderr (the driver's log file).
@@ -44,7 +63,7 @@ import threading
 import time
 import traceback
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 HEADER = struct.Struct(">I")
 # Requests are the driver's own and small; a bigger one is a driver bug, refused.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -52,9 +71,18 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 PROTOCOL_FD = -1
 
 
+# What answers the calls of a step after the one that failed inside the world.
+NOT_RUN = "Error: not run: an earlier call of this step failed inside the world."
+
+
 def encode(message: object) -> bytes:
-    """One frame: length header + compact UTF-8 JSON."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """One frame: length header + compact UTF-8 JSON (ASCII escapes where UTF-8 cannot
+    encode the text: lone surrogates)."""
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        body = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return HEADER.pack(len(body)) + body
 
 
@@ -99,10 +127,47 @@ def _orphan_watchdog(parent: int) -> None:
             os._exit(3)
 
 
+def _failed_step(calls: list, exc: BaseException) -> list:
+    """The step's results when one of its calls failed inside the world (`exc`)."""
+    ran = getattr(exc, "results", None)
+    ran = list(ran)[: max(0, len(calls) - 1)] if isinstance(ran, (list, tuple)) else []
+    message = f"{type(exc).__name__}: {exc}"[:4000]
+    failed = {"content": f"Error: {message}", "error": message, "failed": True}
+    rest = [{"content": NOT_RUN, "error": NOT_RUN, "failed": True}] * (len(calls) - len(ran) - 1)
+    results = [*ran, failed, *rest]
+    if getattr(exc, "ends_task", False) is True:
+        results = [
+            {**item, "task_done": True} if isinstance(item, dict) else item for item in results
+        ]
+    return results
+
+
+def _bounded(results: object, max_chars: object) -> object:
+    """Each result's content cut to `max_chars` (the driver's bound), marked."""
+    if not isinstance(max_chars, int) or not isinstance(results, list):
+        return results
+    out = []
+    for item in results:
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, str) and len(content) > max_chars:
+            cut = len(content) - max_chars
+            item = {
+                **item,
+                "content": f"{content[:max_chars]}\n[... {cut} characters cut]",
+                "cut": len(content),
+            }
+        out.append(item)
+    return out
+
+
 class _Server:
     def __init__(self, module: object) -> None:
         self.module = module
         self.world: object | None = None
+        # The world's "this call failed" exception (none: every exception is the world's).
+        declared = getattr(module, "CallFailed", None)
+        is_error = isinstance(declared, type) and issubclass(declared, BaseException)
+        self.call_failed: type[BaseException] | tuple = declared if is_error else ()
 
     def handle(self, op: str, args: dict) -> object:
         if op == "ping":
@@ -121,7 +186,12 @@ class _Server:
         if world is None:
             raise RuntimeError(f"{op!r} before reset")
         if op == "step":
-            return world.step(args["calls"])
+            calls = args["calls"]
+            try:
+                results = world.step(calls)
+            except self.call_failed as exc:
+                results = _failed_step(calls, exc)
+            return _bounded(results, args.get("max_content_chars"))
         if op == "end_turn":
             for _ in range(int(args.get("count", 1))):
                 world.end_turn()

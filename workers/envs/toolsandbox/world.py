@@ -81,6 +81,19 @@ PROMPT_FORMAT = (
 Wanted = Callable[[str, str], bool]  # (base scenario name, scenario name) -> build it?
 
 
+class CallFailed(Exception):
+    """Protocol 2 (`isolated/server.py`): ToolSandbox raised while executing the agent's
+    calls. Its own runner (`cli/utils.py`, `run_scenario`) scores a scenario whose play
+    raised as a failure (similarity 0) and plays no further: the task ends there
+    (`ends_task`) and `World.evaluate` scores it so. Never an infrastructure error."""
+
+    ends_task = True
+
+    def __init__(self, message: str, results: list) -> None:
+        super().__init__(message)
+        self.results = results
+
+
 def _digest(function) -> str:
     return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
 
@@ -241,6 +254,12 @@ def _task(name: str, scenario, excluded: int) -> dict:
         m.content for m in messages if m.sender == RoleType.USER and m.recipient == RoleType.AGENT
     ]
     docs = [tool["function"] for tool in tools]
+    # The simulated user's own instruction (its last system message; the earlier ones
+    # are few-shot examples), which the agent never sees: metadata for an option of a
+    # memory method that retrieves by it, as the AMD authors' ToolSandbox student did.
+    briefs = [
+        m.content for m in messages if m.sender == RoleType.SYSTEM and m.recipient == RoleType.USER
+    ]
     return {
         "task_id": name,
         "turns": opening[-1:],
@@ -251,6 +270,7 @@ def _task(name: str, scenario, excluded: int) -> dict:
             "categories": [str(c) for c in scenario.categories],
             "max_messages": scenario.max_messages,
             "excluded_network_scenarios": excluded,
+            "user_instruction": _user_instruction(briefs[-1]) if briefs else None,
         },
         "system_prompts": {
             "native": system,
@@ -258,6 +278,15 @@ def _task(name: str, scenario, excluded: int) -> dict:
         },
         "oracle": [],
     }
+
+
+def _user_instruction(brief: str) -> str:
+    """The scenario's part of the user's system message (after ToolSandbox's shared
+    USER_INSTRUCTION), as the AMD authors' `extract_task_instruction` reads it."""
+    from tool_sandbox.scenarios.user_simulator_few_shot_examples import USER_INSTRUCTION
+
+    content, shared = brief.strip(), USER_INSTRUCTION.strip()
+    return content[content.index(shared) + len(shared) :].strip() if shared in content else content
 
 
 def versions() -> dict:
@@ -363,6 +392,7 @@ class World:
         self.start_index = self.context.max_sandbox_message_index
         self.agent = _agent_role()
         self.calls = 0
+        self.raised: str | None = None  # what ToolSandbox raised executing the calls
 
     def _last(self) -> tuple[bool, object]:
         """(whether ToolSandbox's play loop goes on, the last message's recipient): the
@@ -421,7 +451,11 @@ class World:
             self.agent.add_messages(messages)
             going, _ = self._last()
             if going:
-                ExecutionEnvironment().respond()
+                try:
+                    ExecutionEnvironment().respond()
+                except Exception as exc:  # scored 0 by ToolSandbox's runner (CallFailed)
+                    self.raised = f"{type(exc).__name__}: {exc}"[:2000]
+                    raise CallFailed(f"ToolSandbox raised: {self.raised}", []) from exc
             replies = {
                 m.openai_tool_call_id: m
                 for m in self.agent.get_messages()
@@ -481,6 +515,17 @@ class World:
 
     def evaluate(self) -> dict:
         from tool_sandbox.common.execution_context import get_current_context
+
+        if self.raised is not None:  # as ToolSandbox's runner scores a scenario that raised
+            details = {"similarity": 0.0, "milestone_similarity": 0.0}
+            details.update(minefield_similarity=0.0, turn_count=self.scenario.max_messages)
+            message = f"ToolSandbox raised: {self.raised}"
+            return {
+                "success": False,
+                "error_type": "toolsandbox:exception",
+                "error_message": message,
+                "details": details,
+            }
 
         # The context as the episode left it, as ToolSandbox's runner evaluates it.
         result = self.scenario.evaluation.evaluate(

@@ -96,7 +96,7 @@ def bank_id_for(
         "code": builder_code_version(),
     }
     profile = profile_of(e.benchmark for e in episodes if e.success is True)
-    if profile != BFCL:  # BFCL's ids stay as they were
+    if profile != BFCL and profile.builds_differently:  # BFCL's ids stay as they were
         payload["profile"] = f"{profile.name}:{profile.version()}"
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -137,7 +137,7 @@ async def build_bank(
     docs, classes = docs_and_classes(tasks)
     turns = {t.task_id: list(t.turns) for t in tasks}
     stats = BuildStats()
-    common = dict(
+    common: dict[str, Any] = dict(
         docs_by_function=docs,
         class_of_function=classes,
         split=split,

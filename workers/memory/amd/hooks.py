@@ -46,8 +46,10 @@ MEMORY_HEADER = (
 
 
 class Hit(Protocol):
-    entry: Any
-    score: float
+    @property
+    def entry(self) -> Any: ...
+    @property
+    def score(self) -> float: ...
 
 
 class MemoryLookup(Protocol):
@@ -83,6 +85,7 @@ class RetrievalLog:
     llm_calls: int = 0
     # A non-BFCL profile and the settings it read (BFCL's logs stay as they were).
     profile: dict[str, Any] | None = None
+    query: str | None = None  # set when RetrievalConfig.query is not the user's turn
 
     def as_dict(self) -> dict[str, Any]:
         out = {
@@ -94,6 +97,8 @@ class RetrievalLog:
         }
         if self.profile is not None:
             out["profile"] = self.profile
+        if self.query is not None:
+            out["query"] = self.query
         return out
 
 
@@ -109,6 +114,7 @@ class AmdHooks:
         ask_model: AskModel | None = None,
         user_turns: list[str] | None = None,
         profile: BenchmarkProfile = BFCL,
+        hidden_query: str | None = None,
     ) -> None:
         self.task_id = task_id
         self.profile = profile
@@ -117,6 +123,8 @@ class AmdHooks:
         self.allows = allows
         self.ask_model = ask_model
         self.user_turns = user_turns or []
+        # The benchmark's simulated user's own instruction (config.query's option).
+        self.hidden_query = hidden_query
         self.log = RetrievalLog()
         if profile != BFCL:
             self.log.profile = {"name": profile.name, "settings": config.read_settings()}
@@ -133,6 +141,7 @@ class AmdHooks:
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
         cfg = self.config
+        user_text = self._query(turn_index, user_text)
         if turn_index == 0 and "wf" in cfg.types:
             hits = await self.lookup.workflow(
                 user_text, self.task_id, cfg.k("wf"), cfg.threshold("wf")
@@ -152,6 +161,17 @@ class AmdHooks:
                 self._subtask_block = self._render_subtasks(self._audit("st", turn_index, hits))
         block = self._memory_block()
         return f"{block}\n\n{system_prompt}" if block else system_prompt
+
+    def _query(self, turn_index: int, user_text: str) -> str:
+        """What the proactive retrieval is asked with (`RetrievalConfig.query`): the
+        user's turn, or the simulated user's hidden instruction for the first turn
+        where the option asks for it and the benchmark has one (else the turn, logged)."""
+        if turn_index != 0 or self.config.query != "hidden_user_instruction":
+            return user_text
+        self.log.query = (
+            "hidden_user_instruction" if self.hidden_query else "user_turn (none hidden)"
+        )
+        return self.hidden_query or user_text
 
     def _memory_block(self) -> str:
         parts = [p for p in (self._workflow_block, self._subtask_block) if p]

@@ -251,7 +251,8 @@ def _param_names(doc: Mapping[str, Any] | None) -> list[str]:
 
 def _enum(prop: Mapping[str, Any]) -> list[Any] | None:
     """The declared enum of a parameter (or of its array items), if any."""
-    for source in (prop, prop.get("items") if isinstance(prop.get("items"), Mapping) else {}):
+    items = prop.get("items")
+    for source in (prop, items if isinstance(items, Mapping) else {}):
         if isinstance(source.get("enum"), list):
             return source["enum"]
     description = str(prop.get("description", ""))

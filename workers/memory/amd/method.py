@@ -16,10 +16,11 @@ from distillery.workers.memory.amd.records import COLLECTIONS, MEMORY_TYPES, STO
 from distillery.workers.memory.amd.settings import RetrievalConfig
 from distillery.workers.memory.config import BuilderConfig, MemoryConfig
 from distillery.workers.memory.entries import CollectionSpec
-from distillery.workers.memory.method import BankSourceKind
+from distillery.workers.memory.method import BankPlanner, BaseMemoryMethod
 
 if TYPE_CHECKING:
-    from distillery.workers.agents.loop import EpisodeHooks
+    from distillery.orchestrator.stages import StageKey
+    from distillery.workers.agents.loop import MemoryHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank
     from distillery.workers.trajectories import EpisodeRecord
@@ -31,11 +32,10 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-class AmdMethod:
+class AmdMethod(BaseMemoryMethod):
     """Workflow, Subtask and Function memory from the teacher's trajectories."""
 
     kind: ClassVar[str] = "amd"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[RetrievalConfig]] = RetrievalConfig
@@ -43,6 +43,13 @@ class AmdMethod:
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
     store_prefix: ClassVar[str] = STORE_PREFIX
+    # Where its rendering starts a block (hooks.py): inert in built text (memory/bounds.py).
+    memory_delimiters: ClassVar[tuple[str, ...]] = (
+        r"\[Workflow\]",
+        r"\[Subtask\]",
+        r"\[Function memory\]",
+        r"\[memory truncated\]",
+    )
 
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
@@ -64,7 +71,9 @@ class AmdMethod:
         from distillery.workers.memory.amd.settings import BFCL_NAME, profile_for
 
         profile = profile_for(benchmark)
-        return None if profile.name == BFCL_NAME else f"{profile.name}:{profile.version()}"
+        if profile.name == BFCL_NAME or not profile.builds_differently:
+            return None
+        return f"{profile.name}:{profile.version()}"
 
     def read_identity(self, settings: RetrievalConfig) -> dict[str, Any]:
         return settings.read_settings()
@@ -132,7 +141,7 @@ class AmdMethod:
         settings: RetrievalConfig,
         allows: Callable[[Any], bool],
         ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
-    ) -> EpisodeHooks:
+    ) -> MemoryHooks:
         from distillery.workers.memory.amd.hooks import AmdHooks
         from distillery.workers.memory.amd.lookup import SearchLookup
         from distillery.workers.memory.amd.settings import profile_for
@@ -140,14 +149,18 @@ class AmdMethod:
         # The task's benchmark picks the profile; its values replace the settings
         # still at BFCL's defaults (AppWorld: Workflow cosine >= 0.30, figure 15).
         profile = profile_for(task.benchmark)
+        # SearchLookup's hits are `isolation.Hit`s, which the hooks' `Hit` protocol reads
+        # (lists are invariant, so the checker cannot see it through `list[Hit]`).
+        lookup: Any = SearchLookup(search)
         return AmdHooks(
             task.task_id,
-            SearchLookup(search),
+            lookup,
             profile.apply(settings),
             allows=allows,
             ask_model=ask_model,
             user_turns=list(task.turns),
             profile=profile,
+            hidden_query=task.metadata.get("user_instruction"),
         )
 
     def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
@@ -175,6 +188,8 @@ class AmdMethod:
         out = {"memory_types": "+".join(settings.types)}
         if getattr(settings, "profile", None):  # AMD as on a benchmark of its own
             out["amd_profile"] = settings.profile  # type: ignore[attr-defined]
+        if settings.query != "user_turn":  # retrieval by what the agent is not given
+            out["amd_query"] = settings.query
         if settings.thresholds_set_for != embedder:  # cosine scales differ between embedders
             out["thresholds_embedder"] = (
                 f"set for {settings.thresholds_set_for}, run with {embedder}"
@@ -211,4 +226,6 @@ class AmdStudentMemory(AmdMethod):
     """AMD built from the student's own successful zero-shot runs."""
 
     kind: ClassVar[str] = "student_memory"
-    bank_source: ClassVar[BankSourceKind] = "student"
+
+    def bank_stage(self, planner: BankPlanner) -> StageKey | None:
+        return planner.build(planner.student_runs())

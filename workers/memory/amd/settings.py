@@ -14,6 +14,14 @@ from distillery.workers.memory.amd import appworld_prompts
 from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType, Representation
 
 SubtaskQuery = Literal["decompose", "per_turn"]
+# What the proactive retrieval (Workflow, and the decomposition that queries Subtask
+# memory) is asked with: the task's user turn, what the agent is given; or, where the
+# benchmark's simulated user has an instruction of its own (ToolSandbox), that hidden
+# instruction, as the AMD authors' ToolSandbox student retrieved
+# (toolsandbox/common/roles/memory_augmented_agent.py reads the SYSTEM->USER message).
+# Off by default: the agent never sees that instruction, so retrieving by it hands the
+# student the user's private goal, which no deployed agent has.
+RetrievalQuery = Literal["user_turn", "hidden_user_instruction"]
 
 
 class RetrievalConfig(BaseModel):
@@ -23,12 +31,12 @@ class RetrievalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     types: tuple[MemoryType, ...] = MEMORY_TYPES
-    k_wf: int = Field(1, ge=1, le=20)
-    k_st: int = Field(1, ge=1, le=20)
-    k_fn: int = Field(1, ge=1, le=20)
-    threshold_wf: float | None = Field(None, ge=-1, le=1)
-    threshold_st: float | None = Field(0.45, ge=-1, le=1)
-    threshold_fn: float | None = Field(None, ge=-1, le=1)
+    k_wf: int = Field(default=1, ge=1, le=20)
+    k_st: int = Field(default=1, ge=1, le=20)
+    k_fn: int = Field(default=1, ge=1, le=20)
+    threshold_wf: float | None = Field(default=None, ge=-1, le=1)
+    threshold_st: float | None = Field(default=0.45, ge=-1, le=1)
+    threshold_fn: float | None = Field(default=None, ge=-1, le=1)
     representation_wf: Representation = "text"
     representation_st: Representation = "code"
     representation_fn: Representation = "code"
@@ -39,8 +47,9 @@ class RetrievalConfig(BaseModel):
     # decompose: the student splits the first instruction into <= max_subtasks labels
     # (paper Algorithm 1); per_turn: each user turn is the query (authors' BFCL code).
     subtask_query: SubtaskQuery = "per_turn"
-    max_subtasks: int = Field(6, ge=1, le=12)
-    block_max_chars: int = Field(6000, ge=200, description="Cap of the WF+ST block.")
+    max_subtasks: int = Field(default=6, ge=1, le=12)
+    block_max_chars: int = Field(default=6000, ge=200, description="Cap of the WF+ST block.")
+    query: RetrievalQuery = "user_turn"
 
     @model_validator(mode="after")
     def _types_known(self) -> RetrievalConfig:
@@ -61,7 +70,7 @@ class RetrievalConfig(BaseModel):
         decomposes); the block cap only when a WF or ST block is injected. A stage's
         identity holds these and nothing else, so a sweep over `k_st` does not re-run
         a Workflow-only method."""
-        types = [t for t in MEMORY_TYPES if t in self.types]  # order is not read
+        types: list[MemoryType] = [t for t in MEMORY_TYPES if t in self.types]  # order unread
         out: dict[str, Any] = {"types": types}
         for t in types:
             out[f"k_{t}"] = self.k(t)
@@ -73,6 +82,8 @@ class RetrievalConfig(BaseModel):
                 out["max_subtasks"] = self.max_subtasks
         if "wf" in self.types or "st" in self.types:
             out["block_max_chars"] = self.block_max_chars
+            if self.query != "user_turn":  # off by default: existing keys unchanged
+                out["query"] = self.query
         return out
 
     def threshold(self, memory_type: MemoryType) -> float | None:
@@ -122,6 +133,12 @@ class BenchmarkProfile(BaseModel):
         base = config.model_dump(exclude={"profile"})
         return ProfiledRetrievalConfig.model_validate({**base, **changed, "profile": self.name})
 
+    @property
+    def builds_differently(self) -> bool:
+        """Whether a build on this benchmark differs from BFCL's (code actions, or
+        prompts of its own); its read values alone do not make it."""
+        return self.name != BFCL_NAME and (self.actions != "calls" or self.name in PROFILE_PROMPTS)
+
     def version(self) -> str:
         """This profile's values and the prompts its builders and students are given
         (AppWorld's: the paper's figures 13-15), as a short digest."""
@@ -158,7 +175,15 @@ APPWORLD = BenchmarkProfile(
     # AppWorld prompt the paper gives, instead of BFCL's per-turn queries.
     retrieval={"threshold_wf": 0.30, "subtask_query": "decompose"},
 )
-PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD}
+TOOLSANDBOX = BenchmarkProfile(
+    name="toolsandbox",
+    # The authors' ToolSandbox student (toolsandbox/common/memory/injection.py
+    # `build_static_memory_prompt`, store.py): Workflow top-1 at cosine >= 0.5, the task
+    # decomposed into at most 6 labels for Subtask memory, and 2 Function examples per
+    # failing tool (`max_examples=2`). Subtask cosine >= 0.45 is BFCL's default too.
+    retrieval={"threshold_wf": 0.5, "subtask_query": "decompose", "k_fn": 2},
+)
+PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD, "toolsandbox": TOOLSANDBOX}
 # The prompt texts of each profile (module constants), part of its identity.
 PROFILE_PROMPTS = {"appworld": appworld_prompts}
 

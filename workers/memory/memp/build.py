@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.building import (
@@ -283,11 +283,12 @@ def validate_answer(text: str) -> tuple[tuple[str, tuple[str, ...]] | None, list
     problems += keyword_problems
     if problems:
         return None, problems
-    return (script, keywords), []
+    return (cast(str, script), keywords), []
 
 
-def builder_prompt(query: str, trajectory: str) -> str:
-    return prompts.SCRIPT_PROMPT.format(
+def builder_prompt(query: str, trajectory: str, failed: bool = False) -> str:
+    template = prompts.FAILURE_SCRIPT_PROMPT if failed else prompts.SCRIPT_PROMPT
+    return template.format(
         query=query,
         trajectory=trajectory,
         min_steps=MIN_STEPS,
@@ -304,15 +305,17 @@ async def build_procedures(
     split: str,
     concurrency: int,
     chat_kwargs: dict[str, Any] | None = None,
+    failures: bool = False,
 ) -> tuple[list[Procedure], BuildStats]:
-    """One procedure per successful episode with calls, in episode order."""
+    """One procedure per successful episode with calls, in episode order; with
+    `failures` (the AMD authors' ports), per failed one too, labelled."""
     by_id = {t.task_id: t for t in tasks}
     stats = BuildStats()
     client = LLMClient(llm, KIND, stats, chat_kwargs, retry_prompt=prompts.RETRY_PROMPT)
     chosen = []
     for episode in episodes:
         task = by_id.get(episode.task_id)
-        if episode.success is not True:
+        if not (episode.success is True or (failures and episode.success is False)):
             stats.skipped[f"{KIND}:unsuccessful"] += 1
         elif task is None or not task.turns:
             stats.skipped[f"{KIND}:no_task"] += 1
@@ -324,7 +327,8 @@ async def build_procedures(
     async def one(item: tuple[Any, str]) -> Procedure:
         episode, query = item
         trajectory = render_trajectory(episode)
-        answer = await client.ask(builder_prompt(query, trajectory), validate_answer)
+        failed = episode.success is not True
+        answer = await client.ask(builder_prompt(query, trajectory, failed), validate_answer)
         if answer is None:
             client.count_fallback()
             script, keywords, fallback = fallback_script(episode), keywords_of(query), True
@@ -340,12 +344,18 @@ async def build_procedures(
             trajectory=trajectory,
             keywords=keywords,
             fallback=fallback,
+            outcome="failure" if failed else "success",
         )
 
     return await gather_ordered(chosen, one, concurrency), stats
 
 
-def memp_bank(procedures: Sequence[Procedure], stats: BuildStats, episodes: int) -> BuiltBank:
+def memp_bank(
+    procedures: Sequence[Procedure],
+    stats: BuildStats,
+    episodes: int,
+    store_prefix: str = STORE_PREFIX,
+) -> BuiltBank:
     """Both collections of the same procedures (query key, query + keywords key)."""
     keyed = [KeywordProcedure(**p.__dict__) for p in procedures]
     counts = {
@@ -354,8 +364,10 @@ def memp_bank(procedures: Sequence[Procedure], stats: BuildStats, episodes: int)
         "procedures": len(procedures),
         "fallback_procedures": sum(p.fallback for p in procedures),
     }
+    if any(p.outcome != "success" for p in procedures):
+        counts["failure_procedures"] = sum(p.outcome != "success" for p in procedures)
     return BuiltBank(
-        STORE_PREFIX,
+        store_prefix,
         COLLECTIONS,
         {QUERY_COLLECTION: list(procedures), KEYWORD_COLLECTION: keyed},
         counts,

@@ -28,13 +28,16 @@ from distillery.workers.memory.memp.settings import MempSettings
 AskModel = Callable[[list[dict[str, Any]]], Awaitable[Any]]
 
 
-def render_block(entries: list[Any], content: str) -> str:
-    """The retrieved procedures as the student reads them (empty: nothing retrieved)."""
+def render_block(entries: list[Any], content: str, show_outcome: bool = False) -> str:
+    """The retrieved procedures as the student reads them (empty: nothing retrieved);
+    `show_outcome`: each labelled with its trajectory's verdict (the ports' student)."""
     if not entries:
         return ""
     parts = [prompts.MEMORY_HEADER]
     for entry in entries:
         lines = [f"{prompts.REQUEST_LABEL} {entry.query}"]
+        if show_outcome:
+            lines.append(f"{prompts.OUTCOME_LABEL} {entry.outcome.upper()}")
         if content in ("script", "both"):
             lines += [prompts.SCRIPT_LABEL, entry.script]
         if content in ("trajectory", "both"):
@@ -66,6 +69,7 @@ class MempHooks:
     settings: MempSettings
     allows: Callable[[MemorySource], bool]
     ask_model: AskModel | None = None
+    show_outcome: bool = False  # the AMD authors' ports label each procedure's verdict
     log: dict[str, Any] = field(
         default_factory=lambda: {
             "retrieve": None,
@@ -132,7 +136,9 @@ class MempHooks:
                 self.log["isolation_violations"] += 1
         self.log["retrieved"] = [h.entry.memory_id for h in kept]
         self.log["scores"] = [round(h.score, 6) for h in kept]
-        self._block = render_block([h.entry for h in kept], s.content)
+        self._block = render_block([h.entry for h in kept], s.content, self.show_outcome)
+        if self.show_outcome:
+            self.log["injected_failures"] = sum(h.entry.outcome != "success" for h in kept)
         self.log["injected"] = len(kept)
         self.log["injected_chars"] = len(self._block)
 

@@ -26,8 +26,13 @@ from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.memp import build, prompts
 from distillery.workers.memory.memp.hooks import MempHooks
 from distillery.workers.memory.memp.records import COLLECTIONS, STORE_PREFIX
-from distillery.workers.memory.memp.settings import THRESHOLD_EMBEDDER, MempSettings
-from distillery.workers.memory.method import BankSourceKind, own_settings
+from distillery.workers.memory.memp.settings import (
+    PORT_DIFFERENCES,
+    THRESHOLD_EMBEDDER,
+    MempPortSettings,
+    MempSettings,
+)
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings
 
 _METRICS = (
     "isolation_checked",
@@ -38,9 +43,8 @@ _METRICS = (
 )
 
 
-class MempMethod:
+class MempMethod(BaseMemoryMethod):
     kind: ClassVar[str] = "memp"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[MempSettings]] = MempSettings
@@ -48,6 +52,13 @@ class MempMethod:
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
     store_prefix: ClassVar[str] = STORE_PREFIX
+    # Where its rendering starts a block (hooks.py): inert in built text (memory/bounds.py).
+    memory_delimiters: ClassVar[tuple[str, ...]] = (
+        r"\[Procedural memory\]",
+        r"Similar request:",
+        r"Procedure:",
+        r"Executed calls:",
+    )
 
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
@@ -111,7 +122,7 @@ class MempMethod:
         return MempHooks(task.task_id, search, settings, allows, ask_model)
 
     def metrics(self, records: Sequence[Any]) -> dict[str, float]:
-        out = dict.fromkeys(_METRICS, 0.0)
+        out: dict[str, float] = dict.fromkeys(_METRICS, 0.0)
         chars = 0.0
         for record in records:
             log = json.loads(record.extra_json or "{}")
@@ -150,3 +161,57 @@ class MempMethod:
         return {
             f"memp_{k}": "null" if v is None else str(v) for k, v in settings.model_dump().items()
         }
+
+
+class MempAmdPort(MempMethod):
+    """MemP as the AMD authors ported it (kind `memp_amd`; taeilkim2465/
+    agentic_memory_distillation, appworld/memp and toolsandbox/memp): the bank keeps the
+    teacher's failed trajectories too, each procedure labelled with its verdict, and
+    the student, shown the labels, reads by keywords, top-3, the script only (its
+    settings' defaults, `MempPortSettings`). Its own bank (`memp_amd_*` collections):
+    the original's builds and keys are untouched."""
+
+    kind: ClassVar[str] = "memp_amd"
+    settings_model: ClassVar[type[MempSettings]] = MempPortSettings
+    code_version: ClassVar[str] = "1"
+    store_prefix: ClassVar[str] = "memp_amd"
+
+    def settings(
+        self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
+    ) -> MempSettings:
+        return own_settings(MempPortSettings, overrides, types)
+
+    def read_identity(self, settings: MempSettings) -> dict[str, Any]:
+        out = super().read_identity(settings)
+        return {**out, "texts": [*out["texts"], *prompts.PORT_TEXTS]}
+
+    def build_identity(self, memory: Any) -> dict[str, Any]:
+        return {"entries": "script + keywords + trajectory per scored trajectory, labelled"}
+
+    def build_fingerprint(self) -> str:
+        text = json.dumps([super().build_fingerprint(), prompts.FAILURE_SCRIPT_PROMPT])
+        return f"memp-amd-{self.code_version}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+    async def build(
+        self, episodes: Sequence[Any], tasks: Sequence[Any], builder: Any, llm: Any, split: str
+    ) -> BuiltBank:
+        procedures, stats = await build.build_procedures(
+            episodes, tasks, llm, split, builder.concurrency, failures=True
+        )
+        return build.memp_bank(procedures, stats, len(episodes), self.store_prefix)
+
+    def hook_texts(self) -> tuple[str, ...]:
+        return (*prompts.TEXTS, *prompts.PORT_TEXTS)
+
+    def hooks(
+        self,
+        task: Any,
+        search: Any,
+        settings: MempSettings,
+        allows: Callable[[MemorySource], bool],
+        ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
+    ) -> MempHooks:
+        return MempHooks(task.task_id, search, settings, allows, ask_model, show_outcome=True)
+
+    def tags(self, settings: MempSettings, embedder: str) -> dict[str, str]:
+        return {**super().tags(settings, embedder), "differences": ",".join(PORT_DIFFERENCES)}

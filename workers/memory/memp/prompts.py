@@ -31,6 +31,34 @@ Write:
 Answer with one JSON object only: {{"script": "1. ...\\n2. ...", "keywords": ["..."]}}
 """
 
+# The AMD authors' ports build from failed teacher trajectories too, labelled
+# (appworld/memp/generate_memp_memories.py: "Outcome: SUCCESS|FAILURE" in
+# memp_proceduralize_prompt.txt, "If the outcome was FAILURE, note what went wrong";
+# toolsandbox build_memp_from_existing.py `build_from_failures=True`): the request for
+# a failed one (the `memp_amd` method only).
+FAILURE_SCRIPT_PROMPT = """\
+Below is a user request and the function calls an assistant made trying to fulfil it,
+with what each call returned. The attempt FAILED: the benchmark's checker rejected the
+result. Turn it into reusable procedural memory for future requests of the same kind.
+
+Request:
+{query}
+
+Executed calls:
+{trajectory}
+
+Write:
+- "script": a general procedure of {min_steps} to {max_steps} numbered steps ("1. ...",
+  "2. ...", one per line) that would fulfil such requests, saying which functions to
+  use, in which order, and what to check between them; say what went wrong in this
+  attempt and how to avoid it. Describe values generically (e.g. "the target folder"),
+  never with this request's concrete names, numbers or IDs.
+- "keywords": {min_keywords} to {max_keywords} short keywords of the request (entities,
+  actions, domain terms) that tell it apart from other requests.
+
+Answer with one JSON object only: {{"script": "1. ...\\n2. ...", "keywords": ["..."]}}
+"""
+
 RETRY_PROMPT = """\
 That answer cannot be used: {problems}
 Answer again with one JSON object with "script" and "keywords", following every rule
@@ -58,6 +86,10 @@ SCRIPT_LABEL = "Procedure:"
 TRAJECTORY_LABEL = "Executed calls:"
 REQUEST_LABEL = "Similar request:"
 
+# The ports' student sees each procedure's outcome (memp_student_agent.py
+# `build_memory_context`: "[Memory i | SUCCESS]"); the `memp_amd` method only.
+OUTCOME_LABEL = "Outcome:"
+
 TEXTS: tuple[str, ...] = (
     KEYWORD_PROMPT,
     MEMORY_HEADER,
@@ -65,3 +97,5 @@ TEXTS: tuple[str, ...] = (
     TRAJECTORY_LABEL,
     REQUEST_LABEL,
 )
+# What the `memp_amd` method shows besides TEXTS (its own evaluate stages' identity).
+PORT_TEXTS: tuple[str, ...] = (OUTCOME_LABEL,)

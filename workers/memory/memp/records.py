@@ -33,6 +33,9 @@ class Procedure:
     trajectory: str  # the executed calls with their (cut) observations, one per line
     keywords: tuple[str, ...]  # of the query: the keyword variant's entry key
     fallback: bool = False  # True when the deterministic script replaced the LLM's
+    # The trajectory's verdict: "success", or "failure" in the AMD authors' ports'
+    # banks (`memp_amd`), which keep failed teacher trajectories too, labelled.
+    outcome: str = "success"
 
     @property
     def key_text(self) -> str:

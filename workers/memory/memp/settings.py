@@ -33,9 +33,9 @@ class MempSettings(BaseModel):
     retrieve: Literal["query", "keywords"] = "query"
     # Entries read: `retrieve_num: 10` of `run_memp_offline.py` (also the Memory
     # default). The AMD authors' AppWorld student reads 3 (`retrieval_top_k: 3`).
-    k: int = Field(10, ge=1, le=20)
+    k: int = Field(default=10, ge=1, le=20)
     # Cosine floor: QUERY_THRESHOLD for "query", none for "keywords" (see above).
-    threshold: float | None = Field(None, ge=-1, le=1)
+    threshold: float | None = Field(default=None, ge=-1, le=1)
     # What an entry shows: "script" (the original code's `workflow` guidelines; the AMD
     # authors' student shows the script), "trajectory" (the executed calls), or "both"
     # (the paper's Proceduralization, script and trajectory together, its best build).
@@ -49,6 +49,46 @@ class MempSettings(BaseModel):
     @classmethod
     def _policy_threshold(cls, data: Any) -> Any:
         if isinstance(data, dict) and "threshold" not in data:
-            policy = data.get("retrieve", "query")
+            policy = data.get("retrieve", cls.model_fields["retrieve"].default)
             data = {**data, "threshold": QUERY_THRESHOLD if policy == "query" else None}
         return data
+
+
+class MempPortSettings(MempSettings):
+    """The AMD authors' ports' read settings (`memp_amd`): their AppWorld student
+    (appworld/memp/experiments/configs/MEMP_student_no_GT_qwen3_4b.jsonnet,
+    memp_student_react.py): AveFact keywords asked of the student's own model, top-3
+    (`retrieval_top_k: 3`), the script only, in the generator prompt's memory slot
+    (the system part here, the slot of the authors' prompt on AppWorld); their
+    ToolSandbox scripts (toolsandbox/memp/scripts/run_memp_student.sh): keywords,
+    `MEMP_TOP_K=3`."""
+
+    retrieve: Literal["query", "keywords"] = "keywords"
+    k: int = Field(3, ge=1, le=20)
+    content: Literal["script", "trajectory", "both"] = "script"
+    placement: Literal["user", "system"] = "system"
+
+
+# How the `memp_amd` method differs from the AMD authors' ports and from zjunlp/MemP,
+# whatever the settings (recorded with every run: the `differences` tag);
+# docs/fidelity/appworld.md explains each.
+PORT_DIFFERENCES = (
+    # One builder call writes the script and the keywords (the ports ask twice).
+    "script_and_keywords_in_one_builder_call",
+    # The ports' builder prompts are their own; these are written for this project.
+    "builder_prompts_ours",
+    # The ports keep the proceduralized trajectory's adjust step (memp_adjust_prompt);
+    # the bank is built once, frozen (no adjust, no online update).
+    "no_adjust_no_online_update",
+    # The ports' student adds loop hints after repeated failures (memp_student_react.py
+    # `_build_loop_hint`); the student here sees the benchmark's loop only.
+    "no_repeated_failure_hints",
+    # Nothing retrieved: nothing injected (the ports write a "no relevant past
+    # experience" line).
+    "empty_retrieval_injects_nothing",
+    # The ToolSandbox port asks gpt-5-mini for the keywords (--keyword_llm); here the
+    # student's own model, as on AppWorld.
+    "keywords_by_the_student_on_toolsandbox",
+    # The query is embedded by memory.embedder (the ports: text-embedding-3-small).
+    "embedder_configurable",
+)

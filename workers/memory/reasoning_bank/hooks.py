@@ -18,7 +18,7 @@ from typing import Any
 from distillery.workers.memory.audit import allowed_hits, audit_log
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.proactive import ProactiveOnly
-from distillery.workers.memory.reasoning_bank.prompts import memory_block
+from distillery.workers.memory.reasoning_bank.prompts import WITHDRAWN, memory_block
 from distillery.workers.memory.reasoning_bank.records import COLLECTION, MemoryItem
 from distillery.workers.memory.reasoning_bank.settings import ReasoningBankSettings
 
@@ -53,3 +53,14 @@ class ReasoningBankHooks(ProactiveOnly):
                 self.log["injected_failure_records"] += record.outcome == "failure"
             self._block = memory_block(items)
         return f"{system_prompt}\n\n{self._block}" if self._block else system_prompt
+
+    async def system_prompt_after_step(
+        self, turn_index: int, steps_done: int, system_prompt: str
+    ) -> str | None:
+        """The AMD authors' AppWorld port withdraws the items after the first step
+        (`remove_after_first_step`): the prompt from then on says no past experiences."""
+        if not (self.settings.remove_after_first_step and self._block and steps_done >= 1):
+            return None
+        self._block = ""
+        self.log["removed_after_step"] = steps_done
+        return f"{system_prompt}\n\n{WITHDRAWN}"

@@ -4,8 +4,9 @@ Ouyang et al., 2025 (arXiv 2509.25140; code: google-research/reasoning-bank), ad
 to teacher->student transfer as the AMD paper describes its baseline: the bank is
 built once from the teacher's collection (successful AND failed trajectories, judged
 by the benchmark's checker), and the frozen student reads it (no online update).
-Defaults are the original's (`settings.py`); the AMD authors' AppWorld setting is the
-catalog entry `reasoning_bank_amd_appworld` (top_k = 3).
+Defaults are the original's (`settings.py`); the AMD authors' ports are the catalog
+entries `reasoning_bank_amd_appworld` (top_k = 3, items withdrawn after the first step)
+and `reasoning_bank_amd_toolsandbox` (top_k = 3).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import Any, ClassVar
 from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
-from distillery.workers.memory.method import BankSourceKind, own_settings, summed_counters
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.reasoning_bank import build, prompts
 from distillery.workers.memory.reasoning_bank.hooks import ReasoningBankHooks
 from distillery.workers.memory.reasoning_bank.records import COLLECTIONS, STORE_PREFIX
-from distillery.workers.memory.reasoning_bank.settings import ReasoningBankSettings
+from distillery.workers.memory.reasoning_bank.settings import DIFFERENCES, ReasoningBankSettings
 
 _METRICS = (
     "isolation_checked",
@@ -35,9 +36,8 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-class ReasoningBank:
+class ReasoningBank(BaseMemoryMethod):
     kind: ClassVar[str] = "reasoning_bank"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[ReasoningBankSettings]] = ReasoningBankSettings
@@ -45,6 +45,11 @@ class ReasoningBank:
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
     store_prefix: ClassVar[str] = STORE_PREFIX
+    # Where its rendering starts an item (prompts.py): inert in built text (memory/bounds.py).
+    memory_delimiters: ClassVar[tuple[str, ...]] = (
+        r"#+ *Memory Item",
+        r"#+ *(?:Title|Description|Content)\b",
+    )
 
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
@@ -53,8 +58,14 @@ class ReasoningBank:
 
     def read_identity(self, settings: ReasoningBankSettings) -> dict[str, Any]:
         # What the student is shown enters its evaluate stage's key: the settings and
-        # the injected text (the builders' prompts are the bank's, upstream).
-        return {**settings.model_dump(mode="json"), "texts": [prompts.MEMORY_PREAMBLE]}
+        # the injected text (the builders' prompts are the bank's, upstream). A setting
+        # added later enters only when on, so existing keys stay.
+        out = settings.model_dump(mode="json", exclude={"remove_after_first_step"})
+        texts = [prompts.MEMORY_PREAMBLE]
+        if settings.remove_after_first_step:
+            out["remove_after_first_step"] = True
+            texts.append(prompts.WITHDRAWN)
+        return {**out, "texts": texts}
 
     def build_identity(self, memory: Any) -> dict[str, Any]:
         # Who writes is the build's builder model; no shared builder knob (concurrency,
@@ -97,7 +108,10 @@ class ReasoningBank:
         return summed_counters(records, _METRICS)
 
     def tags(self, settings: ReasoningBankSettings, embedder: str) -> dict[str, str]:
-        return {"rb_top_k": str(settings.top_k), "rb_threshold": _text(settings.threshold)}
+        return {
+            **self.descriptors(settings),
+            "differences": ",".join(DIFFERENCES),
+        }
 
     def report_columns(self, settings: ReasoningBankSettings) -> dict[str, Any]:
         # An integer: a sweep over top_k gets its success-vs-k panel.
@@ -107,4 +121,7 @@ class ReasoningBank:
         return f"rb k={settings.top_k}"
 
     def descriptors(self, settings: ReasoningBankSettings) -> dict[str, str]:
-        return {"rb_top_k": str(settings.top_k), "rb_threshold": _text(settings.threshold)}
+        out = {"rb_top_k": str(settings.top_k), "rb_threshold": _text(settings.threshold)}
+        if settings.remove_after_first_step:
+            out["rb_remove_after_first_step"] = "true"
+        return out

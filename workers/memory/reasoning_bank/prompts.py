@@ -70,6 +70,9 @@ MEMORY_PREAMBLE = (
 )
 
 TEXTS = (SUCCESS_PROMPT, FAILURE_PROMPT, RETRY_PROMPT, MEMORY_PREAMBLE)
+# What replaces the items once withdrawn (`remove_after_first_step`): the AMD authors'
+# AppWorld port's words (appworld/rb/experiments/code/ace/evaluation_react.py).
+WITHDRAWN = "(No past experiences)"
 
 
 def trajectory_prompt(query: str, trajectory: str) -> str:

@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.building import (
@@ -196,7 +196,8 @@ def parse_segments(
             )
         expected = last + 1
         if not problems:
-            segments.append(Segment(z, " ".join(d.split()), first, last))
+            # No problem: z is one of CATEGORIES and d a non-empty string (checked above).
+            segments.append(Segment(cast(str, z), " ".join(cast(str, d).split()), first, last))
     if not problems and expected != n_steps + 1:
         problems.append(
             Violation("coverage", f"the subtasks end at step {expected - 1}, not {n_steps}")
@@ -204,7 +205,7 @@ def parse_segments(
     return (segments, []) if not problems else (None, problems)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.digest import episode_digest
 from distillery.workers.memory.entries import CollectionSpec
-from distillery.workers.memory.method import BankSourceKind, own_settings
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings
 from distillery.workers.memory.sasm import prompts
 from distillery.workers.memory.sasm.records import CATEGORIES, COLLECTIONS, STORE_PREFIX
 
@@ -74,12 +74,12 @@ class SasmSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    k: int = Field(1, ge=1, le=10)
-    threshold: float | None = Field(None, ge=-1, le=1)
+    k: int = Field(default=1, ge=1, le=10)
+    threshold: float | None = Field(default=None, ge=-1, le=1)
     one_per_category: bool = True
-    max_subtasks: int = Field(7, ge=1, le=12)
+    max_subtasks: int = Field(default=7, ge=1, le=12)
     every_turn: bool = True
-    block_max_chars: int | None = Field(None, ge=200)
+    block_max_chars: int | None = Field(default=None, ge=200)
 
 
 def _text(value: Any) -> str:
@@ -88,18 +88,22 @@ def _text(value: Any) -> str:
     )
 
 
-class SasmMethod:
+class SasmMethod(BaseMemoryMethod):
     """Subtask-level memory of one uniform type, retrieved per subtask within its
     category (Shen et al., 2026)."""
 
     kind: ClassVar[str] = "sasm"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[SasmSettings]] = SasmSettings
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
     store_prefix: ClassVar[str] = STORE_PREFIX
+    # Where its rendering starts a block (prompts.py): inert in built text (memory/bounds.py).
+    memory_delimiters: ClassVar[tuple[str, ...]] = (
+        r"\[Subtask experience\]",
+        r"\[\w+ subtask\]",
+    )
 
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None

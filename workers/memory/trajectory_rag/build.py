@@ -68,7 +68,7 @@ def build_trajectories(
     for episode in episodes:
         task = by_id.get(episode.task_id)
         reason = _skip_reason(episode, task)
-        if reason:
+        if reason or task is None:  # no task: a reason is given
             stats.skipped[f"{KIND}:{reason}"] += 1
             continue
         stats.deterministic[KIND] += 1

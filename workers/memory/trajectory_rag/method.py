@@ -16,16 +16,15 @@ from typing import Any, ClassVar
 from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
-from distillery.workers.memory.method import BankSourceKind, own_settings, summed_counters
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.trajectory_rag import build, prompts
 from distillery.workers.memory.trajectory_rag.hooks import TrajectoryRagHooks
 from distillery.workers.memory.trajectory_rag.records import COLLECTIONS, STORE_PREFIX
 from distillery.workers.memory.trajectory_rag.settings import TrajectoryRagSettings
 
 
-class TrajectoryRag:
+class TrajectoryRag(BaseMemoryMethod):
     kind: ClassVar[str] = "trajectory_rag"
-    bank_source: ClassVar[BankSourceKind] = "teacher"
     # Its bank is built from the episodes' executed calls (memory/applicability.py).
     reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
     settings_model: ClassVar[type[TrajectoryRagSettings]] = TrajectoryRagSettings
@@ -33,6 +32,8 @@ class TrajectoryRag:
     code_version: ClassVar[str] = "1"
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
     store_prefix: ClassVar[str] = STORE_PREFIX
+    # Where its rendering starts a block (prompts.py): inert in built text (memory/bounds.py).
+    memory_delimiters: ClassVar[tuple[str, ...]] = (r"\[Trajectory memory\]", r"Example \d+ \(")
 
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None

@@ -16,16 +16,16 @@ class TrajectoryRagSettings(BaseModel):
 
     # Top-1: AMD paper section 4.1 retrieves the top-1 entry per query (k = 1), and the
     # issue's naive baseline is "top-1 by default".
-    k: int = Field(1, ge=1, le=5)
+    k: int = Field(default=1, ge=1, le=5)
     # No similarity floor: the naive baseline always shows its nearest trajectory
     # (AMD's thresholds are tuned for its own entry texts, not for whole requests).
-    threshold: float | None = Field(None, ge=-1, le=1)
+    threshold: float | None = Field(default=None, ge=-1, le=1)
     # Budget of one rendered trajectory in characters (about 1.5 k tokens): not in the
     # paper. The oracle's 200 BFCL multi-turn trajectories render to a median 1.5 k
     # and at most 3.1 k characters, so a whole trajectory fits with room for a real
     # teacher's retries, while a runaway one cannot crowd out the benchmark's function
     # docs in a 4 B student's context.
-    max_chars: int = Field(6000, ge=200, le=100_000)
+    max_chars: int = Field(default=6000, ge=200, le=100_000)
     # Per-observation cut: the 500 characters this project's AMD keeps of a Subtask
     # step's observation (its SegmentStep), so both show observations alike.
-    max_observation_chars: int = Field(500, ge=20, le=4000)
+    max_observation_chars: int = Field(default=500, ge=20, le=4000)

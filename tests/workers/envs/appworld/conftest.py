@@ -18,7 +18,7 @@ BUILD_DATA = Path(__file__).resolve().parent / "build_data.py"
 def appworld_data(appworld_envs, tmp_path_factory) -> Path:
     """The AppWorld root (holding `data`) of three synthetic tasks in two scenarios."""
     root = tmp_path_factory.mktemp("appworld_root")
-    python = _venv_python(appworld_envs)
+    python = venv_python(appworld_envs)
     done = subprocess.run(
         [str(python), "-I", str(BUILD_DATA), str(root)],
         capture_output=True,
@@ -29,11 +29,11 @@ def appworld_data(appworld_envs, tmp_path_factory) -> Path:
     return root
 
 
-def _venv_python(envs: Path) -> Path:
-    from distillery.workers.envs.isolated.venv import venv_python
+def venv_python(envs: Path) -> Path:
+    """The interpreter of AppWorld's venv under `envs`."""
+    from distillery.workers.envs.isolated import venv
 
-    path = envs / AppWorld.env_spec.default_path().name
-    return venv_python(path)
+    return venv.venv_python(envs / AppWorld.env_spec.default_path().name)
 
 
 @pytest.fixture

@@ -21,24 +21,48 @@ from distillery.workers.envs.appworld.adapter import (
     data_root,
     parse_code_reply,
     parse_execute_calls,
+    prompt_variables,
 )
-from distillery.workers.envs.base import BenchmarkUnavailable, ToolResult
+from distillery.workers.envs.appworld.react import PromptTemplate, kept_reply
+from distillery.workers.envs.base import BenchmarkUnavailable, Task, ToolResult
 from distillery.workers.envs.conventions import conventions_of
 
 CONF = Path(__file__).resolve().parents[4] / "conf" / "benchmark" / "appworld.yaml"
+VENDORED_PROMPT = (
+    Path(__file__).resolve().parents[4]
+    / ".."
+    / "shared"
+    / "vendor"
+    / "ace-appworld"
+    / "experiments"
+    / "prompts"
+    / "appworld_react_generator_prompt.txt"
+)
 
 
-def test_a_reply_becomes_one_execution_of_its_code_blocks():
-    reply = "I look it up.\n```python\nx = 1\n```\nthen\n```py\nprint(x)\n```"
+def test_a_reply_runs_its_first_python_block_only():
+    reply = "I look it up.\n```python\nx = 1\n```\nthen\n```python\nprint(x)\n```"
     (call,) = parse_code_reply(reply).calls
-    assert call.name == "execute" and call.kwargs == {"code": "x = 1\n\nprint(x)"}
-    assert code_of("```\nprint(2)\n```") == "print(2)"  # an unlabelled fence is code too
+    assert call.name == "execute" and call.kwargs == {"code": "x = 1"}
+    # Only a ```python fence opens code, as the authors' regular expressions read it.
+    assert code_of("```\nprint(2)\n```") is None and code_of("```py\nprint(2)\n```") is None
+    assert kept_reply(reply) == "I look it up.\n```python\nx = 1\n```\n\n"
 
 
-def test_a_reply_without_code_is_no_action_and_ends_the_episode():
-    assert parse_code_reply("The task is done.").empty
-    assert parse_code_reply("```python\n\n```").empty  # an empty block runs nothing
-    assert parse_code_reply("").empty
+def test_an_unclosed_fence_is_code_and_is_kept_closed():
+    reply = "Here.\n```python\nprint(1)"
+    (call,) = parse_code_reply(reply).calls
+    assert call.kwargs == {"code": "print(1)"}
+    assert kept_reply(reply) == "Here.\n```python\nprint(1)\n```\n\n"
+    # After a complete block the rest of the reply is not read at all.
+    assert code_of("```python\na = 1\n```\n```python\nb = 2") == "a = 1"
+
+
+def test_a_reply_without_code_executes_no_code_and_the_episode_goes_on():
+    for text in ("The task is done.", "```python\n\n```", ""):
+        (call,) = parse_code_reply(text).calls  # not an empty action: the turn goes on
+        assert call.kwargs == {"code": ""}
+    assert kept_reply("Thinking.") == "Thinking.\n\n"
 
 
 def test_oversized_code_is_refused_not_run():
@@ -71,10 +95,81 @@ def test_conventions_send_the_output_back_and_allow_at_most_40_steps():
     assert not conventions.turn_is_over_limit(39, 40) and conventions.turn_is_over_limit(40, 40)
     observation = ToolResult("execute(code='print(1)')", "1\n", None, "execute")
     (message,) = conventions.results("prompt", [], [observation])
-    assert message == {"role": "user", "content": "1\n"}  # the interpreter's output, verbatim
+    assert message == {"role": "user", "content": "Output:\n```\n1\n```\n\n"}
+    huge = ToolResult("execute(code='...')", "y" * 20_001, None, "execute")
+    (message,) = conventions.results("prompt", [], [huge])
+    assert message["content"] == (
+        "Output:\n```\n" + "y" * 20_000 + "\n[REST NOT SHOWN FOR BREVITY]```\n\n"
+    )
     native = conventions.results("native", [{"id": "t1"}], [ToolResult("c", "1", call_id="t1")])
     assert native == [{"role": "tool", "tool_call_id": "t1", "content": "1"}]
     assert conventions.oracle_reply("print(1)") == "```python\nprint(1)\n```"
+    assert conventions.context_trim is not None and conventions.context_trim.buffer_tokens == 256
+
+
+def test_the_authors_prompt_file_opens_the_conversation_with_memory_in_its_slot(tmp_path):
+    template = PromptTemplate.read(VENDORED_PROMPT) if VENDORED_PROMPT.is_file() else None
+    if template is None:
+        pytest.skip("ACE's AppWorld prompts are not vendored here")
+    assert template.memory_slots == ("playbook",)
+    task = Task(
+        "a1b2c3d_1",
+        "appworld",
+        ("What is my email address?",),
+        (),
+        (),
+        metadata={
+            "supervisor": {
+                "first_name": "Ada",
+                "last_name": "L",
+                "email": "a@b",
+                "phone_number": "5",
+            },
+            "prompt_variables": {"app_descriptions": "[APPS]", "relevant_apis": "set()"},
+        },
+    )
+    messages = template.messages(prompt_variables(task), "REMEMBER THIS")
+    assert (
+        messages[0]["role"] == "user"
+        and "### PLAYBOOK BEGIN\nREMEMBER THIS\n###" in (messages[0]["content"])
+    )
+    assert messages[-1]["content"].endswith("Task: What is my email address?\n\n")
+    assert "[APPS]" in "".join(m["content"] for m in messages)
+    empty = template.messages(prompt_variables(task), "")
+    assert "### PLAYBOOK BEGIN\n\n### PLAYBOOK END" in empty[0]["content"]
+    # A template without a slot: memory opens its first message.
+    plain = tmp_path / "plain.txt"
+    plain.write_text("USER:\nHello {{ main_user.first_name }}.\nTask: {{ input_str }}")
+    (only,) = PromptTemplate.read(plain).messages(prompt_variables(task), "MEM")
+    assert only["content"] == "MEM\n\nHello Ada.\nTask: What is my email address?\n\n"
+
+
+def test_a_prompt_file_that_is_no_conversation_is_refused_at_once(tmp_path):
+    prose = tmp_path / "prose.txt"
+    prose.write_text("You are an agent. {{ input_str }}")
+    with pytest.raises(ValueError, match="must start with a role line"):
+        AppWorldOptions(prompt_file=str(prose))
+    broken = tmp_path / "broken.txt"
+    broken.write_text("USER:\n{% if %}")
+    with pytest.raises(ValueError, match="no Jinja2 template"):
+        AppWorldOptions(prompt_file=str(broken))
+    with pytest.raises(ValueError, match="cannot read the prompt file"):
+        AppWorldOptions(prompt_file=str(tmp_path / "missing.txt"))
+
+
+def test_the_prompt_files_digest_is_in_identity_and_no_file_is_a_deviation(tmp_path):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("USER:\nTask: {{ input_str }}")
+    second.write_text("USER:\nTask: {{ input_str }}")
+    a = AppWorldOptions(root="/nowhere", prompt_file=str(first))
+    b = AppWorldOptions(root="/nowhere", prompt_file=str(second))
+    assert a.identity() == b.identity() and set(a.identity()) == {"prompt"}
+    second.write_text("USER:\nYour task: {{ input_str }}")
+    assert AppWorldOptions(root="/nowhere", prompt_file=str(second)).identity() != a.identity()
+    assert a.deviations() == () and AppWorldOptions().deviations() == ("own_react_prompt",)
+    assert registry.benchmark_deviations("appworld", {}) == ("own_react_prompt",)
+    assert registry.action_format_deviation("appworld", "native") == "native_function_calling"
+    assert registry.action_format_deviation("appworld", "prompt") is None
 
 
 def _data(root: Path, answer: str = "ada@example.com") -> Path:
@@ -233,13 +328,36 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
     digest = AppWorldOptions(root=str(here)).identity()["data"]
     assert collect.identity["benchmark_options"] == {"data": digest}
     assert str(here) not in json.dumps(collect.identity)
-    assert "deviations" not in collect.identity  # the adapter's fingerprint covers it
+    assert collect.identity["deviations"] == ["own_react_prompt"]  # no prompt file
     assert set(plan(there).stages) == set(graph.stages)  # same content, another path
     assert set(plan(other).stages).isdisjoint(graph.stages)  # one task's specs differ
     point = next(iter(graph.points.values()))
-    assert point_descriptors(point)["deviations"] == "own_react_prompt"
+    assert (
+        point_descriptors(point)["deviations"] == "code_over_64000_chars_refused,own_react_prompt"
+    )
 
 
-def test_the_adapters_prompt_is_a_known_deviation_bfcl_has_none():
-    assert registry.known_deviations("appworld") == ("own_react_prompt",)
-    assert registry.known_deviations("bfcl_multi_turn_base") == ()
+def test_a_run_says_before_it_starts_what_it_plays_off_the_authors_harness(tmp_path):
+    from distillery.orchestrator.cli import compose, rewrite_role_overrides
+    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.preflight import run_notices
+
+    root = _data(tmp_path / "aw")
+
+    def notices(*overrides: str) -> list[str]:
+        base = ["benchmark=appworld", f"+benchmark.options.root={root}", "methods=[zero_shot]"]
+        return run_notices([to_config(compose(rewrite_role_overrides([*base, *overrides])))])
+
+    (own_prompt, native) = notices("student.action_format=native")
+    assert "prompt_file is not set" in own_prompt and "own_react_prompt" in own_prompt
+    assert "appworld_react_generator_prompt.txt" in own_prompt  # the fix named
+    assert "action_format=native" in native and "native_function_calling" in native
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("USER:\nTask: {{ input_str }}")
+    assert notices(f"+benchmark.options.prompt_file={prompt}", "student.action_format=prompt") == []
+
+
+def test_the_adapters_limit_is_a_known_deviation_bfcl_has_none():
+    assert registry.known_deviations("appworld") == ("code_over_64000_chars_refused",)
+    # BFCL's are its protections (docs/fidelity/bfcl.md), never AppWorld's.
+    assert "code_over_64000_chars_refused" not in registry.known_deviations("bfcl_multi_turn_base")

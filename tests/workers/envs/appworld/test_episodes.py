@@ -111,7 +111,7 @@ def test_a_scripted_agent_runs_stateful_code_and_is_scored_by_appworld(appworld_
     messages = json.loads(record.messages_json)
     outputs = [m["content"] for m in messages if m["role"] == "user"][1:]
     assert '"email": "ada@example.com"' in outputs[0]  # the interpreter's own output
-    assert outputs[1] == "Execution successful."
+    assert outputs[1] == "Output:\n```\nExecution successful.```\n\n"  # wrapped as theirs
     # The episode ended at complete_task: no reply was asked for after it.
     assert [m["role"] for m in messages].count("assistant") == 2
     assert "0/1 tests passed" in (records["a1b2c3d_2"].error_message or "")

@@ -23,6 +23,7 @@ _spec.loader.exec_module(counter)
 
 list_tasks = counter.list_tasks
 versions = counter.versions
+CallFailed = counter.CallFailed
 
 
 def _protocol_fd() -> int:
@@ -55,6 +56,11 @@ class World(counter.World):
             raise RuntimeError("the world's executor broke")
         if fault == "oversized":
             return [{"content": "x" * 200_000, "error": None} for _ in calls]
+        if fault == "call_failed":  # the first call runs, the second fails in the world
+            first = super().step(calls[:1])
+            raise CallFailed("the model's call broke the world's harness", first)
+        if fault == "surrogate":  # text UTF-8 cannot encode, as a printing program makes
+            return [{"content": "printed \ud800 text", "error": None} for _ in calls]
         if fault == "bad_shape":
             return {"not": "a list"}
         if fault == "wrong_count":

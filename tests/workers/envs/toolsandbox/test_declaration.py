@@ -25,12 +25,12 @@ def test_registered_by_name():
     assert benchmark_class("toolsandbox") is ToolSandbox
 
 
-def test_defaults_are_the_base_scenarios_without_network_or_scripted_user():
+def test_defaults_are_all_base_scenarios_without_a_scripted_user():
     options = ToolSandboxOptions()
-    assert options.variant == "base" and options.network is False
+    assert options.variant == "base" and options.network is True  # all 129, as the paper
     assert options.world_options() == {
         "variant": "base",
-        "network": False,
+        "network": True,
         "user_model": "gpt-4o-2024-05-13",  # ToolSandbox's own default user
         "user_base_url": None,  # OpenAI's
         "user_api_key_env": "OPENAI_API_KEY",
@@ -54,6 +54,21 @@ def test_the_users_model_identifies_episodes_its_endpoint_does_not():
     assert served.world_options()["user_base_url"] == "http://h:8000/v1"  # the world needs it
     elsewhere = served.model_copy(update={"user_base_url": "http://other:9000/v1"})
     assert elsewhere.identity() == served.identity()
+
+
+def test_leaving_the_network_scenarios_out_is_a_recorded_deviation():
+    offline = ToolSandboxOptions(network=False)
+    assert offline.deviations() == ("network_scenarios_excluded",)
+    assert offline.identity() == {"network": False}
+    assert "RAPID_API_KEY" not in offline.required_environment()
+
+
+def test_a_run_needs_the_keys_its_tools_and_user_call():
+    assert set(ToolSandboxOptions().required_environment()) == {"RAPID_API_KEY", "OPENAI_API_KEY"}
+    served = ToolSandboxOptions(user_base_url="http://h:8000/v1", network=False)
+    assert served.required_environment() == {}  # a served user: no key asked for
+    scripted = ToolSandboxOptions(scripted_user={"s": []}, user_api_key_env="MINE")
+    assert set(scripted.required_environment()) == {"RAPID_API_KEY"}
 
 
 def test_a_scripted_user_is_a_recorded_deviation():

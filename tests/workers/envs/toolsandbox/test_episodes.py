@@ -1,5 +1,5 @@
 """`toolsandbox` with its real venv (slow: built once per session from the vendored
-checkout): the scenario listing with the excluded network scenarios, and episodes
+checkout): the scenario listing (all 129 base scenarios, or 91 without the network), and episodes
 played by distillery's agent loop with a scripted agent and the scripted user (option
 `scripted_user`), in ToolSandbox's execution context, scored by ToolSandbox's own
 evaluation. The simulated (LLM) user is in test_user.py."""
@@ -70,13 +70,22 @@ def bench(toolsandbox_ready):
     bench.close()
 
 
-def test_the_base_scenarios_are_listed_with_the_network_ones_excluded(bench):
+def test_all_base_scenarios_are_listed_and_network_false_leaves_38_out(bench):
     tasks = bench.load_tasks()
-    assert len(tasks) == BASE - NETWORK
-    assert bench.excluded_network_scenarios() == NETWORK
+    assert len(tasks) == BASE and bench.excluded_network_scenarios() == 0  # the paper's 129
+    offline = ToolSandbox(ToolSandboxOptions(spare_workers=0, network=False))
+    try:
+        assert len(offline.load_tasks()) == BASE - NETWORK
+        assert offline.excluded_network_scenarios() == NETWORK
+    finally:
+        offline.close()
     assert all("NO_DISTRACTION_TOOLS" in t.metadata["categories"] for t in tasks)
     by_id = {t.task_id: t for t in tasks}
     reminder = by_id[REMINDER]
+    # The simulated user's own instruction, which the agent never sees (metadata for a
+    # memory method's named option only).
+    hidden = reminder.metadata["user_instruction"]
+    assert hidden and "chocolate milk" in hidden and hidden not in reminder.turns[0]
     # The opening message only: the user's later turns are the world's to say.
     assert reminder.turns == ("Remind me to buy chocolate milk",)
     names = sorted(doc["name"] for doc in reminder.function_docs)

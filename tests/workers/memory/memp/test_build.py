@@ -164,3 +164,23 @@ def test_the_bank_id_is_its_content(oracle):
     assert bank_id != method.bank_id(episodes, None, "none", "memory")
     changed = dataclasses.replace(episodes[1], steps=episodes[1].steps[:-1])
     assert bank_id != method.bank_id([episodes[0], changed, *episodes[2:]], None, "none", "all")
+
+
+def test_the_ports_bank_keeps_failed_trajectories_labelled(oracle):
+    """The AMD authors' ports (`memp_amd`) proceduralize failed teacher trajectories
+    too, asking for what went wrong, and label every procedure with its verdict."""
+    tasks, episodes = oracle
+    failed = [dataclasses.replace(e, success=False) for e in episodes[:2]]
+    mixed = [*failed, *episodes[2:4]]
+    llm = ScriptedLLM(lambda messages: json.dumps(GOOD))
+    builder = type("B", (), {"concurrency": 2})()
+    port = memory_method("memp_amd")
+    bank = asyncio.run(port.build(mixed, tasks, builder, llm, "all"))
+    outcomes = [e.outcome for e in bank.collections[QUERY_COLLECTION]]
+    assert outcomes == ["failure", "failure", "success", "success"]
+    assert bank.prefix == "memp_amd" and bank.stats["failure_procedures"] == 2
+    asked = [m[-1]["content"] for m in llm.requests]
+    assert sum("The attempt FAILED" in text for text in asked) == 2
+    # The original keeps the successes only.
+    original = asyncio.run(memory_method("memp").build(mixed, tasks, builder, llm, "all"))
+    assert [e.outcome for e in original.collections[QUERY_COLLECTION]] == ["success"] * 2

@@ -45,24 +45,36 @@ def test_registered_with_the_originals_defaults_and_planned():
         method.settings({}, {"retrieve": "random"}, None)
 
     overrides = ["benchmark.limit=3", "protocol=self_excluded",
-                 "methods=[zero_shot,memp,memp_keywords,memp_amd_appworld]"]  # fmt: skip
+                 "methods=[zero_shot,memp,memp_keywords,memp_amd_appworld,"
+                 "memp_amd_toolsandbox]"]  # fmt: skip
     graph = plan_sweep([to_config(compose(rewrite_role_overrides(overrides)))])
     kinds = sorted(s.kind for s in graph.stages.values())
-    # One teacher collection and ONE MemP bank for the three read variants.
-    assert kinds == ["build", "collect", "evaluate", "evaluate", "evaluate", "evaluate"]
-    # (the identity names the kind; the three variants differ in their read settings)
-    reads = [
-        s.identity["retrieval"]
+    # One teacher collection, ONE MemP bank for its two read variants and one bank of
+    # the AMD authors' ports (failures kept): both ports read it with the same settings.
+    assert kinds == ["build", "build", "collect", *["evaluate"] * 4]
+    # (the identity names the kind; the variants differ in their read settings)
+    reads = {
+        (s.identity.get("method"), (r := s.identity["retrieval"])["retrieve"], r["k"],
+         r["content"], r["placement"]): r
         for s in graph.stages.values()
-        if s.kind == "evaluate" and s.identity.get("method") == "memp"
+        if s.kind == "evaluate" and s.identity.get("method") in ("memp", "memp_amd")
+    }  # fmt: skip
+    assert sorted(reads) == [
+        ("memp", "keywords", 10, "both", "user"),
+        ("memp", "query", 10, "both", "user"),
+        ("memp_amd", "keywords", 3, "script", "system"),  # the AMD authors' student
     ]
-    assert sorted((r["retrieve"], r["k"], r["content"], r["placement"]) for r in reads) == [
-        ("keywords", 3, "script", "system"),  # the AMD authors' AppWorld student
-        ("keywords", 10, "both", "user"),
-        ("query", 10, "both", "user"),
-    ]
-    assert all(prompts.MEMORY_HEADER in r["texts"] for r in reads)  # what it shows is identity
+    assert all(prompts.MEMORY_HEADER in r["texts"] for r in reads.values())  # identity
+    assert prompts.OUTCOME_LABEL in reads[("memp_amd", "keywords", 3, "script", "system")]["texts"]
     assert prompts.MEMORY_HEADER not in builtin_hook_texts()  # no other stage key moves
+    port = memory_method("memp_amd")
+    assert (
+        port.store_prefix == "memp_amd" and port.build_fingerprint() != method.build_fingerprint()
+    )
+    assert (
+        "empty_retrieval_injects_nothing"
+        in port.tags(port.settings({}, {}, None), "x")["differences"]
+    )
 
 
 def _bank(oracle, service):

@@ -1,6 +1,6 @@
 """ReasoningBank end to end through the sweep, on local Ray, against the scripted
 OpenAI-compatible server (real HTTP): one teacher collection and ONE build serve both
-catalog entries (the original's top-1 and the AMD authors' AppWorld top-3), the
+catalog entries (the original's top-1 and the AMD authors' ToolSandbox port's top-3), the
 student's system prompt carries the items of OTHER tasks under `self_excluded`, and a
 second run reuses every stage.
 
@@ -32,7 +32,7 @@ from tests.support.sweep_config import sweep_config as _config
 pytestmark = pytest.mark.slow
 
 TASKS = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
-METHODS = ["teacher", "zero_shot", "reasoning_bank", "reasoning_bank_amd_appworld"]
+METHODS = ["teacher", "zero_shot", "reasoning_bank", "reasoning_bank_amd_toolsandbox"]
 FAILED_BY_TEACHER = "multi_turn_base_2"
 SUCCESS_TITLE = "Follow the proven call order"
 FAILURE_TITLE = "Finish every user turn"
@@ -111,7 +111,7 @@ def test_oracle_teacher_one_collection_one_deterministic_build_two_readings(tmp_
     students = sum(r.n_llm_calls for n in METHODS[1:] for r in read_episodes(dirs[n]))
     assert made == students
 
-    for name, k in (("reasoning_bank", 1), ("reasoning_bank_amd_appworld", 3)):
+    for name, k in (("reasoning_bank", 1), ("reasoning_bank_amd_toolsandbox", 3)):
         metrics = result.points[0].method(name).metrics
         assert metrics["success_rate"] == 1.0
         assert metrics["isolation_violations"] == 0
@@ -134,7 +134,7 @@ def test_oracle_teacher_one_collection_one_deterministic_build_two_readings(tmp_
         )
     }
     assert sorted(children) == sorted(METHODS)
-    for name, k in (("reasoning_bank", "1"), ("reasoning_bank_amd_appworld", "3")):
+    for name, k in (("reasoning_bank", "1"), ("reasoning_bank_amd_toolsandbox", "3")):
         assert children[name].tags["method_kind"] == "reasoning_bank"
         assert children[name].tags["rb_top_k"] == k
         assert children[name].tags["memory_writer"] == "deterministic"  # the oracle is no model
@@ -143,7 +143,7 @@ def test_oracle_teacher_one_collection_one_deterministic_build_two_readings(tmp_
     # `distillery report`: a cell per catalog entry, its top-k among the columns.
     report = build_report(result.sweep_dir, log_to_mlflow=False)
     cells = report.tables["cells"]
-    for name, k in (("reasoning_bank", 1), ("reasoning_bank_amd_appworld", 3)):
+    for name, k in (("reasoning_bank", 1), ("reasoning_bank_amd_toolsandbox", 3)):
         (cell,) = cells[cells["method"] == name].to_dict("records")
         assert str(cell["rb_top_k"]) == str(k) and cell["n"] == len(TASKS)
 
@@ -174,13 +174,13 @@ def test_a_failed_teacher_trajectory_becomes_memory_through_the_failure_prompt(t
     )
     assert stats["requests"] == teacher_calls + len(TASKS) + student_calls  # no preflight
 
-    for name in ("reasoning_bank", "reasoning_bank_amd_appworld"):
+    for name in ("reasoning_bank", "reasoning_bank_amd_toolsandbox"):
         metrics = result.points[0].method(name).metrics
         assert metrics["bank_records"] == len(TASKS)
         assert metrics["build.rb.accepted"] == len(TASKS)
         assert "build.rb.fallbacks" not in metrics
         assert metrics["isolation_violations"] == 0
-    records = _memory_episodes(result, "reasoning_bank_amd_appworld")
+    records = _memory_episodes(result, "reasoning_bank_amd_toolsandbox")
     for task_id, record in records.items():
         log = json.loads(record.extra_json)
         system = json.loads(record.messages_json)[0]["content"]

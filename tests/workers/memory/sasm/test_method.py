@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from distillery.workers.memory.config import BuilderConfig, MemoryConfig
 from distillery.workers.memory.method import MemoryMethod
-from distillery.workers.memory.registry import memory_method
+from distillery.workers.memory.registry import bank_origin, memory_method
 from distillery.workers.memory.sasm import prompts
 from distillery.workers.memory.sasm.method import SasmMethod, SasmSettings
 
@@ -20,7 +20,7 @@ from distillery.workers.memory.sasm.method import SasmMethod, SasmSettings
 def test_registered_as_a_teacher_built_method():
     method = memory_method("sasm")
     assert isinstance(method, SasmMethod) and isinstance(method, MemoryMethod)
-    assert method.bank_source == "teacher" and method.store_prefix == "sasm"
+    assert bank_origin("sasm") == "teacher" and method.store_prefix == "sasm"
     (spec,) = method.collections
     assert spec.name == "subtasks" and spec.group_field == "category"
     assert not method.derived_stage(SasmSettings())

@@ -4,6 +4,12 @@ The reference world module (see `server.py` for the contract) and the fixture of
 boundary's tests and benchmark: stdlib only, so its venv needs no packages. It plays
 like the toy plugin's counter: after each user turn the counter must hold the value
 the ground truth leaves it at.
+
+Its arithmetic has limits (`MAX_DIGITS`): a call whose result would pass them fails
+inside the world (`CallFailed`, protocol 2): an observation for the model, whose task
+then fails on its state, never an infrastructure error. Before, a legal chain of
+products past Python's int-to-text limit made the world's own `json.dumps` raise, and
+the episode was retried and then left unscored on every resume.
 """
 
 from __future__ import annotations
@@ -26,6 +32,19 @@ SPECS = (
     (7, ("Reset the counter, then add 2.",), (("reset()", "add(amount=2)"),)),
     (1, ("Add 4, then triple it.", "What is the value now?"), (("add(amount=4)", "multiply(factor=3)"), ("get_value()",))),
 )  # fmt: skip
+
+
+# The counter's range: a value of more digits is refused (the call fails in the world).
+MAX_DIGITS = 100
+
+
+class CallFailed(Exception):
+    """A call failed inside the world because of what it asked (see server.py);
+    `results` are those of the step's calls that ran before it."""
+
+    def __init__(self, message: str, results: list) -> None:
+        super().__init__(message)
+        self.results = results
 
 
 def _doc(name: str) -> dict:
@@ -111,8 +130,15 @@ class World:
                 error = f"{name}(): bad arguments {bad or missing}"
                 results.append({"content": json.dumps({"error": error}), "error": error})
                 continue
-            self.value = _apply(self.value, name, kwargs)
-            results.append({"content": json.dumps({"value": self.value}), "error": None})
+            try:
+                value = _apply(self.value, name, kwargs)
+                if abs(value) >= 10**MAX_DIGITS:
+                    raise OverflowError(f"the counter holds at most {MAX_DIGITS} digits")
+                content = json.dumps({"value": value})
+            except (ArithmeticError, ValueError) as exc:  # what the model's numbers caused
+                raise CallFailed(f"{name}(): {exc}", results) from exc
+            self.value = value
+            results.append({"content": content, "error": None})
         return results
 
     def end_turn(self) -> None:

@@ -1,0 +1,605 @@
+"""Outcome-driven episode stages: tasks played in order, re-plays decided at run time.
+
+A kind whose plays depend on outcomes (AgentBrew's `brew`, a "retry with a hint",
+Reflexion's test-time re-plays) subclasses `OrderedEpisodeStage` and writes its
+`program()`: a `TaskProgram` that, for each task in the stage's order, plays it
+(`ctx.play()`), asks other models (`ctx.ask(role, messages)`: the teacher, a curator),
+stages entries provisionally for the task's own re-plays (`ctx.stage`), logs what
+happened (`ctx.event`) and finally commits entries to the memory the next tasks read
+(`ctx.commit`). The framework (this module) owns everything else:
+
+- order: the benchmark's order of the tasks the stage needs, or a seeded shuffle
+  (`order_seed`, in identity);
+- memory: each play reads the entries committed so far plus what was staged for its
+  task (a live view in the memory service, searched by the method's own hooks: the
+  provisional slot is visible only to re-plays of that task); at the end the committed
+  entries are an ordinary bank, which evaluate stages read;
+- waves: `wave_size` B > 1 plays B tasks at once, each reading the memory as of its
+  wave's start; their commits are applied in task order after the wave (B = 1, the
+  default, is strictly sequential);
+- the event log (`journal.Journal`), written as it happens: every play (with its
+  attempt number, also in its episode record), every answer of a model, every
+  staged / committed / rolled-back entry and every event of the program; a run killed
+  at any moment resumes by replaying each task's program over its records, so the
+  memory and the event log equal an uninterrupted run's (the program must decide only
+  from what its context returns);
+- cost: one row per model and role (the student's plays, each asked role's calls).
+
+A play that ends in an infrastructure failure after its retries, or a model that
+cannot be reached, stops the stage with a message: nothing of it is recorded, and
+re-running the command resumes at that effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+from tqdm import tqdm
+
+from distillery.orchestrator.journal import Journal
+from distillery.orchestrator.stages import (
+    CostRow,
+    EpisodeStage,
+    StageKey,
+    StageStatus,
+    digest_of,
+)
+from distillery.workers.envs.base import Task
+from distillery.workers.memory.bank import BuiltBank
+from distillery.workers.memory.entries import CollectionSpec, MemorySource
+from distillery.workers.memory.retrieval import Isolation
+from distillery.workers.memory.store import entry_from_dict, entry_to_dict
+from distillery.workers.trajectories import (
+    EpisodeRecord,
+    EpisodeSummary,
+    read_episode_file_bytes,
+)
+
+if TYPE_CHECKING:
+    from distillery.orchestrator.ledger import Ledger
+    from distillery.orchestrator.sweep import Sweep
+
+
+# What a stage kind of another package may use (with `stages.CostRow`, `StageStatus`).
+__all__ = [
+    "OrderedEpisodeStage",
+    "PlayResult",
+    "Reply",
+    "StageStopped",
+    "TaskContext",
+    "TaskProgram",
+    "stage_events",
+]
+
+
+class StageStopped(RuntimeError):
+    """An outcome-driven stage stopped at an effect it could not complete (an
+    infrastructure failure that persisted): re-running resumes there."""
+
+
+@dataclass(frozen=True)
+class PlayResult:
+    """One play of the task: its summary (`attempt`: which play) and its full record
+    (the trajectory a teacher reads)."""
+
+    summary: EpisodeSummary
+    record: EpisodeRecord
+
+    @property
+    def success(self) -> bool | None:
+        return self.summary.success
+
+    @property
+    def attempt(self) -> int:
+        return self.summary.attempt
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A model's answer to `ctx.ask`."""
+
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+class TaskContext(Protocol):
+    """What a program sees of one task (see `OrderedRun`'s implementation)."""
+
+    task: Task
+    index: int  # the task's place in the stage's order
+    plays: list[PlayResult]  # the task's plays so far, in order
+
+    async def play(self) -> PlayResult: ...
+    async def ask(self, role: str, messages: list[dict[str, Any]]) -> Reply: ...
+    def stage(self, collection: str, entries: Sequence[Any]) -> None: ...
+    def rollback(self) -> None: ...
+    def commit(self, collection: str, entries: Sequence[Any]) -> None: ...
+    def committed(self, collection: str) -> list[Any]: ...
+    def event(self, kind: str, **data: Any) -> None: ...
+    def source(self, play: PlayResult) -> MemorySource: ...
+
+
+class TaskProgram(Protocol):
+    """What an outcome-driven kind does with each task. It decides only from what its
+    context returns (plays, answers, committed entries), so a resumed run replays it
+    exactly."""
+
+    def texts(self) -> tuple[str, ...]:
+        """Every text it sends a model (prompts, templates): part of the stage's key."""
+        ...
+
+    async def play_task(self, ctx: TaskContext) -> Any:
+        """The task's own work (plays, re-plays, other models, the provisional slot);
+        what it returns (JSON-able) is handed to `commit_task`. Runs concurrently with
+        the other tasks of its wave, reading the memory as of the wave's start."""
+        ...
+
+    async def commit_task(self, ctx: TaskContext, result: Any) -> None:
+        """Writes to the memory the next tasks read (`ctx.commit`), in task order."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrderedEpisodeStage(EpisodeStage):
+    """The base of outcome-driven kinds: a subclass sets `kind`, `code_version` and
+    writes `program()` (and `plan`, to be asked for by a method)."""
+
+    writes_bank: ClassVar[bool] = True
+    role: ClassVar[str] = "student"
+
+    memory_kind: str  # the memory method whose hooks its plays run and collections it writes
+    settings: BaseModel  # that method's read settings during the stage's plays
+    wave_size: int = 1  # B tasks in flight, each reading the memory as of its wave's start
+    order_seed: int | None = None  # None: the benchmark's order
+    split: str = "all"  # the memory split label stored with every entry
+    extra: dict[str, Any] = field(default_factory=dict)  # the kind's own inputs
+
+    def program(self) -> TaskProgram:
+        raise NotImplementedError(f"{type(self).__name__} has no program")
+
+    def code(self) -> dict[str, str]:
+        return {**super().code(), "program": digest_of(list(self.program().texts()))}
+
+    def writer(self) -> str:
+        model = self.other_models.get("teacher") or self.model
+        return model.name if model is not None else "deterministic"
+
+    def journal(self, ledger: Ledger) -> Journal:
+        return Journal(ledger.stage_dir(self.key) / "journal")
+
+    def status(self, ledger: Ledger, needs: set[str]) -> StageStatus:
+        done = len(needs & set(ledger.episodes(self.key)))
+        output = ledger.output(self.key) if self.writes_bank else None
+        finished = done == len(needs) and (output is not None or not self.writes_bank)
+        if finished:
+            state = f"cached ({len(needs)} tasks" + (
+                f", bank {output.bank_id[:16]})" if output is not None else ")"
+            )
+        else:
+            state = f"run {len(needs) - done} of {len(needs)} tasks in order ({done} done)"
+            state += ", build" if self.writes_bank else ""
+        return StageStatus(finished, state, len(needs), done)
+
+    def cost_rows(self, ledger: Ledger, needs: set[str]) -> list[CostRow]:
+        """The student's plays, then each asked role's calls, from the event log."""
+        rows: dict[str, list[int]] = {}
+        names: dict[str, str] = {}
+        student = self.model.name if self.model is not None else "oracle"
+        rows[self.role], names[self.role] = [0, 0, 0], student
+        for record in self.journal(ledger).ordered():
+            if record.get("kind") == "played":
+                s = record["summary"]
+                row = rows[self.role]
+                row[0] += s.get("tokens_in", 0)
+                row[1] += s.get("tokens_out", 0)
+                row[2] += s.get("n_llm_calls", 0)
+            elif record.get("kind") == "asked":
+                role = record["role"]
+                row = rows.setdefault(role, [0, 0, 0])
+                names[role] = record.get("model", role)
+                row[0] += record.get("tokens_in", 0)
+                row[1] += record.get("tokens_out", 0)
+                row[2] += 1
+        return [CostRow(role, names[role], *counts) for role, counts in rows.items()]
+
+    def run(self, sweep: Sweep, prefix: str) -> bool:
+        return OrderedRun(sweep, self, prefix).run()
+
+    # -- what the runner needs of the node ----------------------------------------------
+
+    def order(self, needs: set[str], tasks: dict[str, Task]) -> list[str]:
+        """The tasks in the stage's order: the benchmark's, or a seeded shuffle."""
+        position = {task_id: i for i, task_id in enumerate(tasks)}
+        ordered = sorted(needs, key=lambda t: (position.get(t, len(position)), t))
+        if self.order_seed is not None:
+            random.Random(self.order_seed).shuffle(ordered)
+        return ordered
+
+    def isolation(self) -> Isolation:
+        """What the stage's own plays may read: everything it committed (their tasks are
+        the memory split; a task reads what its own re-plays staged)."""
+        return Isolation("main")
+
+
+class _Memory:
+    """The entries a stage has committed, by collection (in commit order)."""
+
+    def __init__(self, specs: Sequence[CollectionSpec]) -> None:
+        self.specs = {s.name: s for s in specs}
+        self.entries: dict[str, dict[str, Any]] = {s.name: {} for s in specs}
+        self.version = 0
+
+    def spec(self, collection: str) -> CollectionSpec:
+        try:
+            return self.specs[collection]
+        except KeyError:
+            raise ValueError(
+                f"no collection {collection!r}; the method has {sorted(self.specs)}"
+            ) from None
+
+    def apply(self, collection: str, entries: Sequence[Any]) -> None:
+        """Commit: an entry whose memory_id is committed already replaces it (a
+        curator's update), others are appended."""
+        self.spec(collection)
+        for entry in entries:
+            self.entries[collection][entry.memory_id] = entry
+        self.version += 1
+
+    def snapshot(self) -> dict[str, list[Any]]:
+        return {name: list(items.values()) for name, items in self.entries.items()}
+
+
+def _entries_json(collection: str, entries: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"collection": collection, **entry_to_dict(e)} for e in entries]
+
+
+class _Context:
+    """One task's `TaskContext`: effects replayed from the journal where it has them."""
+
+    def __init__(self, run: OrderedRun, index: int, task: Task, snapshot: dict[str, list[Any]]):
+        self.run = run
+        self.index = index
+        self.task = task
+        self.plays: list[PlayResult] = []
+        self.snapshot = snapshot  # the memory as of the wave's start (phase 1 reads it)
+        self.staged: dict[str, list[Any]] = {}
+        self.committing = False
+        self.seq = 0
+
+    # -- the journal ---------------------------------------------------------------------
+
+    def _recorded(self, kind: str, request: str) -> dict[str, Any] | None:
+        record = self.run.journal.get(self.index, self.seq)
+        if record is None:
+            return None
+        if record.get("kind") != kind or record.get("request") != request:
+            raise StageStopped(
+                f"{self.run.stage.key}: the event log of task {self.task.task_id!r} differs "
+                f"from its program at record {self.seq} ({record.get('kind')} recorded, "
+                f"{kind} asked): the program decides from something else than its context"
+            )
+        return record
+
+    def _write(self, kind: str, request: str, **data: Any) -> None:
+        record = {"task": self.task.task_id, "kind": kind, "request": request, **data}
+        self.run.journal.write(self.index, self.seq, record)
+
+    def _next(self) -> None:
+        self.seq += 1
+
+    # -- TaskContext --------------------------------------------------------------------
+
+    async def play(self) -> PlayResult:
+        attempt = len(self.plays) + 1
+        staged = tuple(e for items in self.staged.values() for e in items)
+        view = self.run.view_of(self.snapshot, self.staged, self.task.task_id)
+        request = digest_of({"attempt": attempt, "view": view})
+        recorded = self._recorded("played", request)
+        result = None
+        if recorded is not None:
+            result = self.run.read_play(recorded["summary"])
+            if result is None:  # its file is gone or damaged: play it again from here
+                self.run.journal.drop_from(self.index, self.seq)
+        if result is None:
+            summary = await self.run.play(self.task.task_id, attempt, view, staged)
+            result = self.run.read_play(asdict(summary))
+            if result is None:
+                raise StageStopped(f"the episode file {summary.file} cannot be read back")
+            self._write("played", request, attempt=attempt, summary=asdict(summary))
+        self._next()
+        self.plays.append(result)
+        return result
+
+    async def ask(self, role: str, messages: list[dict[str, Any]]) -> Reply:
+        request = digest_of({"role": role, "messages": messages})
+        recorded = self._recorded("asked", request)
+        if recorded is None:
+            reply, model = await self.run.ask(role, messages)
+            self._write(
+                "asked",
+                request,
+                role=role,
+                model=model,
+                text=reply.text,
+                tokens_in=reply.tokens_in,
+                tokens_out=reply.tokens_out,
+            )
+        else:
+            reply = Reply(recorded["text"], recorded["tokens_in"], recorded["tokens_out"])
+        self._next()
+        return reply
+
+    def _memory_event(self, kind: str, collection: str, entries: Sequence[Any]) -> None:
+        data = _entries_json(collection, entries)
+        request = digest_of({"kind": kind, "entries": data})
+        if self._recorded(kind, request) is None:
+            self._write(kind, request, entries=data)
+        self._next()
+
+    def stage(self, collection: str, entries: Sequence[Any]) -> None:
+        """Put `entries` in the task's provisional slot (replacing what was staged in
+        that collection): visible to this task's next plays only."""
+        self.run.memory.spec(collection)
+        self._memory_event("staged", collection, entries)
+        self.staged[collection] = list(entries)
+
+    def rollback(self) -> None:
+        """Empty the provisional slot."""
+        request = digest_of({"kind": "rolled_back"})
+        if self._recorded("rolled_back", request) is None:
+            self._write("rolled_back", request)
+        self._next()
+        self.staged = {}
+
+    def commit(self, collection: str, entries: Sequence[Any]) -> None:
+        if not self.committing:
+            raise RuntimeError("ctx.commit belongs in commit_task (tasks commit in order)")
+        self._memory_event("committed", collection, entries)
+        self.run.memory.apply(collection, entries)
+
+    def committed(self, collection: str) -> list[Any]:
+        """The committed entries: as of the wave's start in `play_task`, as of now in
+        `commit_task`."""
+        self.run.memory.spec(collection)
+        if self.committing:
+            return list(self.run.memory.entries[collection].values())
+        return list(self.snapshot.get(collection, []))
+
+    def event(self, kind: str, **data: Any) -> None:
+        data = json.loads(json.dumps(data, default=str))
+        request = digest_of({"kind": kind, "data": data})
+        if self._recorded(kind, request) is None:
+            self._write(kind, request, **data)
+        self._next()
+
+    def source(self, play: PlayResult) -> MemorySource:
+        """The provenance of an entry written from `play` (its task, split, writer)."""
+        return MemorySource(
+            self.task.task_id,
+            self.task.group_id,
+            self.run.stage.split,
+            self.run.stage.writer(),
+            f"{self.run.stage.key.short}:{self.task.task_id}:{play.attempt}",
+        )
+
+
+class OrderedRun:
+    """One run of an `OrderedEpisodeStage` on a sweep (resuming from its journal)."""
+
+    def __init__(self, sweep: Sweep, stage: OrderedEpisodeStage, prefix: str) -> None:
+        from distillery.workers.memory.registry import memory_method
+
+        self.sweep = sweep
+        self.stage = stage
+        self.prefix = prefix
+        self.ledger = sweep.ledger
+        self.journal = stage.journal(self.ledger)
+        self.method = memory_method(stage.memory_kind)
+        self.memory = _Memory(self.method.collections)
+        self.isolation = stage.isolation()
+        self.program = stage.program()
+        self._pool: Any = None
+        self._views: set[str] = set()
+        self._llms: dict[str, Any] = {}
+
+    def run(self) -> bool:
+        stage, ledger = self.stage, self.ledger
+        needs = set(self.sweep.graph.needs.get(stage.key, set()))
+        status = stage.status(ledger, needs)
+        if status.cached:
+            self.sweep.say(f"{self.prefix} {stage.key} {status.state}  {self.sweep.line(stage)}")
+            return False
+        order = stage.order(needs, self.sweep.graph.tasks)
+        self.sweep.say(f"{self.prefix} {stage.key} {status.state}  {self.sweep.line(stage)}")
+        try:
+            asyncio.run(self._run(order))
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+                self.sweep.infra.update(self._pool.infra)
+            if self._views and self.method.collections:
+                self.sweep.memory.drop_views(self.stage.key.short)
+        if stage.writes_bank:
+            self.ledger.record_output(stage.key, self._bank_output())
+        return True
+
+    async def _run(self, order: list[str]) -> None:
+        tasks = self.sweep.graph.tasks
+        done = set(self.ledger.episodes(self.stage.key))
+        bar = tqdm(
+            total=len(order),
+            desc=self.stage.progress_line(self.sweep.names.stage(self.stage.key)),
+            unit="task",
+            disable=not self.sweep.progress,
+        )
+        try:
+            size = max(1, self.stage.wave_size)
+            for start in range(0, len(order), size):
+                wave = list(enumerate(order))[start : start + size]
+                snapshot = self.memory.snapshot()
+                contexts = [_Context(self, i, tasks[t], snapshot) for i, t in wave]
+                results = await asyncio.gather(*(self.program.play_task(c) for c in contexts))
+                for ctx, result in zip(contexts, results, strict=True):
+                    ctx.committing = True
+                    await self.program.commit_task(ctx, result)
+                    if ctx.task.task_id not in done:
+                        self._record_task(ctx)
+                    bar.update(1)
+        finally:
+            bar.close()
+
+    def _record_task(self, ctx: _Context) -> None:
+        """The task's result in the ledger: its first successful play (else its last),
+        with the tokens and calls of all its plays and `attempt` = how many."""
+        if not ctx.plays:
+            return
+        chosen = next((p for p in ctx.plays if p.success), ctx.plays[-1]).summary
+        summary = replace(
+            chosen,
+            tokens_in=sum(p.summary.tokens_in for p in ctx.plays),
+            tokens_out=sum(p.summary.tokens_out for p in ctx.plays),
+            n_llm_calls=sum(p.summary.n_llm_calls for p in ctx.plays),
+            attempt=len(ctx.plays),
+        )
+        self.ledger.record_episode(self.stage.key, summary)
+
+    # -- effects ------------------------------------------------------------------------
+
+    def view_of(
+        self, snapshot: dict[str, list[Any]], staged: dict[str, list[Any]], task_id: str
+    ) -> str | None:
+        """The id of the memory a play reads (committed as of its wave + its task's
+        slot), made searchable in the memory service; None: the method has no bank."""
+        if not self.method.collections:
+            return None
+        collections = {
+            name: [*snapshot.get(name, []), *staged.get(name, [])] for name in self.memory.specs
+        }
+        content = digest_of(
+            {n: [entry_to_dict(e) for e in items] for n, items in collections.items()}
+        )
+        view = f"{self.stage.key.short}-{content[:24]}"
+        if view not in self._views:
+            bank = BuiltBank(self.method.store_prefix, self.method.collections, collections)
+            self.sweep.memory.put_view(view, bank, self.isolation)
+            self._views.add(view)
+        return view
+
+    def _episodes_pool(self) -> Any:
+        if self._pool is None:
+            from distillery.orchestrator.episode_pool import EpisodePool
+
+            model = self.sweep.model_of(self.stage)
+            job = self.sweep.agent_job(self.stage, model, None)
+            self._pool = EpisodePool(
+                job,
+                self.sweep.servers.endpoints(model),
+                self.sweep.cfg.cluster,
+                self.sweep.servers.directory(model),
+            )
+            self._pool.start()
+        return self._pool
+
+    async def play(
+        self, task_id: str, attempt: int, view: str | None, staged: tuple[Any, ...]
+    ) -> EpisodeSummary:
+        from distillery.workers.episodes import PlayRequest
+        from distillery.workers.memory_service import MemoryJob
+
+        service = self.sweep.memory.service if view is not None else None
+        memory = MemoryJob(
+            service,
+            view,
+            self.isolation,
+            self.stage.settings,
+            self.stage.memory_kind,
+            self.sweep.cfg.memory.bounds.max_injected_chars,
+            attempt=attempt,
+            staged=staged,
+        )
+        folder = self.ledger.episodes_dir(self.stage.key) / f"attempt-{attempt}"
+        request = PlayRequest(attempt, memory, folder.uri)
+        summary = await self._episodes_pool().play(task_id, request)
+        if summary.success is None:
+            raise StageStopped(
+                f"{self.stage.key}: task {task_id!r} play {attempt} failed on infrastructure "
+                f"after its retries ({(summary.error_message or '')[:300]}); re-run the same "
+                "command to resume the stage there"
+            )
+        return summary
+
+    def read_play(self, data: dict[str, Any]) -> PlayResult | None:
+        """A recorded play's summary and full record (None: its file is gone or no
+        longer the one recorded)."""
+        summary = EpisodeSummary(**data)
+        if not self.ledger.intact(summary):
+            return None
+        from distillery.workers.storage import Location
+
+        try:
+            (record,) = read_episode_file_bytes(Location.of(summary.file).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return PlayResult(summary, record)
+
+    async def ask(self, role: str, messages: list[dict[str, Any]]) -> tuple[Reply, str]:
+        model = self.stage.models.get(role)
+        if model is None:
+            raise ValueError(
+                f"{self.stage.key}: its program asks the {role!r} model, which the stage "
+                f"does not call (its models: {sorted(self.stage.models)})"
+            )
+        if role not in self._llms:
+            from distillery.workers.memory_service import builder_llm
+
+            self._llms[role] = builder_llm(model, self.sweep.servers.endpoints(model))
+        from distillery.workers.llm.types import InfraError
+
+        try:
+            result = await self._llms[role].chat(messages)
+        except InfraError as exc:
+            raise StageStopped(
+                f"{self.stage.key}: the {role} model {model.name} failed ({exc}); re-run the "
+                "same command to resume the stage there"
+            ) from exc
+        usage = result.usage
+        return Reply(result.text, usage.prompt_tokens, usage.completion_tokens), model.name
+
+    # -- the bank -------------------------------------------------------------------------
+
+    def _bank_output(self) -> Any:
+        collections = self.memory.snapshot()
+        bank = BuiltBank(
+            self.method.store_prefix,
+            self.method.collections,
+            collections,
+            {f"{n}.committed": len(v) for n, v in collections.items()},
+        )
+        embedder = self.sweep.cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"})
+        content = {n: [entry_to_dict(e) for e in items] for n, items in collections.items()}
+        bank_id = digest_of(
+            {"content": content, "stage": self.stage.key.digest, "embedder": embedder}
+        )
+        reused = self.sweep.memory.reused(bank_id)
+        return reused if reused is not None else self.sweep.memory.written(bank_id, bank)
+
+
+def entries_of(record: dict[str, Any], specs: dict[str, CollectionSpec]) -> list[Any]:
+    """The entries of a journal record (staged or committed), rebuilt as dataclasses."""
+    out = []
+    for item in record.get("entries", []):
+        data = {k: v for k, v in item.items() if k != "collection"}
+        out.append(entry_from_dict(specs[item["collection"]].entry_type, data))
+    return out
+
+
+def stage_events(ledger: Ledger, key: StageKey) -> list[dict[str, Any]]:
+    """The event log of an outcome-driven stage, in order (for people and reports)."""
+    return Journal(ledger.stage_dir(key) / "journal").ordered()

@@ -1,0 +1,86 @@
+"""An object-store output root that does not answer fails the preflight fast, with one
+message naming `output_dir`, and Ctrl-C stops the wait at once (offline: no bucket is
+reachable here; GCS looks for a metadata server, S3 meets a server that never answers)."""
+
+from __future__ import annotations
+
+import _thread
+import socket
+import threading
+import time
+
+import pytest
+
+from distillery.orchestrator import preflight
+from distillery.orchestrator.preflight import PreflightError, check_output_dir
+
+
+@pytest.fixture
+def silent_s3(monkeypatch):
+    """AWS_ENDPOINT_URL at a server that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "offline")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "offline-secret")
+    yield
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_gs_offline_fails_fast_naming_the_key(monkeypatch):
+    monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 3.0)
+    with pytest.raises(PreflightError, match=r"^output_dir: .*gs://some-bucket/runs"):
+        check_output_dir("gs://some-bucket/runs")
+
+
+def test_s3_that_never_answers_fails_fast_naming_the_key(monkeypatch, silent_s3):
+    monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 3.0)
+    # The deadline or the client's short retry limit, whichever comes first.
+    with pytest.raises(PreflightError, match=r"^output_dir: .*s3://some-bucket/runs"):
+        check_output_dir("s3://some-bucket/runs")
+
+
+class _HangingStore:
+    """A filesystem whose client does not return until released (any scheme's, at
+    worst)."""
+
+    released = threading.Event()
+
+    def get_file_info(self, path):
+        self.released.wait()
+
+
+def test_a_store_whose_client_hangs_is_stopped_at_the_deadline(monkeypatch):
+    monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 1.0)
+    monkeypatch.setattr(preflight, "_probe_filesystem", lambda root: _HangingStore())
+    try:
+        with pytest.raises(PreflightError, match=r"output_dir: hdfs://namenode/runs: no answer"):
+            check_output_dir("hdfs://namenode/runs")
+    finally:
+        _HangingStore.released.set()  # the abandoned check ends with the test
+
+
+def test_ctrl_c_stops_the_wait(monkeypatch):
+    # GCS offline: its client looks for credentials for minutes (15 by default), deaf to
+    # Ctrl-C while it does; the check is still waiting when Ctrl-C comes here.
+    monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 120.0)
+    timer = threading.Timer(0.5, _thread.interrupt_main)  # what Ctrl-C does
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        check_output_dir("gs://some-bucket/runs")
+    timer.cancel()
+    assert time.monotonic() - started < 120.0  # honoured before the deadline
