@@ -77,8 +77,14 @@ def test_the_endpoint_is_sent_the_runs_own_first_request(tmp_path, monkeypatch, 
             f"teacher.base_url={url}",
             "teacher.api_key_env=null",
         ]
+        # What teacher=gpt5_mini used to send: max_tokens (BFCL's handler sends no cap:
+        # its `model_sampling` option sends the config's).
         code, _, said = _plan(
-            capsys, *common, "teacher.token_limit_param=max_tokens", "teacher.max_tokens=64"
+            capsys,
+            *common,
+            "teacher.token_limit_param=max_tokens",
+            "teacher.max_tokens=64",
+            "+benchmark.options.model_sampling=true",
         )
         assert code == 2
         (problem, summary) = said
