@@ -55,6 +55,7 @@ OWN_RUNNER = {DOCS / "cluster.md"}
 _BLOCK = re.compile(r"^```[a-z]*\n(.*?)^```[^\n]*$", re.DOTALL | re.MULTILINE)
 _SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell)\n(.*?)^```[^\n]*$", re.DOTALL | re.MULTILINE)
 QUICKSTART = "distillery -v benchmark.limit=2"
+_MENTIONS = {"distillery memory", "distillery compare"}  # subcommands named, not run
 _QUICKSTART_SCRIPT = "bash scripts/quickstart.sh "
 
 
@@ -108,7 +109,12 @@ def readme_commands() -> list[str]:
             continue
         prose = _BLOCK.sub("", page.read_text())
         spans = re.findall(r"`((?:distillery|bash scripts/quickstart\.sh) [^`]+)`", prose)
-        lines += [c for c in map(_as_distillery, spans) if c and "<overrides>" not in c]
+        lines += [
+            c
+            for c in map(_as_distillery, spans)
+            # not a bare subcommand named in prose (`distillery memory` answers ...)
+            if c and "<overrides>" not in c and c not in _MENTIONS
+        ]
     return list(dict.fromkeys(lines))
 
 
@@ -125,8 +131,15 @@ def experiment_commands() -> list[str]:
     return out
 
 
+def _filled(line: str, folder: str) -> str:
+    """The line with its placeholders filled: `<sweep_id>`, `$PWD` and any other
+    `<...>` (a folder of the user's: `<folder holding AppWorld's data/>`)."""
+    line = line.replace("$PWD", folder).replace("<sweep_id>", "sweep-a")
+    return re.sub(r"<[^<>\n]*>", folder, line)
+
+
 def _argv(line: str, tmp_path: Path) -> list[str]:
-    line = line.replace("$PWD", str(tmp_path)).replace("<sweep_id>", "sweep-a")
+    line = _filled(line, str(tmp_path))
     words = shlex.split(line, comments=True)[1:]
     fill = {"DIR": str(tmp_path / "store"), "BANK": "e" * 16, "RUN_A": "pA0", "RUN_B": "pZ0"}
     return [fill.get(w, w) for w in words]
@@ -288,7 +301,7 @@ def distinct_commands() -> list[str]:
     seen: set[tuple[str, ...]] = set()
     out = []
     for line in readme_commands() + experiment_commands():
-        key = tuple(w for w in shlex.split(line, comments=True) if w != "--plan")
+        key = tuple(w for w in shlex.split(_filled(line, "F"), comments=True) if w != "--plan")
         if key not in seen:
             seen.add(key)
             out.append(line)
@@ -350,6 +363,11 @@ def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
             elif word != "--follow":
                 rest.append(word)
         argv = rest
+    for word in argv:  # a file of the user's the line names (AppWorld's prompt file)
+        key, _, value = word.partition("=")
+        if key.endswith("_file") and value.startswith(str(tmp_path)):
+            Path(value).parent.mkdir(parents=True, exist_ok=True)
+            Path(value).write_text("USER:\nthe user's own file\n")  # a ReAct prompt's shape
     if re.search(r"experiment=(appworld|toolsandbox)_", line):
         # Planning lists these benchmarks' tasks from the user's data and venv (absent
         # here): the line is planned on a listing shaped like theirs instead.
