@@ -204,8 +204,7 @@ class CombineStage(BankStage):
         return sweep.memory.ensure(self, prefix, lambda: self._combine(sweep))
 
     def _combine(self, sweep: Sweep) -> Any:
-        import ray
-
+        from distillery.orchestrator.dispatch import ray_get
         from distillery.orchestrator.stages import digest_of
         from distillery.workers.memory.bank import BuiltBank
         from distillery.workers.memory.registry import memory_method
@@ -218,7 +217,7 @@ class CombineStage(BankStage):
             return reused
         collections: dict[str, list[Any]] = {spec.name: [] for spec in method.collections}
         for part in ids:
-            bank = ray.get(sweep.memory.service.load_bank.remote(part))
+            bank: BuiltBank = ray_get(sweep.memory.service.load_bank.remote(part))
             for name, entries in bank.collections.items():
                 collections[name].extend(entries)
         counts = {f"{name}.combined": len(items) for name, items in collections.items()}
