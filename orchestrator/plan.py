@@ -376,7 +376,8 @@ class StagePlanner:
     def _uses_teacher(self, stage: StageKey) -> bool:
         closure = self.graph.upstream_closure(stage)
         return any(
-            k.kind == "collect" or "teacher" in self.graph.stages[k].other_models for k in closure
+            self.graph.stages[k].role == "teacher" or "teacher" in self.graph.stages[k].other_models
+            for k in closure
         )
 
     def _bank_facts(self, bank_stage: StageKey) -> tuple[str, str]:
@@ -396,7 +397,12 @@ class StagePlanner:
         if bank_stage is None or cfg.teacher.backend != "oracle" or cfg.protocol.name != "main":
             return
         closure = self.graph.upstream_closure(bank_stage)
-        if not any(self.graph.stages[k].role == "teacher" and k.kind == "collect" for k in closure):
+        # Any stage where the teacher plays (a collection, an outcome-driven stage the
+        # teacher plays, e.g. ExpeL's or ACE's) writes the oracle's answers into memory.
+        if not any(
+            self.graph.stages[k].role == "teacher" and self.graph.stages[k].plays_episodes
+            for k in closure
+        ):
             return
         raise ConfigError(
             f"invalid config at protocol.name: protocol=main with teacher={cfg.teacher.name} (an oracle "
