@@ -131,6 +131,7 @@ class TaskContext(Protocol):
     def committed(self, collection: str) -> list[Any]: ...
     def event(self, kind: str, **data: Any) -> None: ...
     def source(self, play: PlayResult) -> MemorySource: ...
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]: ...
 
 
 class TaskProgram(Protocol):
@@ -399,11 +400,26 @@ class _Context:
         return list(self.snapshot.get(collection, []))
 
     def event(self, kind: str, **data: Any) -> None:
+        self.run.event_counts[kind] += 1
         data = json.loads(json.dumps(data, default=str))
         request = digest_of({"kind": kind, "data": data})
         if self._recorded(kind, request) is None:
             self._write(kind, request, **data)
         self._next()
+
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
+        """The cosine of each query text to each key text under the sweep's embedder
+        (a curator's semantic de-duplication), recorded like an answer: a resumed run
+        decides from the same numbers."""
+        request = digest_of({"queries": queries, "keys": keys})
+        recorded = self._recorded("compared", request)
+        if recorded is None:
+            matrix = await self.run.similarities(queries, keys)
+            self._write("compared", request, matrix=matrix)
+        else:
+            matrix = recorded["matrix"]
+        self._next()
+        return matrix
 
     def source(self, play: PlayResult) -> MemorySource:
         """The provenance of an entry written from `play` (its task, split, writer)."""
@@ -437,6 +453,8 @@ class OrderedRun:
         pattern = memory_delimiters(stage.memory_kind) if self.bounds.neutralise_markers else ()
         self._delimiters = delimiter_pattern(pattern)
         self.bound_counts: Counter[str] = Counter()
+        # The program's events by kind (a resumed run replays every task: totals).
+        self.event_counts: Counter[str] = Counter()
         self._pool: Any = None
         self._views: set[str] = set()
         self._llms: dict[str, Any] = {}
@@ -587,6 +605,14 @@ class OrderedRun:
             return None
         return PlayResult(summary, record)
 
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
+        from distillery.orchestrator.dispatch import ray_get
+
+        if not queries or not keys:
+            return [[] for _ in queries]
+        service = self.sweep.memory.service
+        return await asyncio.to_thread(ray_get, service.similarities.remote(queries, keys))
+
     async def ask(self, role: str, messages: list[dict[str, Any]]) -> tuple[Reply, str]:
         model = self.stage.models.get(role)
         if model is None:
@@ -631,6 +657,8 @@ class OrderedRun:
             {
                 **{f"{n}.committed": len(v) for n, v in collections.items()},
                 **dict(self.bound_counts),
+                # What the program logged (fallbacks, rejections...): the build's counts.
+                **{f"events.{k}": n for k, n in sorted(self.event_counts.items())},
             },
         )
         embedder = self.sweep.cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"})
