@@ -1,39 +1,67 @@
-"""An episode as a model reads it: the task, then each step's reply, its actions and
-what the environment answered, cut to a budget.
+"""An episode as a model reads it: the task, then each reply of the agent, its actions
+and what the environment answered, cut to a budget.
 
 What the baselines that show an LLM a whole attempt share (Reflexion's reflection on a
 failed attempt, ExpeL's critiques and in-context examples, ACE's reflector and
-curator): the task's user turns where they arrived, every reply of the agent (its
-reasoning and answer: an answer benchmark's episode is one such reply), every executed
-or rejected call with its observation. Observations are cut to `observation_chars`,
-the whole text to `max_chars` (its head and its tail kept, the cut marked), so a
-runaway episode cannot crowd a prompt out; the originals show the whole trajectory
+curator). It is read from the episode's transcript as sent to the model
+(`messages_json`): an answer benchmark's episode has no step of calls, only its reply.
+The system prompt and a benchmark's own opening (AppWorld's few-shot demonstration)
+are left out: the transcript starts at the message that holds the task. Each
+observation and later user message is cut to `observation_chars`, each reply to four
+times that, the whole text to `max_chars` (its head and its tail kept, the cut marked),
+so a runaway episode cannot crowd a prompt out; the originals show the whole trajectory
 and rely on the model's context (Reflexion's HotPotQA agent truncates its scratchpad,
 hotpotqa_runs/agents.py `truncate_scratchpad`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from distillery.workers.trajectories import EpisodeRecord
 
 TASK_LINE = "Task: {text}"
-TURN_LINE = "User (turn {turn}): {text}"
+USER_LINE = "User: {text}"
 REPLY_LINE = "Assistant: {text}"
 ACTION_LINE = "Action: {call}"
 OBSERVATION_LINE = "Observation: {text}"
-ERROR_LINE = "Observation (error): {text}"
 CUT_LINE = "[... {chars} characters of the attempt cut here ...]"
-NO_STEP = "(the agent took no step)"
+NO_REPLY = "(the agent gave no reply)"
 
-TEXTS = (TASK_LINE, TURN_LINE, REPLY_LINE, ACTION_LINE, OBSERVATION_LINE, ERROR_LINE, CUT_LINE,
-         NO_STEP)  # fmt: skip
+TEXTS = (TASK_LINE, USER_LINE, REPLY_LINE, ACTION_LINE, OBSERVATION_LINE, CUT_LINE, NO_REPLY)
 
 
 def _cut(text: str, limit: int) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} chars cut]"
+
+
+def _text(content: Any) -> str:
+    """A message's content as text (a list of parts: their texts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _call(call: Any) -> str:
+    function = call.get("function", call) if isinstance(call, dict) else {}
+    name = str(function.get("name", "?"))
+    arguments = function.get("arguments", "")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return f"{name}({arguments})"
+
+
+def messages_of(record: EpisodeRecord) -> list[dict[str, Any]]:
+    try:
+        messages = json.loads(record.messages_json or "[]")
+    except ValueError:
+        return []
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
 
 
 def episode_transcript(
@@ -44,20 +72,27 @@ def episode_transcript(
 ) -> str:
     """The episode as text (see the module docstring); `turns`: the task's user
     messages (the first is the task)."""
-    lines = [TASK_LINE.format(text=turns[0].strip() if turns else "")]
-    shown_turn = 0
-    for step in record.steps:
-        for turn in range(shown_turn + 1, min(step.turn + 1, len(turns))):
-            lines.append(TURN_LINE.format(turn=turn + 1, text=turns[turn].strip()))
-        shown_turn = max(shown_turn, step.turn)
-        if step.assistant_text.strip():
-            lines.append(REPLY_LINE.format(text=step.assistant_text.strip()))
-        for call in step.calls:
-            lines.append(ACTION_LINE.format(call=call.call.strip()))
-            line = ERROR_LINE if call.error or call.rejected else OBSERVATION_LINE
-            lines.append(line.format(text=_cut(call.content, observation_chars)))
-    if len(lines) == 1:
-        lines.append(NO_STEP)
+    messages = [m for m in messages_of(record) if m.get("role") != "system"]
+    task = turns[0].strip() if turns else ""
+    start = next(
+        (i for i, m in enumerate(messages) if task and task in _text(m.get("content"))), None
+    )
+    lines = [TASK_LINE.format(text=task)]
+    replies = 0
+    for m in messages[(start + 1) if start is not None else 0 :]:
+        role, content = m.get("role"), _text(m.get("content")).strip()
+        if role == "assistant":
+            replies += 1
+            if content:
+                lines.append(REPLY_LINE.format(text=_cut(content, 4 * observation_chars)))
+            for call in m.get("tool_calls") or []:
+                lines.append(ACTION_LINE.format(call=_cut(_call(call), observation_chars)))
+        elif role == "tool":
+            lines.append(OBSERVATION_LINE.format(text=_cut(content, observation_chars)))
+        elif role == "user" and content:
+            lines.append(USER_LINE.format(text=_cut(content, observation_chars)))
+    if not replies:
+        lines.append(NO_REPLY)
     text = "\n".join(lines)
     if len(text) <= max_chars:
         return text
@@ -67,11 +102,11 @@ def episode_transcript(
 
 
 def closing_reply(record: EpisodeRecord) -> str:
-    """The agent's last reply without a call (an answer benchmark's graded answer);
-    empty when its last step made calls."""
-    for step in reversed(record.steps):
-        if step.calls:
+    """The agent's last reply when it made no call (an answer benchmark's graded
+    answer); empty when its last reply made calls or it gave none."""
+    for m in reversed(messages_of(record)):
+        if m.get("role") == "assistant":
+            return "" if m.get("tool_calls") else _text(m.get("content")).strip()
+        if m.get("role") == "tool":
             return ""
-        if step.assistant_text.strip():
-            return step.assistant_text.strip()
     return ""

@@ -18,7 +18,6 @@ from typing import Any
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.building import BuildStats
 from distillery.workers.memory.entries import MemorySource
-from distillery.workers.memory.transcript import closing_reply
 from distillery.workers.memory.trajectory_rag.records import (
     COLLECTION,
     COLLECTIONS,
@@ -28,6 +27,7 @@ from distillery.workers.memory.trajectory_rag.records import (
     TeacherTrajectory,
     TrajectoryStep,
 )
+from distillery.workers.memory.transcript import closing_reply
 
 KIND = "traj"  # the BuildStats kind of this method's entries
 
