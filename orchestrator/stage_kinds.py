@@ -30,6 +30,10 @@ STAGE_KINDS: dict[str, str] = {
     "evaluate": "distillery.orchestrator.stages:EvaluateStage",
     "build": "distillery.orchestrator.stages:BuildStage",
     "render": "distillery.orchestrator.stages:RenderStage",
+    # Memory methods' own kinds (one folder each, workers/memory/<method>/).
+    "reflexion": "distillery.workers.memory.reflexion.stage:ReflexionStage",
+    "expel": "distillery.workers.memory.expel.stage:ExpelStage",
+    "ace": "distillery.workers.memory.ace.stage:AceStage",
 }
 
 # What every kind's node type must override (the base raises NotImplementedError).

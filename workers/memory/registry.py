@@ -35,6 +35,10 @@ MEMORY_METHODS: dict[str, str] = {
     "memp": "distillery.workers.memory.memp.method:MempMethod",
     # MemP as the AMD authors ported it (failed trajectories kept, labelled).
     "memp_amd": "distillery.workers.memory.memp.method:MempAmdPort",
+    # AgentBrew's baselines (its Table 1).
+    "reflexion": "distillery.workers.memory.reflexion.method:Reflexion",
+    "expel": "distillery.workers.memory.expel.method:Expel",
+    "ace": "distillery.workers.memory.ace.method:Ace",
 }
 
 
