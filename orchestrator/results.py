@@ -228,6 +228,7 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
     for point in graph.points.values():
         r = point.retrieval
         result = logged[point.point_id]
+        rollouts, feedback = graph.stages[point.stage].test_time()
         row: dict[str, Any] = {
             "point_id": point.point_id,
             "method": point.method_name,
@@ -253,6 +254,9 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "success_rate": result.metrics["success_rate"] if result.metrics["n_scored"] else None,
             "n_scored": int(result.metrics["n_scored"]),
             "n_unscored": int(result.metrics["n_unscored"]),
+            "uses_teacher": point.uses_teacher,
+            "test_time_rollouts": rollouts,
+            "test_time_feedback": feedback,
         }
         if r is not None:
             # The method's own columns (the writer lists them in `method_columns`).
