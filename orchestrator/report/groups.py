@@ -126,16 +126,17 @@ def grouped_table1(
     facts = point_test_time(stats, episodes, stages)
     students = cells[cells["role"] == "student"]
     if facts.empty or students.empty:
-        return [], ["grouped table 1: no student point records its test-time facts (a sweep "
-                    "written before them: re-run its command to rewrite its tables)"]
+        return [], [
+            "grouped table 1: no student point records its test-time facts (a sweep "
+            "written before them: re-run its command to rewrite its tables)"
+        ]
     by_point = facts.set_index("point_id")
+    facts_of = {str(r["point_id"]): r for r in facts.to_dict("records")}
     first = [str(ids).split(",")[0] for ids in students["point_ids"]]
     point_ids = [str(ids).split(",") for ids in students["point_ids"]]
     cell_facts = by_point.reindex(first).reset_index(drop=True)
-    plays = [np.nanmean([by_point.at[p, "plays_per_task"] for p in ids if p in by_point.index])
-             for ids in point_ids]  # fmt: skip
-    tokens = [np.nanmean([by_point.at[p, "tokens_per_task"] for p in ids if p in by_point.index])
-              for ids in point_ids]  # fmt: skip
+    plays = [_mean(facts_of, "plays_per_task", ids) for ids in point_ids]
+    tokens = [_mean(facts_of, "tokens_per_task", ids) for ids in point_ids]
     grouped = students.reset_index(drop=True).assign(
         group=cell_facts["group"].map(GROUPS),
         teacher_col=cell_facts["teacher_used"].map({True: "✓", False: "✗"}),
@@ -150,7 +151,9 @@ def grouped_table1(
         ["_group"], kind="stable"
     )
     frame = _grouped_pivot(labelled, rows, candidates, "label")
-    linked = _grouped_pivot(labelled, rows, candidates, "label_md") if "label_md" in labelled else None
+    linked = (
+        _grouped_pivot(labelled, rows, candidates, "label_md") if "label_md" in labelled else None
+    )
     caption = (
         "Groups by what acts at test time (recorded per point, not by name); Teacher: a "
         "stage of the point plays or calls the teacher; Test-time: the plays a task may "
@@ -164,7 +167,9 @@ def grouped_table1(
         plays_per_task=[f"{v:.2f}" if not np.isnan(v) else "–" for v in plays],
         tokens_per_task=[f"{v:,.0f}" if not np.isnan(v) else "–" for v in tokens],
     )
-    cost = cost.assign(label=cost["plays_per_task"] + " plays · " + cost["tokens_per_task"] + " tok")
+    cost = cost.assign(
+        label=cost["plays_per_task"] + " plays · " + cost["tokens_per_task"] + " tok"
+    )
     cost_frame = _grouped_pivot(
         cost.assign(_group=cost["group"].map(order)).sort_values(["_group"], kind="stable"),
         rows, candidates, "label",
@@ -177,6 +182,13 @@ def grouped_table1(
         "models (a Reflexion point's plays and reflections), per task it played.",
     )
     return [table, cost_table], []
+
+
+def _mean(facts: Mapping[str, Mapping[Any, Any]], column: str, point_ids: Sequence[str]) -> float:
+    """The mean of a fact over a cell's points (its seeds), NaN where none has it."""
+    values = [float(facts[p][column]) for p in point_ids if p in facts]
+    values = [v for v in values if not np.isnan(v)]
+    return sum(values) / len(values) if values else float("nan")
 
 
 def _grouped_pivot(
