@@ -23,7 +23,7 @@ import gzip
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,7 @@ def read_json(path: Path) -> Any:
 
 
 def require_fields(
-    rows: Iterable[dict[str, Any]], fields: dict[str, type | tuple[type, ...]], where: str
+    rows: Iterable[dict[str, Any]], fields: Mapping[str, type | tuple[type, ...]], where: str
 ) -> None:
     """Every row has every field, of its type; else a ValueError naming the first bad
     row (by position) and field."""

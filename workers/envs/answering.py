@@ -53,19 +53,19 @@ class AnswerOptions(BenchmarkOptions):
     define `records` (the split's records, checked) and their split."""
 
     data_path: str | None = Field(
-        None,
+        default=None,
         description="A folder holding the official release's files (see the benchmark's "
         "docs page for the layout). Unset: the hub, through the datasets library.",
     )
     hub_id: str | None = Field(
-        None,
+        default=None,
         description="What `datasets.load_dataset` loads when no data_path is set (default: "
         "the benchmark's official hub id); a local folder laid out as the hub repository "
         "works too.",
     )
-    hub_revision: str | None = Field(None, description="The hub revision (default: main).")
+    hub_revision: str | None = Field(default=None, description="The hub revision (default: main).")
     attempts: int = Field(
-        1,
+        default=1,
         ge=1,
         le=10,
         description="Answers per episode: after a wrong one the environment returns the "

@@ -32,12 +32,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from distillery.workers.llm.gguf import TEMPLATE_KEY, read_chat_templates
 from distillery.workers.llm.tool_syntax import TOOL_CALL_SYNTAXES, ToolCallSyntax
 
 if TYPE_CHECKING:
+    from llama_cpp.llama_types import ChatCompletionRequestMessage, ChatCompletionTool
+
     from distillery.workers.llm.config import ModelConfig
 
 TOOL_USE_KEY = f"{TEMPLATE_KEY}.tool_use"  # a model's separate template for tool use
@@ -161,7 +163,13 @@ def template_formatter(template: str, bos_token: str = "", eos_token: str = "") 
 
     def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         try:
-            return formatter(messages=prepare_messages(messages), tools=tools).prompt
+            # A request's messages and tools are JSON as the client sent them (what the
+            # template must be tried on, well-formed or not); the formatter's TypedDicts
+            # name the OpenAI shapes, which it hands to the template unchecked.
+            return formatter(
+                messages=cast("list[ChatCompletionRequestMessage]", prepare_messages(messages)),
+                tools=cast("list[ChatCompletionTool] | None", tools),
+            ).prompt
         except Exception as exc:  # raise_exception's ValueError, jinja2's errors
             raise TemplateRefused(f"{type(exc).__name__}: {exc}") from None
 

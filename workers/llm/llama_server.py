@@ -63,7 +63,7 @@ class TemplateChatHandler:
 
     def __init__(self, template: str, syntax: ToolCallSyntax | None) -> None:
         self.template = template
-        self.syntax = syntax
+        self.syntax: ToolCallSyntax | None = syntax  # declared: inference would widen it to str
         self._model: Any = None
         self._render: Callable[..., str] | None = None
         self._generate: Callable[..., Any] | None = None

@@ -38,7 +38,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from types import CodeType
+from typing import Any, Literal, NotRequired, TypedDict
 
 from distillery.workers.llm.types import InfraError
 from distillery.workers.sandbox import launcher, runner, values
@@ -69,6 +70,29 @@ Isolation = Literal["namespaces", "process"]
 Status = Literal["passed", "failed", "done", "timeout", "crashed", "malformed"]
 
 
+class ProgramJob(TypedDict):
+    """A ``program`` check (runner.py): the preamble and the code, then the tests."""
+
+    kind: Literal["program"]
+    code: str
+    tests: str
+    preamble: NotRequired[str]
+
+
+class OutputsJob(TypedDict):
+    """An ``outputs`` check (runner.py): the entry point called on each input."""
+
+    kind: Literal["outputs"]
+    code: str
+    entry_point: str
+    inputs: list[object]  # each input's argument list, encoded (values.py)
+    time_limits: NotRequired[list[float]]  # seconds, input by input
+
+
+# What a check runs; marshalled into the jail, where runner.py checks its kind.
+Job = ProgramJob | OutputsJob
+
+
 @dataclass(frozen=True)
 class Limits:
     """One check's limits. Defaults are ours unless a benchmark passes its own (see
@@ -84,7 +108,7 @@ class Limits:
     startup_timeout_s: float = 60.0  # for the jail to come up (a loaded machine is slow)
     max_reply_mb: int = 64  # frames back from the jail
 
-    def launcher_limits(self) -> dict[str, Any]:
+    def launcher_limits(self) -> dict[str, int]:
         return {
             "cpu_s": int(self.cpu_s if self.cpu_s is not None else self.timeout_s + 1) + 1,
             "memory_bytes": self.memory_mb * 1024 * 1024,
@@ -123,15 +147,17 @@ class Check:
         return str(self.result.get("error") or self.detail or "failed")[:2000]
 
 
-def _compiled() -> list[object]:
+def _compiled() -> list[CodeType]:
     """The code of values.py, runner.py and launcher.py, compiled once."""
-    return [
-        compile(Path(module.__file__).read_text(), module.__file__, "exec")
-        for module in (values, runner, launcher)
-    ]
+    code = []
+    for module in (values, runner, launcher):
+        path = module.__file__
+        assert path is not None  # modules of this package, loaded from their files
+        code.append(compile(Path(path).read_text(), path, "exec"))
+    return code
 
 
-_CODE: list[object] | None = None
+_CODE: list[CodeType] | None = None
 _PROBE: dict[str, str | None] = {}
 _PROBE_LOCK = threading.Lock()
 
@@ -196,7 +222,7 @@ class Sandbox:
 
     # -- one check -----------------------------------------------------------------
 
-    def run(self, job: dict[str, Any], limits: Limits | None = None) -> Check:
+    def run(self, job: Job, limits: Limits | None = None) -> Check:
         """Run `job` (a `runner.py` check) in a fresh jail; see the module docstring."""
         limits = limits or Limits()
         mode = self.isolation()
@@ -233,7 +259,7 @@ def namespaces_unavailable(python: str | None = None) -> str | None:
         return _PROBE[python]
 
 
-def _run(python: str, mode: Isolation, job: dict[str, Any], limits: Limits) -> Check:
+def _run(python: str, mode: Isolation, job: Job, limits: Limits) -> Check:
     global _CODE
     if _CODE is None:
         _CODE = _compiled()
@@ -368,21 +394,23 @@ class _Session:
             message = json.loads(frame)
         except (ValueError, RecursionError):
             message = None
-        event = message.get("event") if isinstance(message, dict) else None
+        # A frame is JSON from the jail: an object with an "event", or anything else.
+        fields: dict[str, Any] = message if isinstance(message, dict) else {}
+        event = fields.get("event")
         if began is None:
-            if event == "jailed" and isinstance(message.get("init_pid"), int):
-                self.init_pid = message["init_pid"]
+            if event == "jailed" and isinstance(fields.get("init_pid"), int):
+                self.init_pid = fields["init_pid"]
                 return None
             if event == "started" and self.init_pid is not None:
                 return "started"
             if event == "error":
                 raise SandboxUnavailable(
-                    f"the sandbox did not start ({str(message.get('stage'))[:100]}: "
-                    f"{str(message.get('message'))[:500]})"
+                    f"the sandbox did not start ({str(fields.get('stage'))[:100]}: "
+                    f"{str(fields.get('message'))[:500]})"
                 )
             raise SandboxUnavailable(f"the sandbox sent {str(message)[:200]} before starting")
-        if event == "result" and message.get("status") in ("passed", "failed", "done"):
-            return Check(message["status"], message)
+        if event == "result" and fields.get("status") in ("passed", "failed", "done"):
+            return Check(fields["status"], fields)
         return Check("malformed", detail=f"an unexpected frame {str(message)[:200]}")
 
     def end(self, uid: int | None) -> None:
@@ -401,8 +429,9 @@ class _Session:
         if uid is not None:
             _kill_uid(uid)
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError):
-                pipe.close()  # type: ignore[union-attr]
+            if pipe is not None:  # never: all three are pipes
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
     def _stderr_tail(self) -> str:
         text = bytes(self.stderr).decode("utf-8", "replace").strip()

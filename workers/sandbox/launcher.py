@@ -39,8 +39,16 @@ from _json import encode_basestring_ascii
 
 # The launcher starts for every check: it imports only what is built in or a small C
 # module (no `json`, `re`, `subprocess`: tens of milliseconds each on a loaded
-# machine). Its configuration arrives marshalled; its frames leave as JSON written
-# by `_json_text`.
+# machine; nor `typing`: its constant is False). Its configuration arrives
+# marshalled (`jail._run` writes it: plain data, read here as such); its frames
+# leave as JSON written by `_json_text`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    Config = dict[str, Any]
+    Send = Callable[[dict[str, object]], None]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -73,34 +81,35 @@ def _check(result: int, stage: str) -> None:
 def _json_text(value: object) -> str:
     """`value` (plain data: what `values.encode` makes, and str-keyed dicts of it) as
     ASCII JSON."""
-    kind = type(value)
+    # Exact types (`type(value) is`, which the checker narrows `value` by): an
+    # instance of a subclass is written as its type's name.
     if value is None:
         return "null"
-    if kind is bool:
+    if type(value) is bool:
         return "true" if value else "false"
-    if kind is int:
+    if type(value) is int:
         return int.__repr__(value)
-    if kind is float:
+    if type(value) is float:
         return float.__repr__(value) if value == value and value not in (_INF, -_INF) else "null"
-    if kind is str:
+    if type(value) is str:
         return encode_basestring_ascii(value)
-    if kind is list or kind is tuple:
+    if type(value) is list or type(value) is tuple:
         return "[" + ",".join([_json_text(v) for v in value]) + "]"
-    if kind is dict:
+    if type(value) is dict:
         return "{" + ",".join([encode_basestring_ascii(str(k)) + ":" + _json_text(v)
                                for k, v in value.items()]) + "}"  # fmt: skip
-    return encode_basestring_ascii(f"<{kind.__name__}>")
+    return encode_basestring_ascii(f"<{type(value).__name__}>")
 
 
 _INF = float("inf")
 
 
-def frame_writer(fd: int):  # noqa: ANN201
+def frame_writer(fd: int) -> Send:
     """`send(message)`: one frame on `fd`, with the functions it needs bound now, so a
     program that replaces them later does not change how frames are written."""
     text, write = _json_text, os.write
 
-    def send(message: dict) -> None:
+    def send(message: dict[str, object]) -> None:
         body = text(message).encode("ascii")
         view = memoryview(len(body).to_bytes(4, "big") + body)
         while view:
@@ -129,7 +138,7 @@ def _write(path: str, text: str) -> None:
         handle.write(text)
 
 
-def _namespaces(config: dict) -> bool:
+def _namespaces(config: Config) -> bool:
     """Enter the new namespaces; True when a user namespace was needed."""
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     if os.geteuid() == 0:
@@ -146,7 +155,7 @@ def _namespaces(config: dict) -> bool:
     return True
 
 
-def _build_root(config: dict, uid: int, gid: int) -> str:
+def _build_root(config: Config, uid: int, gid: int) -> str:
     root = config["root"]
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     size = int(config.get("tmpfs_mb", 64))
@@ -209,7 +218,7 @@ def _drop_capabilities() -> None:
     _check(_libc.capset(ctypes.byref(header), data), "capset")
 
 
-def _limits(limits: dict, processes: bool) -> None:
+def _limits(limits: dict[str, int], processes: bool) -> None:
     pairs = [
         (resource.RLIMIT_CPU, limits.get("cpu_s")),
         (resource.RLIMIT_AS, limits.get("memory_bytes")),
@@ -243,12 +252,14 @@ def _close_other_fds(keep: int) -> None:
                 pass
 
 
-def _start_check(config: dict, channel: int, namespace: dict) -> None:
+def _start_check(config: Config, channel: int, namespace: dict[str, Any]) -> None:
     send = frame_writer(channel)
     namespace["run"](config["job"], send)
 
 
-def _child(config: dict, channel: int, namespace: dict, user_namespace: bool, go: int) -> None:
+def _child(
+    config: Config, channel: int, namespace: dict[str, Any], user_namespace: bool, go: int
+) -> None:
     """PID 1 of the jail: confine, drop privileges, run the check; never returns."""
     code = 0
     try:
@@ -293,7 +304,7 @@ def _report(channel: int, stage: str, exc: BaseException) -> None:
         pass
 
 
-def _jail(config: dict, channel: int, namespace: dict) -> None:
+def _jail(config: Config, channel: int, namespace: dict[str, Any]) -> None:
     try:
         user_namespace = _namespaces(config)  # its loopback stays down: no network at all
         uid = os.geteuid() if user_namespace else int(config["uid"])
@@ -323,7 +334,7 @@ def _jail(config: dict, channel: int, namespace: dict) -> None:
     os._exit(0 if status == 0 else 1)
 
 
-def _process(config: dict, channel: int, namespace: dict) -> None:
+def _process(config: Config, channel: int, namespace: dict[str, Any]) -> None:
     """No namespaces (allowed by the user): limits and a working directory only."""
     try:
         os.chdir(config["root"])
@@ -349,7 +360,7 @@ def _process(config: dict, channel: int, namespace: dict) -> None:
     os._exit(0)
 
 
-def main(config: dict, namespace: dict) -> None:
+def main(config: Config, namespace: dict[str, Any]) -> None:
     channel = os.dup(1)
     if config.get("mode", "jail") == "jail":
         _jail(config, channel, namespace)

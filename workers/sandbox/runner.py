@@ -22,14 +22,26 @@ its first characters come back with the verdict.
 
 from __future__ import annotations
 
-import _signal
 import builtins
 import os
 import sys
 import time
 
 # Only built-in modules: this runs for every check (see launcher.py). `traceback` is
-# imported when a check fails.
+# imported when a check fails. `typing` is not imported either: its constant is False.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    # For the checker only. `signal` wraps `_signal`, which has no stubs, with the
+    # same functions (and enum-typed constants: an import of `enum` on every check).
+    # `decode` and `encode` are values.py's: the launcher runs that file's code
+    # first, in the namespace this file's code runs in.
+    import signal as _signal
+    from collections.abc import Callable
+    from typing import Any
+
+    from distillery.workers.sandbox.values import decode, encode
+else:
+    import _signal
 
 OUTPUT_FILE = ".output"
 OUTPUT_CHARS = 2000  # of the program's printed output, sent back with the verdict
@@ -40,7 +52,9 @@ class CheckTimeout(BaseException):  # noqa: N818 - BaseException: a program's `e
     """An input's own time limit ran out (EvalPlus's per-input limit)."""
 
 
-def run(job: dict, send) -> None:  # noqa: ANN001 - `send` is the launcher's frame writer
+def run(job: dict[str, Any], send: Callable[[dict[str, object]], None]) -> None:
+    """Run the check `job` (a `jail.Job` as the driver marshalled it: its kind is
+    checked here); `send` is the launcher's frame writer."""
     _redirect_output()
     _site_builtins()
     send({"event": "started"})
@@ -71,7 +85,7 @@ def _site_builtins() -> None:
     def leave(code: object = None) -> None:
         raise SystemExit(code)
 
-    builtins.exit = builtins.quit = leave  # type: ignore[attr-defined]
+    builtins.exit = builtins.quit = leave
 
 
 def _printed() -> str:
@@ -99,8 +113,8 @@ def _describe(exc: BaseException) -> str:
     return text[:ERROR_CHARS] or name
 
 
-def _program(job: dict) -> dict:
-    namespace: dict = {}
+def _program(job: dict[str, Any]) -> dict[str, object]:
+    namespace: dict[str, object] = {}
     stage = "solution"
     try:
         code = compile(job.get("preamble", "") + job["code"], "<solution>", "exec")
@@ -113,8 +127,8 @@ def _program(job: dict) -> dict:
     return {"status": "passed"}
 
 
-def _outputs(job: dict) -> dict:
-    namespace: dict = {}
+def _outputs(job: dict[str, Any]) -> dict[str, object]:
+    namespace: dict[str, object] = {}
     try:
         exec(compile(job["code"], "<solution>", "exec"), namespace)  # noqa: S102
         function = namespace[job["entry_point"]]
@@ -125,13 +139,15 @@ def _outputs(job: dict) -> dict:
     limits = job.get("time_limits") or []
     outputs, times = [], []
     for index, encoded in enumerate(job["inputs"]):
-        arguments = decode(encoded)  # noqa: F821 - values.py's, run in the same namespace
+        # values.py's `decode`, run in the same namespace: an argument list as the
+        # driver encoded it (anything else fails the input, as any error does).
+        arguments: Any = decode(encoded)
         limit = limits[index] if index < len(limits) else None
         started = time.perf_counter()
         try:
             with _time_limit(limit):
                 output = function(*arguments)
-            outputs.append(encode(output))  # noqa: F821 - values.py's
+            outputs.append(encode(output))  # values.py's
         except BaseException as exc:  # noqa: BLE001
             return {
                 "status": "failed",

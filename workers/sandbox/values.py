@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import math
 
+TYPE_CHECKING = False  # typing's constant, without importing typing in the jail
+if TYPE_CHECKING:
+    from typing import Any
+
 MAX_DEPTH = 100
 MAX_ITEMS = 1_000_000
 # Plain JSON integers up to this size; larger ones as hex (str(int) is limited to
@@ -65,13 +69,15 @@ def _encode(value: object, depth: int, budget: list[int]) -> object:
         raise ValueTooLarge(f"more than {MAX_ITEMS} items")
     if depth > MAX_DEPTH:
         raise ValueTooLarge(f"nested deeper than {MAX_DEPTH}")
-    kind = type(value)
-    if value is None or kind is bool or kind is str:
+    # Exact types (`type(value) is`), which the checker narrows `value` by: an
+    # instance of a subclass is encoded below, as its base type.
+    if value is None or type(value) is bool or type(value) is str:
         return value
-    if kind is int:
+    if type(value) is int:
         return value if -_PLAIN_INT < value < _PLAIN_INT else {"$": "int", "v": hex(value)}
-    if kind is float:
+    if type(value) is float:
         return value if math.isfinite(value) else {"$": "float", "v": repr(value)}
+    kind = type(value)
     base = next((b for b in _BASES if isinstance(value, b)), None)
     if base is None:
         return {"$": "opaque", "type": kind.__name__}
@@ -81,28 +87,29 @@ def _encode(value: object, depth: int, budget: list[int]) -> object:
     return out
 
 
-def _encode_base(base: type, value: object, depth: int, budget: list[int]) -> object:
-    # Every read of a subclass instance goes through the base type's own methods, so
-    # a subclass's overrides cannot change what is encoded.
+def _encode_base(base: type, value: Any, depth: int, budget: list[int]) -> object:
+    # `value` is an instance of `base` (`_encode` chose `base` by isinstance), a tie
+    # the checker cannot see: Any. Every read of a subclass instance goes through the
+    # base type's own methods, so a subclass's overrides cannot change what is encoded.
     if base is bool:
-        return bool.__bool__(value)  # type: ignore[arg-type]
+        return bool.__bool__(value)
     if base is int:
-        return _encode(int.__index__(value), depth, budget)  # type: ignore[arg-type]
+        return _encode(int.__index__(value), depth, budget)
     if base is float:
-        return _encode(float.__float__(value), depth, budget)  # type: ignore[arg-type]
+        return _encode(float.__float__(value), depth, budget)
     if base is str:
-        return str.__str__(value)  # type: ignore[arg-type]
+        return str.__str__(value)
     if base is complex:
         return {"$": "complex", "v": [_encode(complex.real.__get__(value), depth, budget),
                                       _encode(complex.imag.__get__(value), depth, budget)]}  # fmt: skip
     if base is bytes:
-        return {"$": "bytes", "v": bytes.hex(value)}  # type: ignore[arg-type]
+        return {"$": "bytes", "v": bytes.hex(value)}
     if base is dict:
         items = [[_encode(k, depth + 1, budget), _encode(v, depth + 1, budget)]
-                 for k, v in dict.items(value)]  # type: ignore[arg-type]  # fmt: skip
+                 for k, v in dict.items(value)]  # fmt: skip
         return {"$": "dict", "v": items}
     if base is list:
-        return [_encode(v, depth + 1, budget) for v in list.__iter__(value)]  # type: ignore[arg-type]
+        return [_encode(v, depth + 1, budget) for v in list.__iter__(value)]
     tag = base.__name__
     iterate = {tuple: tuple.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}[base]
     return {"$": tag, "v": [_encode(v, depth + 1, budget) for v in iterate(value)]}
@@ -118,7 +125,10 @@ def decode(data: object, depth: int = 0) -> object:
         return [decode(v, depth + 1) for v in data]
     if not isinstance(data, dict) or "$" not in data:
         raise ValueError(f"not an encoded value: {str(data)[:80]}")
-    tag, value = data["$"], data.get("v")
+    # JSON from the other side of the boundary: its shape is checked by its use (a
+    # malformed encoding raises ValueError or TypeError), so `value` is Any.
+    tag = data["$"]
+    value: Any = data.get("v")
     if tag == "int":
         return int(value, 16)
     if tag == "float":
@@ -126,7 +136,8 @@ def decode(data: object, depth: int = 0) -> object:
             raise ValueError(f"not a special float: {str(value)[:40]}")
         return float(value)
     if tag == "complex":
-        real, imag = (decode(v, depth + 1) for v in value)
+        parts: Any = (decode(v, depth + 1) for v in value)  # two floats, as encoded
+        real, imag = parts
         return complex(real, imag)
     if tag == "bytes":
         return bytes.fromhex(value)

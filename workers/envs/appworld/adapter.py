@@ -88,15 +88,15 @@ class AppWorldOptions(IsolatedOptions):
     """`benchmark.options` of `appworld`."""
 
     split: Literal["test_normal", "test_challenge", "dev", "train"] = Field(
-        "test_normal", description="AppWorld's dataset split (test_normal: 168 tasks)."
+        default="test_normal", description="AppWorld's dataset split (test_normal: 168 tasks)."
     )
     root: str | None = Field(
-        None,
+        default=None,
         description="The AppWorld folder holding `data` (default: $APPWORLD_ROOT). Where "
         "the data lives is not part of episode identity; what it holds is (`data`).",
     )
     prompt_file: str | None = Field(
-        None,
+        default=None,
         description="The authors' ReAct generator prompt (a Jinja2 template of USER:/"
         "ASSISTANT: messages with a memory slot), e.g. ACE's experiments/prompts/"
         "appworld_react_generator_prompt.txt. Its digest, not its path, is in episode "

@@ -63,13 +63,13 @@ FEEDBACK = "Your program did not pass the tests ({reason}). Please write a corre
 
 class CodeOptions(AnswerOptions):
     memory_mb: int = Field(
-        4096,
+        default=4096,
         ge=64,
         le=65536,
         description="Address-space limit of a check's process (EvalPlus's 4 GB).",
     )
     tools: bool = Field(
-        False,
+        default=False,
         description="A tool-use environment: the model may call run_tests(code=...) on the "
         "tests the prompt shows before answering (not the official single reply).",
     )

@@ -22,7 +22,14 @@ from typing import Any
 
 from distillery.workers.envs.codegrade import evalplus
 from distillery.workers.sandbox import values
-from distillery.workers.sandbox.jail import Check, Limits, Sandbox, SandboxUnavailable
+from distillery.workers.sandbox.jail import (
+    Check,
+    Limits,
+    OutputsJob,
+    ProgramJob,
+    Sandbox,
+    SandboxUnavailable,
+)
 
 # The reference solution's run (ground truth of MBPP+): limits of our own, generous —
 # it is the benchmark's code, and its failing is no program's failure.
@@ -59,7 +66,7 @@ def program_check(
     """The program, then the test code, in one namespace (see runner.py)."""
     if not code.strip():
         return no_code()
-    job = {"kind": "program", "preamble": preamble, "code": code, "tests": tests}
+    job: ProgramJob = {"kind": "program", "preamble": preamble, "code": code, "tests": tests}
     return Verdict.of(sandbox.run(job, limits))
 
 
@@ -106,7 +113,7 @@ class EvalPlusTask:
 
     def _reference_run(self, sandbox: Sandbox, phase: str, memory_mb: int) -> Expected:
         inputs = self.inputs[phase]
-        job = {
+        job: OutputsJob = {
             "kind": "outputs",
             "code": self.reference,
             "entry_point": self.entry_point,
@@ -140,7 +147,7 @@ class EvalPlusTask:
     def _phase(self, sandbox: Sandbox, code: str, phase: str, memory_mb: int) -> Verdict:
         expected = self.expected(sandbox, phase, memory_mb)
         inputs = self.inputs[phase]
-        job = {
+        job: OutputsJob = {
             "kind": "outputs",
             "code": code,
             "entry_point": self.entry_point,

@@ -92,7 +92,8 @@ def _matches(entry_point: str, inputs: list[Any], out: Any, exp: Any, atol: floa
     if not exact and atol != 0:
         if type(out) is not type(exp):
             return False
-        if isinstance(exp, (list, tuple)) and len(out) != len(exp):
+        # `out` has `exp`'s type (above): a list or tuple exactly where `exp` is one.
+        if isinstance(out, (list, tuple)) and len(out) != len(exp):
             return False
         return bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
     return bool(exact)

@@ -70,7 +70,7 @@ def _identifiers(node: ast.AST) -> set[str]:
             names.add(sub.attr)
         elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(sub.name)
-        elif isinstance(sub, ast.arg) or isinstance(sub, ast.keyword) and sub.arg:
+        elif isinstance(sub, (ast.arg, ast.keyword)) and sub.arg:  # None: a **mapping
             names.add(sub.arg)
     return names
 
@@ -79,8 +79,8 @@ def _returns(node: ast.AST) -> bool:
     return any(isinstance(sub, ast.Return) for sub in ast.walk(node))
 
 
-def _assigned_name(node: ast.stmt) -> str | None:
-    target = node.targets[0] if isinstance(node, ast.Assign) else node.target  # type: ignore[attr-defined]
+def _assigned_name(node: ast.Assign | ast.AnnAssign) -> str | None:
+    target = node.targets[0] if isinstance(node, ast.Assign) else node.target
     return target.id if isinstance(target, ast.Name) else None
 
 

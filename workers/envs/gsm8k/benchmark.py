@@ -46,7 +46,7 @@ _MEMO = Memo()
 
 class Gsm8kOptions(MathOptions):
     split: Literal["test", "train", "agentbrew_brew", "agentbrew_test"] = Field(
-        "test",
+        default="test",
         description="test (1,319) | train (7,473) | agentbrew_brew (the first 1,000 of "
         "train) | agentbrew_test (all of test)",
     )

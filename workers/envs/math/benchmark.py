@@ -72,10 +72,11 @@ _MEMO = Memo()
 
 class MathBenchOptions(MathOptions):
     variant: Literal["full", "math500"] = Field(
-        "full", description="full: MATH (7,500 train / 5,000 test) | math500: MATH-500 (500 test)"
+        default="full",
+        description="full: MATH (7,500 train / 5,000 test) | math500: MATH-500 (500 test)",
     )
     split: Literal["test", "train", "agentbrew_brew", "agentbrew_test"] = Field(
-        "test",
+        default="test",
         description="test | train | agentbrew_brew (the first 1,000 of train) | "
         "agentbrew_test (all of test); MATH-500 has test only",
     )

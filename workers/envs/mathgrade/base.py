@@ -34,7 +34,7 @@ FEEDBACK = "Your final answer is not correct. Please try again."
 
 class MathOptions(AnswerOptions):
     grader_timeout_s: float = Field(
-        GRADER_TIMEOUT_S,
+        default=GRADER_TIMEOUT_S,
         gt=0,
         le=600,
         description="Outer wall-clock limit of one grading (math-verify in its own "

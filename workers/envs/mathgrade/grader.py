@@ -122,8 +122,9 @@ class _Server:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
         for pipe in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                pipe.close()  # type: ignore[union-attr]
+            if pipe is not None:  # never: both are pipes
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 class MathGrader:

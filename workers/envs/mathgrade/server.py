@@ -26,11 +26,16 @@ import signal
 import struct
 import sys
 import time
+from typing import cast
 
 HEADER = struct.Struct(">I")
 CHILD_MEMORY_BYTES = 2 * 1024**3  # ours: sympy on a contrived expression stops here
 CHILD_GRADINGS = 200  # ours: a grading child is replaced after this many
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# math-verify's `parse` annotates its timeout as int, yet None is how it is turned off
+# (math_verify/parser.py checks `parsing_timeout is None`; its own error message
+# recommends None where signals cannot be used): the one cast, at that seam.
+NO_PARSING_TIMEOUT = cast(int, None)
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -55,8 +60,8 @@ def _verdict(gold: str, answer: str) -> bool:
     from math_verify import parse, verify
 
     # Timeouts off (None): the parent's wall clock is the limit, and it is counted.
-    gold_parsed = parse(f"\\boxed{{{gold}}}", parsing_timeout=None)
-    answer_parsed = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)
+    gold_parsed = parse(f"\\boxed{{{gold}}}", parsing_timeout=NO_PARSING_TIMEOUT)
+    answer_parsed = parse(f"\\boxed{{{answer}}}", parsing_timeout=NO_PARSING_TIMEOUT)
     if not gold_parsed or not answer_parsed:
         return False
     return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))

@@ -96,19 +96,20 @@ _MEMO = Memo()
 
 class MbppOptions(CodeOptions):
     variant: Literal["sanitized", "plus"] = Field(
-        "sanitized", description="sanitized: MBPP sanitized (427) | plus: MBPP+ v0.2.0 (378)"
+        default="sanitized",
+        description="sanitized: MBPP sanitized (427) | plus: MBPP+ v0.2.0 (378)",
     )
     split: (
         Literal["test", "train", "validation", "prompt", "full", "agentbrew_brew", "agentbrew_test"]
         | None
     ) = Field(
-        None,
+        default=None,
         description="Unset: the variant's evaluation set (sanitized: test; plus: full). "
         "sanitized: test | train | validation | prompt | full | agentbrew_brew | "
         "agentbrew_test; plus: full | agentbrew_test",
     )
     timeout_s: float = Field(
-        TIMEOUT_S,
+        default=TIMEOUT_S,
         gt=0,
         le=3600,
         description="Wall clock of one MBPP check (its asserts); MBPP+ uses EvalPlus's "

@@ -30,7 +30,7 @@ import hashlib
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -110,27 +110,27 @@ class ToolSandboxOptions(IsolatedOptions):
         "arg_description_scrambled",
         "tool_name_scrambled",
     ] = Field(
-        "base",
+        default="base",
         description="Which scenarios: the base ones (no distraction tools, the default) "
         "or one of ToolSandbox's augmentations of them.",
     )
     network: bool = Field(
-        True,
+        default=True,
         description="Include the scenarios whose tools call RapidAPI over the network, "
         "as ToolSandbox and the AMD paper run them (all 129 base scenarios; RAPID_API_KEY "
         "must be set, checked before a run starts). False excludes them and counts them: "
         "the deviation network_scenarios_excluded, recorded.",
     )
     user_model: str = Field(
-        USER_MODEL,
+        default=USER_MODEL,
         description="The simulated user's model (ToolSandbox's own user role, decoding "
         "as ToolSandbox sends it: the server's defaults).",
     )
     user_base_url: str | None = Field(
-        None, description="OpenAI-compatible endpoint of the user's model (None: OpenAI's)."
+        default=None, description="OpenAI-compatible endpoint of the user's model (None: OpenAI's)."
     )
     user_api_key_env: str = Field(
-        "OPENAI_API_KEY",
+        default="OPENAI_API_KEY",
         description="Name of the environment variable holding the user endpoint's key "
         "(unset with a user_base_url: no key).",
     )
@@ -179,6 +179,7 @@ class ToolSandbox(IsolatedBenchmark):
     max_steps_per_turn = 15
     groups_are_scenarios = False
     options_model = ToolSandboxOptions
+    settings: ToolSandboxOptions  # an instance of options_model (the base builds it)
     env_spec = env_spec()
     world = WORLD
     conventions = AgentConventions(user_turns="environment", world_ends_episode=True)
@@ -206,7 +207,7 @@ class ToolSandbox(IsolatedBenchmark):
     def worker_environment(self) -> dict[str, str]:
         # The RapidAPI tools and the user's client read their keys from the environment
         # (the keys never travel in options, identity or logs).
-        settings = cast(ToolSandboxOptions, self.settings)
+        settings = self.settings
         found = {}
         key = os.environ.get("RAPID_API_KEY")
         if key and settings.network:
@@ -219,8 +220,7 @@ class ToolSandbox(IsolatedBenchmark):
     def needs_network(self) -> bool:
         # The simulated user's model is served over HTTP; the RapidAPI tools call out.
         # A scripted user with the RapidAPI scenarios excluded talks to nothing.
-        settings = cast(ToolSandboxOptions, self.settings)
-        return settings.network or not settings.scripted_user
+        return self.settings.network or not self.settings.scripted_user
 
     def excluded_network_scenarios(self) -> int:
         """How many scenarios of the chosen variant were left out for needing RapidAPI."""
