@@ -149,7 +149,18 @@ def memory_options(cfg: DistilleryConfig) -> dict[str, Any] | None:
             f"invalid config at protocol.memory_split: {protocol.memory_split!r} is no split "
             f"of {name}; its splits: {', '.join(splits)}"
         )
-    return {**cfg.benchmark.options, "split": protocol.memory_split}
+    played = {**cfg.benchmark.options, **protocol.memory_options, "split": protocol.memory_split}
+    if protocol.memory_options:
+        from distillery.workers.envs.registry import benchmark_options
+
+        try:
+            benchmark_options(name, played)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise ConfigError(
+                f"invalid config at protocol.memory_options: {name} refuses them with the "
+                f"memory split ({str(exc).splitlines()[0][:300]})"
+            ) from None
+    return played
 
 
 def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:

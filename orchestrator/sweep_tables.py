@@ -86,6 +86,9 @@ POINTS = TableSpec(
         Column("teacher", _TEXT, required=True),
         Column("student_params_b", pa.float64()),
         Column("benchmark", _TEXT, required=True),
+        # Its options off their defaults that decide what is played ("split=test_challenge",
+        # "variant=plus"): "" for the benchmark's defaults; two splits are two cells.
+        Column("benchmark_variant", _TEXT),
         Column("protocol", _TEXT, required=True),
         # The method's memory configuration in one text (a method's report column of
         # the same name sets it); "" for points without memory.

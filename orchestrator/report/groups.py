@@ -194,9 +194,16 @@ def _mean(facts: Mapping[str, Mapping[Any, Any]], column: str, point_ids: Sequen
 def _grouped_pivot(
     frame: pd.DataFrame, rows: Sequence[str], candidates: Sequence[str], value: str
 ) -> pd.DataFrame:
-    """`pivot` by benchmark with the group columns first, renamed for people."""
-    keep = [c for c in candidates if c not in rows and c != "benchmark"]
-    out = pivot(frame.drop(columns="_group"), list(rows), "benchmark", value, [*rows, *keep])
+    """`pivot` by benchmark (and its variant: AppWorld's test_normal and
+    test_challenge are two columns) with the group columns first, renamed for people."""
+    skip = {"benchmark", "benchmark_variant"}
+    keep = [c for c in candidates if c not in rows and c not in skip]
+    variant = frame.get("benchmark_variant", pd.Series("", index=frame.index)).fillna("")
+    column = [
+        b if not v else f"{b} ({v})" for b, v in zip(frame["benchmark"], variant, strict=True)
+    ]
+    frame = frame.drop(columns="_group").assign(benchmark_column=column)
+    out = pivot(frame, list(rows), "benchmark_column", value, [*rows, *keep])
     names: Mapping[str, str] = {"group": "Group", "method": "Method", "student": "Student",
                                 "teacher_col": "Teacher", "test_time": "Test-time"}  # fmt: skip
     return out.rename(columns=dict(names))
