@@ -48,7 +48,7 @@ def group_of(uses_teacher: bool, rollouts: int) -> str:
     return "II" if rollouts > 1 else "I"
 
 
-def test_time_label(rollouts: int, feedback: bool) -> str:
+def rollouts_label(rollouts: int, feedback: bool) -> str:
     if rollouts <= 1:
         return "1 rollout"
     return f"{rollouts} rollouts" + (" + fb" if feedback else "")
@@ -77,6 +77,8 @@ def point_test_time(
     students = stats[stats["role"] == "student"]
     if students.empty or not all(c in students.columns for c in _FACTS):
         return pd.DataFrame(columns=columns)
+    # A point of a sweep written before these facts has none (null): no group to give.
+    students = students[students["test_time_rollouts"].notna()]
     attempt = episodes.get("attempt", pd.Series(1, index=episodes.index))
     plays = (
         episodes.assign(attempt=pd.to_numeric(attempt, errors="coerce").fillna(1))
@@ -103,7 +105,7 @@ def point_test_time(
                 "point_id": point["point_id"],
                 "group": group_of(teacher, rollouts),
                 "teacher_used": teacher,
-                "test_time": test_time_label(rollouts, _flag(point.get("test_time_feedback"))),
+                "test_time": rollouts_label(rollouts, _flag(point.get("test_time_feedback"))),
                 "plays_per_task": float(plays.get(point["point_id"], np.nan)),
                 "tokens_per_task": tokens.get(stage, np.nan) / n_tasks if n_tasks else np.nan,
             }
@@ -124,7 +126,9 @@ def grouped_table1(
     """The grouped Table 1 and its test-time cost table (see the module docstring), or
     a note saying why there is none."""
     facts = point_test_time(stats, episodes, stages)
+    recorded = set(facts["point_id"])
     students = cells[cells["role"] == "student"]
+    students = students[[str(ids).split(",")[0] in recorded for ids in students["point_ids"]]]
     if facts.empty or students.empty:
         return [], [
             "grouped table 1: no student point records its test-time facts (a sweep "

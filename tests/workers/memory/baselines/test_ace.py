@@ -34,9 +34,16 @@ def test_answers_are_read_as_json_and_checked():
     assert json_object('x {"a": "}", "b": [1, {"c": 2}]} y') == {"a": "}", "b": [1, {"c": 2}]}
     assert json_object("no object here") is None
     reflection, problems = parse_reflection(
-        json.dumps({"key_insight": "Check units.", "bullet_tags": [
-            {"id": "err-00001", "tag": "harmful"}, {"id": "nope-1", "tag": "helpful"},
-            {"id": "si-00002", "tag": "great"}]}),  # fmt: skip
+        json.dumps(
+            {
+                "key_insight": "Check units.",
+                "bullet_tags": [
+                    {"id": "err-00001", "tag": "harmful"},
+                    {"id": "nope-1", "tag": "helpful"},
+                    {"id": "si-00002", "tag": "great"},
+                ],
+            }
+        ),  # fmt: skip
         {"err-00001", "si-00002"},
     )
     assert not problems and reflection is not None
@@ -66,7 +73,9 @@ def test_the_playbook_text_and_an_initial_playbook_file():
         ("si-00001", "strategies_and_insights", 0, 0), ("misc-00004", "others", 2, 1)
     ]  # fmt: skip
     text = render(bullets, GENERIC, counts=True)
-    assert text.startswith("## STRATEGIES & INSIGHTS\n[si-00001] helpful=0 harmful=0 :: Read twice.")
+    assert text.startswith(
+        "## STRATEGIES & INSIGHTS\n[si-00001] helpful=0 harmful=0 :: Read twice."
+    )
     assert "## OTHERS\n[misc-00004] helpful=2 harmful=1 :: Box the answer." in text
     assert "[misc-00004] Box the answer." in render(bullets, GENERIC, counts=False)
 

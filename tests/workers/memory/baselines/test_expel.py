@@ -30,7 +30,12 @@ def test_operations_are_read_as_the_original_filters_them():
         "AGREE 2: Always re-read the question."
     )
     ops = parse_operations(answer)
-    assert [(o.kind, o.number) for o in ops] == [("ADD", 1), ("EDIT", 2), ("REMOVE", 1), ("AGREE", 2)]
+    assert [(o.kind, o.number) for o in ops] == [
+        ("ADD", 1),
+        ("EDIT", 2),
+        ("REMOVE", 1),
+        ("AGREE", 2),
+    ]
 
 
 def test_operations_apply_with_the_originals_counts_and_order():
@@ -50,7 +55,9 @@ def test_operations_apply_with_the_originals_counts_and_order():
     ]
     assert next_id == 4 and counts == {"dropped": 2, "AGREE": 1, "EDIT": 1, "ADD": 1}
     # REMOVE: -1, or -3 once the list holds max_num_rules + 5; at 0 a rule is gone.
-    removed, _, _ = apply_operations(out, parse_operations("REMOVE 2: Read the question twice, slowly."), 20, SOURCE, 4)
+    removed, _, _ = apply_operations(
+        out, parse_operations("REMOVE 2: Read the question twice, slowly."), 20, SOURCE, 4
+    )
     assert [r.rule_id for r in removed] == [1, 3, 2]
     full = [Rule(i, f"Rule number {i}.", 3, SOURCE) for i in range(1, 7)]
     gone, _, _ = apply_operations(full, parse_operations("REMOVE 1: Rule number 1."), 1, SOURCE, 7)
@@ -129,7 +136,9 @@ def test_gathering_then_insights_from_pairs_and_successes(tmp_path, monkeypatch)
 
 
 def test_an_unreadable_critique_is_retried_once_then_skipped_and_counted(tmp_path, monkeypatch):
-    answers = iter(["Plan: count.", "I think it is fine", "still no operation", "no ops", "ADD 1: Box it."])
+    answers = iter(
+        ["Plan: count.", "I think it is fine", "still no operation", "no ops", "ADD 1: Box it."]
+    )
     world = World(_outcome, lambda role, messages: next(answers))
     stage = _stage(max_reflection_depth=1, success_critique_num=8)
     sweep = run_stage(stage, ["m0", "m1"], world, tmp_path, monkeypatch)
@@ -164,12 +173,17 @@ def _example(task_id: str, question: str, trajectory: str) -> Example:
 def test_the_student_reads_every_insight_by_rank_and_the_similar_successes():
     search = FakeSearch(
         entries={
-            "insights": [_insight(1, "Box the number."), _insight(0, "Count twice."),
-                         _insight(2, "Forbidden rule.", source_task="test_1")],
-            "examples": [_example("m1", "how many apples in the basket", "A" * 50),
-                         _example("m2", "how many apples and pears", "B" * 9000),
-                         _example("m3", "apples apples", "C" * 40),
-                         _example("m4", "the speed of a train", "D" * 40)],
+            "insights": [
+                _insight(1, "Box the number."),
+                _insight(0, "Count twice."),
+                _insight(2, "Forbidden rule.", source_task="test_1"),
+            ],
+            "examples": [
+                _example("m1", "how many apples in the basket", "A" * 50),
+                _example("m2", "how many apples and pears", "B" * 9000),
+                _example("m3", "apples apples", "C" * 40),
+                _example("m4", "the speed of a train", "D" * 40),
+            ],
         }  # fmt: skip
     )
     settings = ExpelSettings(k=2, max_example_chars=1000)

@@ -158,8 +158,6 @@ def test_verdict_is_binary_unless_the_grader_is_asked_for():
     assert verdict(failed, "grader") == prompts.VERDICT_GRADER.format(reason="expected 4, got 5")
 
 
-
-
 def test_reflexion_points_are_scored_by_their_own_stage(gsm8k, tmp_path):
     cfg = sweep_config(
         tmp_path, "benchmark=gsm8k", f"+benchmark.options.data_path={gsm8k}",
