@@ -238,7 +238,7 @@ def run_cells(
 
 
 def table(cells: dict[str, dict[int, Cell]], delay_s: float, episodes: int) -> str:
-    """The cells as a markdown table (the README's), ratios beside the rates."""
+    """The cells as a markdown table (docs/performance.md's), ratios beside the rates."""
     names = list(cells)
     ratios = [n for n in names if n != "isolated"]
     head = ["model delay", "concurrency", *(f"{n} ep/s" for n in names)]

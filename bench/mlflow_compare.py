@@ -14,11 +14,7 @@ run selected and compared to zero-shot: one row per task, each run's verdict
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,106 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distillery.testing.mlflow_ui import comparison_sweep, mlflow_server  # noqa: E402
-from distillery.workers.llm.servers import free_port  # noqa: E402
-
-_CLOSE_ASSISTANT = """
-for (const b of document.querySelectorAll('button')) {
-  const r = b.getBoundingClientRect();
-  const label = (b.getAttribute('aria-label') || '') + ' ' + (b.title || '');
-  if (/close/i.test(label) && r.left > window.innerWidth * 0.6 && r.top < 80) { b.click(); }
-}
-"""
-
-
-def screenshot(url: str, out: Path, width: int, height: int, wait_for: str, wait_s: float) -> None:
-    """Open `url` in headless Chromium and save a PNG once the page shows `wait_for`
-    (MLflow's UI is a single-page app that keeps polling its server, so "loaded" is
-    when the data is on screen), through the DevTools protocol."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        raise SystemExit("chromium is not installed: apt-get install chromium")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    with tempfile.TemporaryDirectory() as profile:
-        process = subprocess.Popen(
-            [
-                browser,
-                "--headless=new",
-                "--no-sandbox",  # root in a container; the page is our own loopback server
-                "--disable-gpu",
-                "--hide-scrollbars",
-                f"--user-data-dir={profile}",
-                f"--window-size={width},{height}",
-                f"--remote-debugging-port={port}",
-                "--remote-allow-origins=*",
-                "about:blank",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            png = asyncio.run(_capture(port, url, width, height, wait_for, wait_s))
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-    out.write_bytes(png)
-
-
-async def _capture(
-    port: int, url: str, width: int, height: int, wait_for: str, wait_s: float
-) -> bytes:
-    import aiohttp  # a Ray dependency
-
-    async with aiohttp.ClientSession() as http:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/json/list") as reply:
-                    pages = [t for t in await reply.json() if t["type"] == "page"]
-                if pages:
-                    break
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("chromium's DevTools endpoint did not come up")
-            await asyncio.sleep(0.5)
-        async with http.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            ids = iter(range(1, 1_000_000))
-
-            async def call(method: str, **params: object) -> dict:
-                number = next(ids)
-                await ws.send_json({"id": number, "method": method, "params": params})
-                while True:
-                    message = await ws.receive_json()
-                    if message.get("id") == number:
-                        if "error" in message:
-                            raise RuntimeError(f"{method}: {message['error']}")
-                        return message.get("result", {})
-
-            await call(
-                "Emulation.setDeviceMetricsOverride",
-                width=width,
-                height=height,
-                deviceScaleFactor=1,
-                mobile=False,
-            )
-            await call("Page.navigate", url=url)
-            deadline = time.monotonic() + wait_s
-            probe = f"document.body && document.body.innerText.includes({json.dumps(wait_for)})"
-            while True:
-                found = await call("Runtime.evaluate", expression=probe, returnByValue=True)
-                if found.get("result", {}).get("value") is True:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{wait_for!r} not on the page after {wait_s:.0f} s")
-                await asyncio.sleep(1.0)
-            # MLflow 3 opens its Assistant side panel on first visit; close it so the
-            # comparison gets the width.
-            await call("Runtime.evaluate", expression=_CLOSE_ASSISTANT)
-            await asyncio.sleep(6.0)  # let the last requests land and the layout settle
-            shot = await call("Page.captureScreenshot", format="png")
-            return base64.b64decode(shot["data"])
+from distillery.testing.mlflow_ui import (  # noqa: E402
+    Chromium,
+    comparison_sweep,
+    find_chromium,
+    mlflow_server,
+)
 
 
 def main() -> int:
@@ -152,7 +54,10 @@ def main() -> int:
             f"{url}/#/experiments/{experiment}/evaluation-runs"
             f"?selectedRunUuid={amd.mlflow_run_id}&compareToRunUuid={zero_shot.mlflow_run_id}"
         )
-        screenshot(compare_url, out, args.width, args.height, "multi_turn_base_124", args.wait_s)
+        if find_chromium() is None:
+            raise SystemExit("chromium is not installed: apt-get install chromium")
+        with Chromium(args.width, args.height) as browser:
+            browser.screenshot(compare_url, out, ["multi_turn_base_124"], args.wait_s)
         print(f"wrote {out} from {compare_url}")
     return 0
 

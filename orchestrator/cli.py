@@ -22,12 +22,15 @@ with benchmark/NAME.yaml, so that `benchmark=NAME` selects it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import itertools
 import os
 import re
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -42,12 +45,19 @@ from distillery.orchestrator.config import (  # noqa: E402
     to_config,
 )
 from distillery.orchestrator.errors import UserError  # noqa: E402
+from distillery.orchestrator.hydra_flags import (  # noqa: E402
+    app_help,
+    config_documents,
+    hydra_tool,
+    parse_flags,
+    typo_hint,
+)
+from distillery.orchestrator.requirements_check import RequirementsError  # noqa: E402
 from distillery.workers.envs.base import BenchmarkUnavailable  # noqa: E402
 
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
 # `model@student=NAME`, users say `student=NAME`.
 _ROLE_GROUP = re.compile(r"^(~|\+)?(teacher|student)=")
-_FLAGS = {"-m", "--multirun", "--plan", "--cfg", "-h", "--help", "-v", "--verbose"}
 _VERBOSE = ("-v", "--verbose")  # keep third-party libraries' announcements
 
 
@@ -105,10 +115,22 @@ def _plugin_config_paths(path: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def compose(overrides: list[str]) -> DictConfig:
+def compose(overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The composed config of one sweep point (`with_hydra`: Hydra's own config under
+    `hydra`, as `--cfg hydra|all` prints it)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
+    overrides = prepared_overrides(overrides)
+    with initialize_config_module(config_module="distillery.conf", version_base=None):
+        return hydra_compose(
+            config_name="config", overrides=overrides, return_hydra_config=with_hydra
+        )
+
+
+def prepared_overrides(overrides: list[str]) -> list[str]:
+    """The user's overrides and what distillery composes with them: every method's
+    catalog file and the config packages of installed plugins."""
     extra = plugin_config_paths()
     if extra and any(o.lstrip("+~").startswith("hydra.searchpath=") for o in overrides):
         raise ConfigError(
@@ -120,8 +142,7 @@ def compose(overrides: list[str]) -> DictConfig:
         overrides = [f"method_catalog=[{','.join(catalogs)}]", *overrides]
     if extra:
         overrides = [f"hydra.searchpath=[{','.join(extra)}]", *overrides]
-    with initialize_config_module(config_module="distillery.conf", version_base=None):
-        return hydra_compose(config_name="config", overrides=overrides)
+    return overrides
 
 
 def method_catalog_files(packages: list[str]) -> list[str]:
@@ -225,65 +246,92 @@ def validated_configs(points: list[tuple[list[str], DictConfig]]) -> list[Distil
 
 
 def run_cli(argv: list[str]) -> int:
-    flags = {a for a in argv if a in _FLAGS}
-    if flags & {"-h", "--help"}:
-        print(__doc__)
+    try:
+        args = parse_flags(argv)
+    except ValueError as exc:  # FlagError: a flag distillery does not take
+        return _refuse(exc)
+    if args.help:
+        print(app_help())
         return 0
-    if "--cfg" in argv:  # Hydra's spelling: --cfg job|hydra|all
-        at = argv.index("--cfg")
-        if at + 1 < len(argv) and argv[at + 1] in ("job", "hydra", "all"):
-            argv = argv[: at + 1] + argv[at + 2 :]
-    overrides = rewrite_role_overrides([a for a in argv if a not in _FLAGS])
+    if args.version:
+        from importlib.metadata import version
+
+        print(f"distillery {version('distillery')} (Hydra {version('hydra-core')})")
+        return 0
+    overrides = rewrite_role_overrides(args.overrides)
+    if args.hydra_help or args.info:
+        return hydra_tool(overrides, args)
     # One validation for --cfg, --plan and a run: the same configs pass or fail, with
     # the same message, before anything prints or starts.
     try:
-        points = sweep_points(overrides, multirun=bool(flags & {"-m", "--multirun"}))
+        points = sweep_points(overrides, multirun=args.multirun)
         # A run names every missing install at once; --plan and --cfg need only the
-        # benchmark's package (no model server starts).
-        configs = validate_sweep(points, models=not flags & {"--plan", "--cfg"})
+        # benchmark's package (no model server starts) before they print.
+        configs = validate_sweep(points, models=not (args.plan or args.cfg))
     # BenchmarkUnavailable: planning lists the tasks, and an adapter that cannot (no
-    # AppWorld data folder, no venv) says what is missing and how to get it.
-    except (ValueError, UserError, BenchmarkUnavailable) as exc:  # ConfigError, a bad split...
+    # AppWorld data folder, no venv) says what is missing and how to get it. A plan
+    # reports it with every other problem of the world (its pre-flight).
+    except (RequirementsError, BenchmarkUnavailable) as exc:
+        if not args.plan:
+            return _refuse(exc)
+        from distillery.orchestrator.plan_check import plan_command
+
+        return plan_command(validated_configs(points), unplanned=exc)
+    except (ValueError, UserError) as exc:  # ConfigError, a bad split...
         return _refuse(exc)
     except Exception as exc:  # Hydra: an unknown config group or a malformed override
         if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            code = _refuse(exc)
-            hint = _registered_without_config(str(exc))
-            if hint:
-                print(f"distillery: {hint}", file=sys.stderr)
-            return code
+            return _refuse_hydra(exc, overrides)
         raise
-    if "--cfg" in flags:
-        for _, composed in points:
-            print(OmegaConf.to_yaml(composed))
+    if args.cfg:
+        print(config_documents(points, args.cfg, resolve=args.resolve, package=args.package))
         return 0
 
     from distillery import redaction
     from distillery.orchestrator.requirements_check import check_requirements
-    from distillery.orchestrator.run import plan, print_summary, run_sweep, unscored_points
-
-    if "--plan" not in flags:
-        try:  # the services a run talks to answer, before Ray starts
-            check_requirements(configs, models=False)
-        except ValueError as exc:
-            return _refuse(exc)
+    from distillery.orchestrator.run import print_summary, run_sweep, unscored_points
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
     from distillery.orchestrator.preflight import run_notices
 
     for notice in run_notices(configs):  # said before anything runs (and with --plan)
         print(f"distillery: note: {notice}", file=sys.stderr)
+    if args.plan:
+        from distillery.orchestrator.plan_check import plan_command
+
+        return plan_command(configs)
+    try:  # the services a run talks to answer, before Ray starts
+        check_requirements(configs, models=False)
+    except ValueError as exc:
+        return _refuse(exc)
     try:
-        if "--plan" in flags:
-            print(plan(configs))
-            print("Nothing ran. Drop --plan to run what is not cached.")
-            return 0
-        result = run_sweep(configs)
+        with _sigterm_interrupts():  # a stopped sweep marks its MLflow runs KILLED
+            result = run_sweep(configs)
     except (UserError, ValueError) as exc:  # bad input or a busy output root, before Ray
         return _refuse(exc)
     print_summary(result)
     # Unscored episodes left after their retries: the sweep is not finished.
     return 3 if unscored_points(result) else 0
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`kill`, a pod deleted) stops the run as Ctrl-C does: every finished
+    episode is already in the ledger, the open MLflow runs are marked KILLED and the
+    same command resumes it."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def validate_sweep(
@@ -325,6 +373,24 @@ def _registered_without_config(message: str) -> str | None:
         f"has benchmark/{name}.yaml: select it with benchmark.name={name}, or have its "
         f"package name its config package in the {CONF_ENTRY_POINT_GROUP} entry-point group"
     )
+
+
+def _refuse_hydra(exc: BaseException, overrides: list[str]) -> int:
+    """Hydra's refusal, said so that it helps: a mistyped key gets the key it was
+    probably meant to be (Hydra's own message would advise appending the typo with +)."""
+    hint = typo_hint(str(exc), overrides)
+    if hint:
+        print(f"distillery: {hint}", file=sys.stderr)
+        print(
+            "Fix the key on the command line (or add a new key on purpose with +KEY=VALUE).",
+            file=sys.stderr,
+        )
+        return 2
+    code = _refuse(exc)
+    hint = _registered_without_config(str(exc))
+    if hint:
+        print(f"distillery: {hint}", file=sys.stderr)
+    return code
 
 
 def _refuse(exc: BaseException) -> int:

@@ -187,11 +187,11 @@ def find_side(name: str, sweeps: Sequence[SweepData], tracking_uri: str | None) 
         return _side_from_sweep(data, row)
     uris = [tracking_uri] if tracking_uri else []
     uris += [str(s.meta["tracking_uri"]) for s in sweeps if s.meta.get("tracking_uri")]
-    if _RUN_ID.fullmatch(name):  # only a whole run id can be looked up in MLflow
-        for uri in dict.fromkeys(uris):
-            side = side_from_mlflow(name, uri)
-            if side is not None:
-                return side
+    for uri in dict.fromkeys(uris):
+        run_id = name if _RUN_ID.fullmatch(name) else run_id_by_prefix(name, uri)
+        side = side_from_mlflow(run_id, uri) if run_id else None
+        if side is not None:
+            return side
     where = f" or in MLflow at {', '.join(dict.fromkeys(uris))}" if uris else ""
     if len(name) < _MIN_PREFIX:
         where += f" (a prefix needs at least {_MIN_PREFIX} characters)"
@@ -200,6 +200,42 @@ def find_side(name: str, sweeps: Sequence[SweepData], tracking_uri: str | None) 
         f"sweeps under the output root{where}; `distillery report` lists the points and "
         "their runs"
     )
+
+
+def run_id_by_prefix(prefix: str, tracking_uri: str) -> str | None:
+    """The evaluation run whose id starts with `prefix` (at least _MIN_PREFIX hex
+    characters), among the store's evaluation runs; None when none does. A prefix two
+    runs share is refused as ambiguous."""
+    if len(prefix) < _MIN_PREFIX or not re.fullmatch(r"[0-9a-f]+", prefix):
+        return None
+    import os
+
+    # A tracking server that is down should fail the lookup in seconds, not minutes.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from distillery.orchestrator.report.publish import _tracking_store_missing
+
+    if _tracking_store_missing(tracking_uri):
+        return None
+    client = MlflowClient(tracking_uri)
+    try:
+        experiments = [e.experiment_id for e in client.search_experiments(max_results=1000)]
+        runs = client.search_runs(
+            experiments,
+            filter_string="tags.`mlflow.runType` = 'genai_evaluate'",
+            max_results=5000,
+        )
+    except (MlflowException, OSError):
+        return None  # a store that cannot be read has no such run: the caller says where it looked
+    found = sorted({r.info.run_id for r in runs if r.info.run_id.startswith(prefix)})
+    if len(found) > 1:
+        raise CompareError(
+            f"{prefix!r} is ambiguous: it starts MLflow runs {', '.join(found[:5])}; give more of it"
+        )
+    return found[0] if found else None
 
 
 def side_from_mlflow(run_id: str, tracking_uri: str) -> EvalSide | None:

@@ -6,6 +6,7 @@ that names the key (e.g. ``student.base_url``).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveFloat,
     ValidationError,
     field_validator,
     model_validator,
@@ -85,7 +87,11 @@ MOVED_AGENT_KEYS = (
 
 class ClusterConfig(_Frozen):
     name: str = "local"
-    # None: start a private local Ray on loopback; "auto" or ray://...: join a cluster.
+    # True (cluster=ray): join an existing Ray cluster at `ray_address`, else at
+    # $RAY_ADDRESS; with neither the run refuses (it never guesses which Ray to join).
+    # False: start a private local Ray on loopback, unless `ray_address` names one.
+    join: bool = False
+    # The Ray cluster to join (ray://head:10001, head:6379, http://head:8265).
     ray_address: str | None = None
     num_cpus: int | None = Field(default=None, gt=0, description="Local Ray only.")
     num_workers: int = Field(default=2, ge=1, description="Episode worker actors per agent.")
@@ -106,6 +112,20 @@ class ClusterConfig(_Frozen):
             return {}
         return {f"{self.gpu_node_resource}_{gpus}": 1.0}
 
+    @property
+    def joins(self) -> bool:
+        """Whether the run joins an existing Ray cluster (rather than starting one)."""
+        return self.join or self.ray_address is not None
+
+    def address(self) -> str | None:
+        """The address a run joins: `ray_address`, else $RAY_ADDRESS (read when the run
+        starts: a job submitted to a cluster gets the cluster's own); None when the run
+        starts a private Ray, or when a joining run was given no address (refused
+        before anything starts: `preflight.check_cluster`)."""
+        if not self.joins:
+            return None
+        return self.ray_address or os.environ.get("RAY_ADDRESS") or None
+
 
 class TrackingConfig(_Frozen):
     uri: str | None = None  # None: sqlite file mlflow.db in the working directory
@@ -116,6 +136,11 @@ class TrackingConfig(_Frozen):
     # two runs task by task). None: every evaluated task; N: a deterministic sample
     # mixing successes and failures; 0: no traces.
     trace_sample: int | None = Field(default=None, ge=0)
+    # A running evaluation point's child run gets its running metrics (`progress.*`:
+    # episodes done, success so far, infrastructure errors, tokens) at most this often.
+    # Ours: one MLflow write per point per interval stays cheap for a tracking server
+    # while the UI is never more than this far behind.
+    progress_interval_s: float = Field(default=15.0, gt=0)
 
 
 class ModelPrice(_Frozen):
@@ -130,6 +155,10 @@ class CostConfig(_Frozen):
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     embedding_per_mtok: float = Field(default=0.0, ge=0)
     gpu_hour: float = Field(default=0.0, ge=0)
+    # Tokens (prompt + completion) one server replica of a launched model processes per
+    # second, by model name: `--plan` turns its estimated tokens into GPU-hours. Yours to
+    # measure (e.g. bench/serving.py): it depends on the GPU, the model and the load.
+    throughput_tokens_per_s: dict[str, PositiveFloat] = Field(default_factory=dict)
 
     def prices_dict(self) -> dict[str, Any]:
         return {
@@ -370,7 +399,14 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
             named, msg = msg.split(": ", 1)  # whole-config checks name their key first
             key = prefix + named
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (typo?)"
+            from distillery.orchestrator.hydra_flags import model_field_suggestion
+
+            close = None if prefix else model_field_suggestion(tuple(err["loc"]))
+            if close:
+                parent = ".".join(str(p) for p in err["loc"][:-1])
+                msg = f"unknown key; did you mean {parent + '.' if parent else ''}{close}?"
+            else:
+                msg = "unknown key (typo?)"
         elif err["type"] == "missing":
             msg = "required key is missing"
         lines.append(f"{key}: {msg}")

@@ -35,7 +35,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--store", default="distillery_runs/qdrant", help="embedded store folder")
     parser.add_argument("--url", default=None, help="Qdrant server URL (instead of --store)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", parents=[where], help="banks and their entry counts")
+    listing = sub.add_parser(
+        "list", parents=[where], help="banks: method, source, benchmark, entry counts"
+    )
+    listing.add_argument(
+        "--root",
+        default=None,
+        help="the output root whose ledger says where banks came from (default: the "
+        "store's parent folder, as <output_dir>/qdrant)",
+    )
     show = sub.add_parser("show", parents=[where], help="print a bank's entries")
     show.add_argument("bank", help="bank id (or its first 16 characters)")
     show.add_argument(
@@ -134,9 +142,11 @@ def _command(args: argparse.Namespace, store: MemoryStore) -> int:
     if args.command == "list":
         if not banks:
             print(f"no memory banks in {store.location}; run a memory method first")
-        for bank in sorted(banks):
-            counts = banks[bank][1]
-            print(bank, " ".join(f"{c}={counts.get(c, 0)}" for c in collections(bank)))
+            return 0
+        entries = {
+            b: " ".join(f"{c}={banks[b][1].get(c, 0)}" for c in collections(b)) for b in banks
+        }
+        print(format_bank_list(entries, {b: banks[b][0] for b in banks}, _root_of(args)))
         return 0
     bank = args.bank[:16]
     if bank not in banks:
@@ -186,3 +196,68 @@ def _command(args: argparse.Namespace, store: MemoryStore) -> int:
             raise _Refusal(f"--out {args.out}: cannot write there ({_reason(exc)})") from None
         print(f"wrote {path}")
     return 0
+
+
+def _root_of(args: argparse.Namespace) -> str | None:
+    """The output root to read banks' origins from: --root, else the embedded store's
+    parent folder (a sweep's store is <output_dir>/qdrant), else none."""
+    if getattr(args, "root", None):
+        return args.root
+    if args.url:
+        return None
+    from pathlib import Path
+
+    parent = Path(args.store).resolve().parent
+    return str(parent) if (parent / "stages").is_dir() else None
+
+
+def format_bank_list(entries: dict[str, str], prefixes: dict[str, str], root: str | None) -> str:
+    """One line per bank: its id, method, whose trajectories, benchmark, the stage it was
+    built from, and its entry counts per collection."""
+    from distillery.orchestrator.bank_origins import bank_origins
+
+    origins = {k[:16]: v for k, v in bank_origins(root).items()} if root else {}
+    methods = _methods_by_prefix()
+    rows = [("bank", "method", "from", "benchmark", "memory tasks", "source stage", "entries")]
+    for bank in sorted(entries):
+        origin = origins.get(bank)
+        method = methods.get(prefixes[bank], prefixes[bank])
+        if origin is None:
+            rows.append((bank, method, "?", "?", "?", "?", entries[bank]))
+        else:
+            rows.append(
+                (bank, origin.method or method, origin.agent, origin.benchmark, origin.memory_tasks,
+                 origin.source or "?", entries[bank])
+            )  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
+        for r in rows
+    ]
+    unknown = [b for b in entries if b not in origins]
+    if unknown:
+        where = f"the ledger under {root}" if root else "no output root (give --root OUTPUT_DIR)"
+        lines.append(
+            f"? = not found in {where}: {len(unknown)} bank(s) of another output root, "
+            "or built before the ledger recorded banks"
+        )
+    return "\n".join(lines)
+
+
+def _methods_by_prefix() -> dict[str, str]:
+    """store prefix -> memory method name (the kind that writes it)."""
+    from distillery.workers.memory.registry import (
+        MemoryMethodLoadError,
+        known_methods,
+        memory_method,
+    )
+
+    out: dict[str, str] = {}
+    for kind in known_methods():
+        try:
+            prefix = getattr(memory_method(kind), "store_prefix", None)
+        except MemoryMethodLoadError:
+            continue
+        if prefix:
+            out.setdefault(prefix, kind)
+    return out

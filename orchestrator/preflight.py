@@ -84,6 +84,7 @@ def check_run(graph: StageGraph) -> None:
     environment variables read): before a real run only; raises PreflightError."""
     check_config(graph)
     cfg = graph.configs[0]
+    check_cluster(cfg)
     check_output_dir(cfg.output_dir)
     check_tracking_uri(cfg.tracking_uri)
     uses_memory = _uses_memory(graph)
@@ -153,6 +154,30 @@ def _secret_hint(name: str) -> str:
         f"kubectl -n NAMESPACE create secret generic {secret} --from-literal={name}=... "
         "(add it to the existing Secret with kubectl edit), then submit the sweep again"
     )
+
+
+def check_cluster(cfg: DistilleryConfig) -> None:
+    """A run that joins a Ray cluster (cluster=ray) has an address to join, given by
+    the user: `cluster.ray_address` or $RAY_ADDRESS. Never Ray's `auto`, which joins
+    whatever Ray happens to run on this host (a test suite's private cluster, once)."""
+    cluster = cfg.cluster
+    if not cluster.joins:
+        return
+    address = cluster.address()
+    if not address:
+        raise PreflightError(
+            f"cluster.ray_address: cluster={cluster.name} joins an existing Ray cluster, "
+            "but neither cluster.ray_address nor RAY_ADDRESS is set; give its address "
+            "(cluster.ray_address=ray://HEAD:10001 or export RAY_ADDRESS=HEAD:6379), or "
+            "use cluster=local for a private Ray on this machine"
+        )
+    if address.strip().lower() == "auto":
+        where = "cluster.ray_address" if cluster.ray_address else "RAY_ADDRESS"
+        raise PreflightError(
+            f"cluster.ray_address: {where}=auto would join whatever Ray runs on this host; "
+            "give the cluster's address (ray://HEAD:10001 or HEAD:6379), or use "
+            "cluster=local for a private Ray on this machine"
+        )
 
 
 def _uses_memory(graph: StageGraph) -> bool:

@@ -79,7 +79,7 @@ def models_in_use(cfg: DistilleryConfig) -> list[tuple[str, ModelConfig]]:
     if any(m.kind != "teacher" for m in methods):
         used.append(("student", cfg.student))
     builder = cfg.builder_model() if any(m.uses_memory for m in methods) else None
-    if builder is not None:
+    if builder is not None and all(builder != model for _, model in used):
         used.append((f"builder_models.{cfg.memory.builder.model}", builder))
     return used
 
@@ -258,7 +258,7 @@ def missing_requirements(
         checks = list(_benchmark(cfg))
         # On a Ray cluster servers start on worker nodes, whose installs the driver
         # cannot see; only a private local cluster is checked here.
-        if models and cfg.cluster.ray_address is None:
+        if models and not cfg.cluster.joins:
             for role, model in used:
                 checks += _launched_model(role, model)
         if services:

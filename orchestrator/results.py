@@ -98,89 +98,184 @@ def _local(location: Location) -> Path | str:
 
 
 def _log_points(
-    sweep: Sweep, tracker: Tracker, parent_id: str, tags: dict[str, str]
+    sweep: Sweep,
+    tracker: Tracker,
+    parent_id: str,
+    tags: dict[str, str],
+    logged: dict[str, MethodResult] | None = None,
 ) -> dict[str, MethodResult]:
+    """Every point's result, in the graph's order: those `logged` already (live runs
+    close a point's run when its stage ends), the others logged now."""
+    logged = logged or {}
     out: dict[str, MethodResult] = {}
     for point in sweep.graph.points.values():
-        cfg = point.cfg
-        summaries = sweep.point_summaries(point)
-        needs_records = point.retrieval is not None or cfg.tracking.trace_sample != 0
-        records = sweep.point_records(summaries) if needs_records else []
-        metrics = {
-            **sweep.point_metrics(point, summaries, records),
-            **point_cost_metrics(sweep, point),
-        }
-        method = point.method
-        retrieval = point.retrieval
-        episodes_dir = sweep.ledger.episodes_dir(point.stage)
-        point_tags = {
-            **tags,
-            **point_descriptors(point),
-            # Said in words too: a point without a scored episode has a NaN success rate.
-            "distillery.unscored_episodes": str(int(metrics["n_unscored"])),
-            "distillery.point_id": point.point_id,
-            "stage": str(point.stage),
-            "stages": ",".join(str(k) for k in point.upstream),
-            # Where the point's episode Parquet files are (a remote root's are not
-            # copied into MLflow's artifacts).
-            "distillery.episodes_uri": episodes_dir.uri,
-        }
-        params = {
-            **safe_params(cfg.model_dump(mode="json")),
-            "method": point.method_name,
-            "method.kind": method.kind,
-            # The collections a memory method reads, where its settings name them.
-            "method.types": ",".join(getattr(retrieval, "types", None) or ()),
-            "eval_task_ids_sha": point.split.eval_ids_sha,
-            "eval_n_tasks": str(len(point.split.eval_ids)),
-        }
-        if point.bank_stage is not None:
-            params["memory.bank_id"] = sweep.memory.bank_of(point.bank_stage)
-        if retrieval is not None:
-            # Which tags are the method's own report columns (`distillery compare` shows
-            # them for a run it reads from MLflow).
-            own = memory_method(method.kind).report_columns(retrieval)
-            point_tags[METHOD_COLUMNS_TAG] = ",".join(k for k in own if k not in POINTS.names)
-        descriptor = sweep.names.point(point.point_id)
-        point_tags["distillery.descriptor"] = descriptor
-        child_id = tracker.log_agent(
-            run_name=" ".join([f"{point.method_name}:{point.model.name}", descriptor]).strip(),
-            params=params,
-            tags=point_tags,
-            metrics=metrics,
-            results=results_frame(summaries),
-            episodes_dir=episodes_dir.local_path
-            if cfg.tracking.log_trajectories and episodes_dir.is_local
-            else None,
-            documents={
-                "split.json": {
-                    "protocol": cfg.protocol.name,
-                    "eval_task_ids": list(point.split.eval_ids),
-                    "eval_task_ids_sha": point.split.eval_ids_sha,
-                    "memory_task_ids": list(point.split.memory_ids),
-                }
-            },
-            point_id=point.point_id,
-            dataset=EvalDataset(
-                cfg.benchmark.name, list(point.split.eval_ids), point.split.eval_ids_sha
-            ),
-            traces=records,
-            trace_sample=cfg.tracking.trace_sample,
-        )
-        out[point.point_id] = MethodResult(
-            point.method_name,
-            method,
-            point.role,
-            point.model,
-            _local(episodes_dir),
-            summaries,
-            metrics,
-            child_id,
-            point.point_id,
-            str(point.stage),
-            descriptor,
-        )
+        found = logged.get(point.point_id)
+        out[point.point_id] = found or log_point(sweep, tracker, parent_id, tags, point)
     return out
+
+
+@dataclass(frozen=True)
+class PointRun:
+    """What a point's MLflow child run carries from the moment it is opened."""
+
+    name: str
+    params: dict[str, str]
+    tags: dict[str, str]
+
+
+def point_run(sweep: Sweep, point: EvalPoint, tags: dict[str, str]) -> PointRun:
+    """The child run's name (what tells the point from the sweep's others first, so a
+    name cut short in the runs table still tells them apart), its params (the point's
+    own settings and its method's catalog entry, never the whole catalog) and tags."""
+    method = point.method
+    retrieval = point.retrieval
+    episodes_dir = sweep.ledger.episodes_dir(point.stage)
+    descriptor = sweep.names.point(point.point_id)
+    point_tags = {
+        **tags,
+        **point_descriptors(point),
+        "distillery.point_id": point.point_id,
+        "distillery.descriptor": descriptor,
+        "stage": str(point.stage),
+        "stages": ",".join(str(k) for k in point.upstream),
+        # Where the point's episode Parquet files are (a remote root's are not copied
+        # into MLflow's artifacts).
+        "distillery.episodes_uri": episodes_dir.uri,
+    }
+    if retrieval is not None:
+        # Which tags are the method's own report columns (`distillery compare` shows
+        # them for a run it reads from MLflow).
+        own = memory_method(method.kind).report_columns(retrieval)
+        point_tags[METHOD_COLUMNS_TAG] = ",".join(k for k in own if k not in POINTS.names)
+    params = {
+        **point_params(point),
+        "method": point.method_name,
+        "method.kind": method.kind,
+        # The collections a memory method reads, where its settings name them.
+        "method.types": ",".join(getattr(retrieval, "types", None) or ()),
+        "eval_task_ids_sha": point.split.eval_ids_sha,
+        "eval_n_tasks": str(len(point.split.eval_ids)),
+    }
+    model = point.model.name
+    parts = [descriptor, point.method_name]
+    if f"student={model}" not in descriptor.split():
+        parts.append(model)
+    name = " · ".join(p for p in parts if p)
+    return PointRun(name, params, point_tags)
+
+
+def point_params(point: EvalPoint) -> dict[str, str]:
+    """The MLflow params of a point: the settings its result depends on (the benchmark,
+    protocol, agent and seed; the student where it plays, the teacher where its
+    episodes are read, memory settings where it reads memory) and its own catalog
+    entry, flattened, secrets redacted."""
+    return safe_params(config_params(point.cfg, point_sections(point), [point.method_name]))
+
+
+def point_sections(point: EvalPoint) -> set[str]:
+    """The top-level config keys a point's result depends on."""
+    keep = {"experiment", "benchmark", "protocol", "agent", "seed", "run_name", "output_dir"}
+    if point.role == "student":
+        keep.add("student")
+    if point.uses_teacher:
+        keep.add("teacher")
+    if point.bank_stage is not None or point.retrieval is not None:
+        keep.update({"memory", "builder_models"})
+    return keep
+
+
+def config_params(
+    cfg: Any, sections: Iterable[str] | None, methods: Iterable[str]
+) -> dict[str, Any]:
+    """The config as a dict for params: `sections` of it (None: all) with the catalog
+    cut down to `methods`' entries."""
+    data = cfg.model_dump(mode="json")
+    wanted = set(methods)
+    data["method_catalog"] = {k: v for k, v in data["method_catalog"].items() if k in wanted}
+    data.pop("sweep", None)  # the grid's axes: each point's values are its own settings
+    if sections is not None:
+        keep = set(sections) | {"method_catalog"}
+        data = {k: v for k, v in data.items() if k in keep}
+    return data
+
+
+def log_point(
+    sweep: Sweep,
+    tracker: Tracker,
+    parent_id: str,
+    tags: dict[str, str],
+    point: EvalPoint,
+    *,
+    run_id: str | None = None,
+    end_time_ms: int | None = None,
+) -> MethodResult:
+    """Log a point whose stage is finished as its child run (`run_id`, else the child
+    of the parent tagged with its point id, else a new one): metrics, the per-task
+    table, the split, trajectories and traces; the run is closed at `end_time_ms`
+    (default: now)."""
+    cfg = point.cfg
+    summaries = sweep.point_summaries(point)
+    needs_records = point.retrieval is not None or cfg.tracking.trace_sample != 0
+    records = sweep.point_records(summaries) if needs_records else []
+    metrics = {
+        **sweep.point_metrics(point, summaries, records),
+        **point_cost_metrics(sweep, point),
+    }
+    episodes_dir = sweep.ledger.episodes_dir(point.stage)
+    run = point_run(sweep, point, tags)
+    point_tags = {
+        **run.tags,
+        # Said in words too: a point without a scored episode has a NaN success rate.
+        "distillery.unscored_episodes": str(int(metrics["n_unscored"])),
+    }
+    params = dict(run.params)
+    if point.bank_stage is not None:
+        params["memory.bank_id"] = sweep.memory.bank_of(point.bank_stage)
+    child_id = tracker.log_agent(
+        run_name=run.name,
+        params=params,
+        tags=point_tags,
+        metrics=metrics,
+        results=results_frame(summaries),
+        episodes_dir=episodes_dir.local_path
+        if cfg.tracking.log_trajectories and episodes_dir.is_local
+        else None,
+        documents={
+            "split.json": {
+                "protocol": cfg.protocol.name,
+                "eval_task_ids": list(point.split.eval_ids),
+                "eval_task_ids_sha": point.split.eval_ids_sha,
+                "memory_task_ids": list(point.split.memory_ids),
+            }
+        },
+        point_id=point.point_id,
+        run_id=run_id,
+        parent_run_id=parent_id,
+        dataset=EvalDataset(
+            cfg.benchmark.name, list(point.split.eval_ids), point.split.eval_ids_sha
+        ),
+        traces=records,
+        trace_sample=cfg.tracking.trace_sample,
+        trace_tags={k: point_tags[k] for k in TRACE_TAGS if point_tags.get(k)},
+        end_time_ms=end_time_ms,
+    )
+    return MethodResult(
+        point.method_name,
+        point.method,
+        point.role,
+        point.model,
+        _local(episodes_dir),
+        summaries,
+        metrics,
+        child_id,
+        point.point_id,
+        str(point.stage),
+        run.tags["distillery.descriptor"],
+    )
+
+
+# The point's tags every one of its traces carries (the traces list filters by them).
+TRACE_TAGS = ("method", "method_kind", "student", "teacher", "benchmark", "protocol", "seed")
 
 
 def point_descriptors(point: EvalPoint) -> dict[str, str]:

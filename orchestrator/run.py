@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from distillery.orchestrator.config import ClusterConfig, DistilleryConfig
+from distillery.orchestrator.heartbeat import Heartbeat
 from distillery.orchestrator.ledger import Ledger, read_sweep_record
+from distillery.orchestrator.live_runs import LiveRuns
 from distillery.orchestrator.locks import run_locks
+from distillery.orchestrator.observers import notify
 from distillery.orchestrator.plan import StageGraph, format_plan, plan_sweep, stage_status
 from distillery.orchestrator.preflight import check_run
 from distillery.orchestrator.results import (
@@ -28,6 +31,7 @@ from distillery.orchestrator.results import (
     _local,
     _log_points,
     _shared_params,
+    config_params,
     git_sha,
     log_infra_counts,
     package_versions,
@@ -75,7 +79,8 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
     sweep_json = sweep.sweep_dir / "sweep.json"
     previous = read_sweep_record(sweep_json)
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment)
-    shared = _shared_params([safe_params(c.model_dump(mode="json")) for c in graph.configs])
+    # The sweep's settings, with the catalog cut to the methods it evaluates.
+    shared = _shared_params([safe_params(config_params(c, None, c.methods)) for c in graph.configs])
     tags = {
         "distillery.sweep_id": sweep.sweep_id,
         "git_sha": git_sha(),
@@ -108,11 +113,19 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
                 "points": [point_ids for point_ids in graph.point_ids_of],
             }
         )
+        live = LiveRuns(sweep, tracker, pid, tags)
+        sweep.observers.append(live)
+        if progress:
+            sweep.observers.append(Heartbeat(sweep))
         try:
             sweep.run_stages()
+        except BaseException as exc:
+            live.abort(interrupted=isinstance(exc, KeyboardInterrupt))
+            raise
         finally:
+            notify(sweep.observers, "close")
             log_infra_counts(sweep, tracker, pid)
-        logged = _log_points(sweep, tracker, pid, tags)
+        logged = _log_points(sweep, tracker, pid, tags, live.logged)
     write_sweep_tables(sweep, logged)
     results = []
     for cfg_i, ids in zip(graph.configs, graph.point_ids_of, strict=True):
@@ -144,16 +157,21 @@ def ray_session(cluster: ClusterConfig) -> Iterator[None]:
     # Workers inherit the driver's interpreter and installed package; keep uv from
     # rewriting their environment.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    if cluster.ray_address:
+    address = cluster.address()
+    if cluster.joins:
+        if not address:  # checked before the run started (preflight.check_cluster)
+            raise ValueError("cluster.ray_address: no Ray cluster address to join")
+        print(f"joining the Ray cluster at {redact(address)} ...", flush=True)
         try:
-            ray.init(address=cluster.ray_address, log_to_driver=True)
+            ray.init(address=address, log_to_driver=True)
         except ConnectionError as exc:
             raise ConnectionError(
-                f"cannot join the Ray cluster at {cluster.ray_address} ({exc}). With token "
+                f"cannot join the Ray cluster at {redact(address)} ({exc}). With token "
                 "authentication (the default from Ray 2.59), export RAY_AUTH_MODE=token "
                 "and the cluster's token as RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH; "
                 "`ray get-auth-token` on the head prints it)"
             ) from exc
+        print(f"joined the Ray cluster at {redact(address)}: {cluster_resources()}", flush=True)
     else:
         # A private cluster on loopback: Ray may otherwise bind the machine's external
         # address.
@@ -167,6 +185,18 @@ def ray_session(cluster: ClusterConfig) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def cluster_resources() -> str:
+    """The joined cluster in one line: its live nodes, CPUs and GPUs (and Ray's version)."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    gpus = total.get("GPU", 0)
+    return (
+        f"{len(nodes)} node(s), {total.get('CPU', 0):g} CPUs, {gpus:g} GPUs (Ray {ray.__version__})"
+    )
 
 
 def unscored_points(result: SweepResult) -> list[tuple[MethodResult, int]]:

@@ -21,7 +21,7 @@ class ServerPool:
     def __init__(self, graph: StageGraph, log_dir: Location, say: Callable[[str], None]) -> None:
         self.graph = graph
         # Joined cluster: servers listen on their node's address for workers elsewhere.
-        self.node_address = graph.configs[0].cluster.ray_address is not None
+        self.node_address = graph.configs[0].cluster.joins
         # The servers' logs: in the sweep's folder, on the output root's filesystem (an
         # object store too: copied there as they grow, so they outlive GPU pods).
         self.log_dir = log_dir.uri

@@ -121,7 +121,7 @@ def prepare(
     cfg = configs[0]
     notes = []
     given = {override_key(o) for o in overrides}
-    if "cluster" not in given and cfg.cluster.ray_address is None:
+    if "cluster" not in given and not cfg.cluster.joins:
         overrides = ["cluster=ray", *overrides]
     if not _is_uri(cfg.output_dir):
         absolute = str(Path(cfg.output_dir.removeprefix("file://")).expanduser().resolve())

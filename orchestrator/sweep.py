@@ -21,6 +21,7 @@ from distillery.orchestrator.dispatch import run_agent
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.memory_stage import MemoryStage
 from distillery.orchestrator.metrics import agent_metrics
+from distillery.orchestrator.observers import StageObserver, notify
 from distillery.orchestrator.plan import EvalPoint, StageGraph, server_key, stage_line
 from distillery.orchestrator.server_pool import ServerPool
 from distillery.orchestrator.stages import (
@@ -69,6 +70,9 @@ class Sweep:
         self.names = name_sweep(graph)
         self.stages_run = 0
         self.stages_cached = 0
+        # Told when each stage starts and ends and when each episode lands (live MLflow
+        # runs, the heartbeat): `observers.StageObserver`.
+        self.observers: list[StageObserver] = []
 
     # -- stages --------------------------------------------------------------------
 
@@ -80,6 +84,7 @@ class Sweep:
         for index, key in enumerate(order, 1):
             stage = self.graph.stages[key]
             self.ledger.describe(stage)
+            notify(self.observers, "stage_started", key, f"[{index}/{len(order)}]")
             started = time.perf_counter()
             ran = stage.run(self, f"[{index}/{len(order)}]")
             if ran:
@@ -89,6 +94,7 @@ class Sweep:
                 self.ledger.record_run(key, wall, wall * gpus)
             else:
                 self.stages_cached += 1
+            notify(self.observers, "stage_finished", key, ran)
             self.servers.release_unused(order[index:])
 
     def _model_order(self, key: StageKey) -> str:
@@ -122,12 +128,16 @@ class Sweep:
             missing,
             self.cfg.cluster,
             self.progress,
-            on_summary=lambda s: self.ledger.record_episode(stage.key, s),
+            on_summary=lambda s: self._episode_done(stage.key, s),
             directory=self.servers.directory(model),
             desc=stage.progress_line(self.names.stage(stage.key)),
         )
         self.infra.update(run.infra)
         return True
+
+    def _episode_done(self, key: StageKey, summary: EpisodeSummary) -> None:
+        self.ledger.record_episode(key, summary)  # first: no result is lost
+        notify(self.observers, "episode", key, summary)
 
     def model_of(self, stage: EpisodeStage) -> ModelConfig:
         """The model an episode stage plays (the oracle included), as its config has it."""

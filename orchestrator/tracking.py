@@ -60,6 +60,7 @@ from distillery.orchestrator.traces import (  # noqa: E402
     sample_episodes,
     stale_traces,
     success_label,
+    verdict,
 )
 from distillery.redaction import (  # noqa: E402
     REDACTED,
@@ -241,8 +242,10 @@ class Tracker:
         dataset: EvalDataset | None = None,
         traces: Sequence[EpisodeRecord] = (),
         trace_sample: int | None = None,
+        trace_tags: Mapping[str, str] | None = None,
+        end_time_ms: int | None = None,
     ) -> str:
-        """A finished child run: params, metrics, the per-task table, the trajectories,
+        """A finished child run (closed at `end_time_ms`, default now): params, metrics, the per-task table, the trajectories,
         small JSON documents (e.g. the evaluated task ids), the evaluated split as a
         dataset input and the episodes of `traces` as traces with the benchmark's
         verdict as feedback (every task; `trace_sample` of them when given, 0: none).
@@ -283,9 +286,49 @@ class Tracker:
             self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FAILED))
             raise
         if trace_sample != 0:
-            self.log_traces(child_id, traces, trace_sample, point_id=point_id)
-        self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FINISHED))
+            self.log_traces(child_id, traces, trace_sample, point_id=point_id, tags=trace_tags)
+        self.client.set_terminated(
+            child_id, RunStatus.to_string(RunStatus.FINISHED), end_time=end_time_ms
+        )
         return child_id
+
+    def open_child(
+        self,
+        run_name: str,
+        params: Mapping[str, str],
+        tags: Mapping[str, str],
+        *,
+        point_id: str,
+        parent_run_id: str | None = None,
+        start_time_ms: int | None = None,
+    ) -> str:
+        """A point's child run, RUNNING with its params and tags from the moment its
+        stage starts: the child of the parent tagged with `point_id` (a resumed sweep
+        continues its runs), else a new one started at `start_time_ms` (default now)."""
+        parent_id = parent_run_id or self.parent_run_id
+        run_id = self.find_child(parent_id, point_id)
+        run = self._reopen(run_id) if run_id else None
+        if run is None:
+            system_tags = {**self._context_tags, POINT_ID_TAG: point_id}
+            if parent_id:
+                system_tags[MLFLOW_PARENT_RUN_ID] = parent_id
+            run = self.client.create_run(
+                self.experiment_id, start_time=start_time_ms, tags=system_tags, run_name=run_name
+            )
+        elif run.info.run_name != run_name:
+            self.client.update_run(run.info.run_id, name=run_name)
+        self._log_run_data(run, params=params, tags={**tags, POINT_ID_TAG: point_id})
+        return run.info.run_id
+
+    def log_progress(self, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+        """Running metrics of an open run (MLflow keeps each one's history by step)."""
+        now = int(time.time() * 1000)
+        rows = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        self.client.log_batch(run_id, metrics=rows)
+
+    def terminate(self, run_id: str, status: str, end_time_ms: int | None = None) -> None:
+        """Close a run: FINISHED, FAILED or KILLED (RunStatus names)."""
+        self.client.set_terminated(run_id, status, end_time=end_time_ms)
 
     def _reopen(self, run_id: str) -> Run | None:
         try:
@@ -394,10 +437,13 @@ class Tracker:
         records: Sequence[EpisodeRecord],
         sample: int | None = None,
         point_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Log `records` (one per task; `sample` of them when given, see
         `sample_episodes`) as traces of run `run_id`, each with the benchmark's verdict
         as feedback assessments (`episode_feedback`) and its task as the trace's session.
+        Each trace is tagged with `tags` (the point's method, student, ...), the run id,
+        the task id and the verdict, so the traces list can be filtered by any of them.
 
         Idempotent: traces of the run already logged for a sampled episode are kept,
         those of episodes no longer in the sample are deleted. Best effort: a failure
@@ -415,7 +461,7 @@ class Tracker:
             for record in chosen:
                 if episode_key(record) in existing:
                     continue
-                trace_id = self._emit_trace(run_id, record, point_id)
+                trace_id = self._emit_trace(run_id, record, point_id, tags or {})
                 if trace_id is not None:
                     new_ids.append(trace_id)
             # Traces are exported asynchronously; make them durable before the run ends.
@@ -444,9 +490,20 @@ class Tracker:
             if not token:
                 return out
 
-    def _emit_trace(self, run_id: str, record: EpisodeRecord, point_id: str | None) -> str | None:
+    def _emit_trace(
+        self,
+        run_id: str,
+        record: EpisodeRecord,
+        point_id: str | None,
+        extra_tags: Mapping[str, str],
+    ) -> str | None:
         plan = episode_trace(record)
         tags = {
+            **{k: redact(str(v))[:_MAX_TAG_LEN] for k, v in extra_tags.items()},
+            "run_id": run_id,
+            "task_id": record.task_id,
+            # What the checker said (the trace's status says it too: OK only on success).
+            "verdict": verdict(record),
             EPISODE_TAG: episode_key(record),
             "distillery.task_id": record.task_id,
             "distillery.success": str(record.success),

@@ -14,6 +14,14 @@ if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev
     echo "distillery tests: PostgreSQL is missing (apt-get install postgresql); its tests will skip"
   fi
 fi
+# tests/orchestrator/test_mlflow_ui.py renders MLflow's UI in headless Chromium.
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "distillery tests: Chromium is missing (apt-get install chromium); the MLflow UI is not rendered"
+  fi
+fi
 export HF_HUB_OFFLINE=1 MLFLOW_DISABLE_TELEMETRY=true RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
 ruff check .
 # Static types of distillery.orchestrator and distillery.workers (pyproject's

@@ -332,6 +332,8 @@ class EpisodeRunner:
             llm_latency_s=outcome.llm_latency_s,
             steps=outcome.steps,
             messages_json=messages_to_json(outcome.messages),
+            model_calls=outcome.model_calls,
+            injections=outcome.injections,
         )
 
     def _unscored_record(

@@ -64,6 +64,51 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class ModelCallRecord:
+    """One request of the agent loop to the agent's model and what came back: every
+    call, also one whose reply decodes to no action (prose, the usual failure of a small
+    model), was refused, or could not be used. The request itself is the transcript's
+    first `request_messages` messages (`EpisodeRecord.messages_json`)."""
+
+    turn: Int32
+    step: Int32  # the turn's step this reply starts (a reply with no action ends the turn)
+    started_at: float  # epoch seconds when the request was sent
+    latency_s: float
+    attempts: Int32  # tries the client needed (retries: attempts - 1)
+    endpoint: str | None
+    request_messages: Int32
+    request_chars: Int64  # characters of the request's message contents
+    n_tools: Int32
+    # action | no_action | request_rejected | context_overflow | invalid_reply
+    outcome: str
+    text: str  # the reply's text, cut at MAX_CALL_TEXT
+    tool_calls_json: str  # the reply's tool calls as the client returned them, cut
+    finish_reason: str | None
+    tokens_in: Int64
+    tokens_out: Int64
+    tokens_reasoning: Int64
+    error: str | None  # why the server refused the request or the reply was unusable
+    action_s: float = 0.0  # running the reply's action (environment, then memory hooks)
+
+
+@dataclass(frozen=True)
+class InjectionRecord:
+    """What episode hooks (a memory method) added to what the model sees, as the loop
+    saw it: method-agnostic (the method's own account is in `extra_json`)."""
+
+    turn: Int32
+    step: Int32  # the step whose observations were changed; -1: before the turn
+    at: float  # epoch seconds
+    where: str  # system_prompt | user_message | observation
+    text: str  # what was added, cut at MAX_CALL_TEXT
+    chars: Int64  # its full length
+
+
+# What a model call or injection record keeps of a text (the transcript has it whole).
+MAX_CALL_TEXT = 8000
+
+
+@dataclass(frozen=True)
 class EpisodeRecord:
     run_id: str
     stage: str  # collect | evaluate
@@ -99,6 +144,10 @@ class EpisodeRecord:
     # decided at run time (1: the first play; 2: the first re-play, ...); `attempts`
     # counts the infrastructure tries of this one play.
     attempt: Int32 = 1
+    # Every model call of the loop and every injection by its hooks, in order (empty in
+    # files written before they were recorded).
+    model_calls: list[ModelCallRecord] = field(default_factory=list)
+    injections: list[InjectionRecord] = field(default_factory=list)
 
     @property
     def scored(self) -> bool:

@@ -135,7 +135,7 @@ def _is_preflight(body: dict[str, Any]) -> bool:
     return len(messages) == 1 and messages[0].get("content") == PREFLIGHT_PROMPT
 
 
-def make_app(script: str, delay_s: float, record: bool = False):
+def make_app(script: str, delay_s: float, record: bool = False, gate: str | None = None):
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -157,6 +157,10 @@ def make_app(script: str, delay_s: float, record: bool = False):
         stats[f"model:{body.get('model')}"] += 1
         if delay_s:
             await asyncio.sleep(delay_s)
+        # A held server: every request but a preflight waits (without blocking the
+        # others) until the gate file exists, so a test can look at a run mid-stage.
+        while gate and not preflight and not Path(gate).exists():
+            await asyncio.sleep(0.2)
         try:
             reply = play(body)
         except Exception:
@@ -261,7 +265,14 @@ def _server_env() -> dict[str, str]:
 
 
 @contextmanager
-def run_stub_server(script: str, delay_s: float = 0.0, record: bool = False) -> Iterator[str]:
+def run_stub_server(
+    script: str,
+    delay_s: float = 0.0,
+    record: bool = False,
+    gate: str | os.PathLike[str] | None = None,
+) -> Iterator[str]:
+    """The scripted server on a free loopback port (yields its /v1 URL). `gate`: a file
+    path; requests wait until it exists (preflight requests do not)."""
     port = free_port()
     command = [
         sys.executable,
@@ -274,6 +285,7 @@ def run_stub_server(script: str, delay_s: float = 0.0, record: bool = False) -> 
         "--port",
         str(port),
         *(["--record"] if record else []),
+        *(["--gate", str(gate)] if gate else []),
     ]
     process = subprocess.Popen(command, env=_server_env())
     url = f"http://127.0.0.1:{port}/v1"
@@ -307,9 +319,10 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--gate", default=None, help="hold requests until this file exists")
     args = parser.parse_args()
     uvicorn.run(
-        make_app(args.script, args.delay, args.record),
+        make_app(args.script, args.delay, args.record, args.gate),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

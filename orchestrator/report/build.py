@@ -30,6 +30,7 @@ from distillery.orchestrator.report.plots import (
 )
 from distillery.orchestrator.report.publish import _with_mlflow
 from distillery.orchestrator.report.references import (
+    pairing_notes,
     pooled_tests,
     reference_tests,
     steps_by_method,
@@ -45,6 +46,7 @@ from distillery.orchestrator.report.stats import (
     steps_summary,
 )
 from distillery.orchestrator.report.tables import (
+    CELL_LABELS,
     _preferred_protocol,
     disambiguators,
     link_cells,
@@ -62,7 +64,7 @@ PLOT_FILES = MappingProxyType(
 )
 TABLE_FILES = (
     "cells",
-    "table_main",
+    "table_main",  # written by reports before Table 1 replaced it: removed by _clean
     "table_memory",
     "table_representation",
     "table_protocol",
@@ -96,6 +98,9 @@ class Report:
     mlflow_note: str = ""  # why they were not (or where they went)
     mlflow_failed: bool = False
     summary: Mapping[str, Any] = field(default_factory=dict)
+    # The paper-style tables as report.md shows them (formatted cells, by table name);
+    # `tables` holds the numbers the CSVs are written from.
+    views: Mapping[str, pd.DataFrame] = field(default_factory=dict)
 
     def console(self) -> str:
         """What `distillery report` prints."""
@@ -108,9 +113,9 @@ class Report:
             f"{s.get('n_points', 0)} points, {s.get('n_episodes', 0)} episodes "
             f"({s.get('n_scored', 0)} scored, {s.get('n_infra', 0)} infrastructure failures)"
         )
-        main = self.tables.get("table_main")
+        main = self.tables.get("table1")
         if main is not None and not main.empty:
-            lines += ["", markdown_table(main), ""]
+            lines += ["", markdown_table(self.views["table1"]), ""]
         lines.append(f"cost: {s.get('cost_line', '')}")
         lines += [f"note: {n}" for n in self.notes]
         n_png = len(self.plots)
@@ -121,6 +126,15 @@ class Report:
         )
         lines.append(self.mlflow_note)
         return "\n".join(line for line in lines if line is not None)
+
+
+def _references_zero_shot(against: pd.DataFrame) -> bool:
+    """Whether the reference tests hold the tests against zero-shot already (its own
+    section would repeat them)."""
+    if against.empty:
+        return False
+    kinds = set(against["reference"])
+    return "zero_shot" in kinds or bool((against["reference_method"] == "zero_shot").any())
 
 
 def _clean(out_dir: Path) -> None:
@@ -213,18 +227,21 @@ def build_report(
     # A benchmark whose groups are scenarios (AppWorld) has a second official metric.
     scenarios, scenario_notes = scenario_table(stats, data.episodes, keys)
     notes += scenario_notes
+    notes += pairing_notes(stats, against, sweep_references(data.meta, references))
     if not cells.empty:
-        # The main table's rows (the preferred protocol's cells), with the tests.
+        # The main table's rows (the preferred protocol's cells), with the tests: the
+        # report's one method x student x benchmark table, first.
         shown, protocol = _preferred_protocol(cells)
         where = f" (protocol: {protocol})" if protocol else ""
         title = f"Table 1: method × student × benchmark against the references{where}"
-        tables.append(table1(shown, pooled, keys, disambiguators(data.columns), title))
+        tables.insert(0, table1(shown, pooled, keys, disambiguators(data.columns), title))
         if (data.meta.get("report") or {}).get("groups"):
             grouped, group_notes = grouped_table1(
                 shown, stats, data.episodes, data.stages, pooled, keys,
                 disambiguators(data.columns), f"Table 1 by test-time group{where}",
             )  # fmt: skip
-            tables += grouped
+            # The grouped layout (and its test-time cost table) right after table 1.
+            tables[1:1] = grouped
             notes += group_notes
 
     plots: dict[str, Path] = {}
@@ -234,7 +251,7 @@ def build_report(
             "student_size": lambda p: plot_student_size(cells, p, data.columns),
             "steps_vs_teacher": lambda p: plot_steps_vs_teacher(pairs, p),
             "success_vs_cost": lambda p: plot_success_vs_cost(cells, use_usd, p, data.columns),
-            "steps_by_method": lambda p: plot_steps_by_method(by_method, p),
+            "steps_by_method": lambda p: plot_steps_by_method(by_method, p, data.columns),
         }
         for name, make in makers.items():
             target = out / PLOT_FILES[name]
@@ -248,8 +265,9 @@ def build_report(
         p_costs, on="point_id"
     )
     all_tables: dict[str, pd.DataFrame] = {
-        "cells": cells,
-        **{t.name: t.frame for t in tables},
+        # Numbers only (the formatted labels and links are report.md's).
+        "cells": cells.drop(columns=[c for c in CELL_LABELS if c in cells.columns]),
+        **{t.name: t.csv for t in tables},
         "mcnemar": tests,
         "mcnemar_references": against,
         "table1_tests": pooled,
@@ -294,6 +312,7 @@ def build_report(
         references=against,
         steps_method=by_method,
         scenarios=scenarios,
+        zero_shot_referenced=_references_zero_shot(against),
         by_model=by_model,
     )
     (out / "report.md").write_text(markdown)
@@ -310,5 +329,6 @@ def build_report(
         files=tuple(files),
         picked=picked,
         summary=MappingProxyType(summary),
+        views=MappingProxyType({t.name: t.frame for t in tables}),
     )
     return _with_mlflow(report, data.meta, log_to_mlflow)

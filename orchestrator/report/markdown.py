@@ -101,6 +101,7 @@ def render_markdown(
     references: pd.DataFrame | None = None,
     steps_method: pd.DataFrame | None = None,
     scenarios: pd.DataFrame | None = None,
+    zero_shot_referenced: bool = False,
     by_model: pd.DataFrame | None = None,
 ) -> str:
     meta = data.meta
@@ -126,13 +127,16 @@ def render_markdown(
         md += ["", f"## {table.title}", "", markdown_table(table.markdown)]
     if scenarios is not None and not scenarios.empty:
         md += _scenario_section(scenarios, candidates)
-    md += ["", "## Paired test against zero-shot (McNemar)", ""]
-    if tests.empty:
+    if zero_shot_referenced:
+        pass  # zero-shot is a reference: its tests are in the reference section
+    elif tests.empty:
+        md += ["", "## Paired test against zero-shot (McNemar)", ""]
         md.append(
             "No method point has a zero-shot point of the same student, benchmark, "
             "protocol and seed to pair with."
         )
     else:
+        md += ["", "## Paired test against zero-shot (McNemar)", ""]
         md.append(
             "Same student, benchmark, protocol and seed, on the tasks scored in both. "
             "b = tasks only the method solved, c = tasks only zero-shot solved; exact "

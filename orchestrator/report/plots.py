@@ -27,6 +27,22 @@ def _figure(ncols: int = 1, width: float = 6.0, height: float = 4.2) -> Any:
     return fig, list(axes)
 
 
+def _legend(ax: Any, title: str | None = None) -> None:
+    """A legend beside the axes (never over the data), in a readable size."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(
+            fontsize=8, title=title, title_fontsize=8, loc="upper left",
+            bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False,
+        )  # fmt: skip
+
+
+def _rate_axis(ax: Any) -> None:
+    """A success rate's whole range: 0 to 100 %, so a gap looks as large as it is."""
+    ax.set_ylim(0, 105)  # a little room above 100 % for markers and labels
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_ylabel("success rate (%)")
+
+
 def _varying(frame: pd.DataFrame, keys: Iterable[str]) -> list[str]:
     return [k for k in keys if k in frame.columns and frame[k].nunique() > 1]
 
@@ -108,10 +124,10 @@ def plot_success_vs_k(
         # collection it is of; a column of no collection is named as it is.
         name, of = columns.setting(column), columns.collection(column)
         ax.set_xlabel(f"{name} ({of.upper()})" if of else column)
-        ax.set_ylabel("success rate (%)")
+        _rate_axis(ax)
         ax.set_title(f"Success vs {name}, {of.upper()}" if of else f"Success vs {column}")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(fontsize=7)
+        _legend(ax)
     fig.savefig(path, dpi=120)
     return None
 
@@ -151,14 +167,13 @@ def plot_student_size(
         ax.set_xticks(sizes, [f"{s:g}B" for s in sizes])
         ax.minorticks_off()
         ax.set_xlabel("student size (parameters)")
-    left.set_ylabel("success rate (%)")
+    _rate_axis(left)
     left.set_title("Success vs student size")
-    left.legend(fontsize=7)
+    _legend(left)
     right.axhline(0, color="grey", linewidth=0.8)
     right.set_ylabel("gain over zero-shot (points)")
     right.set_title("Gain over zero-shot vs student size")
-    if right.get_legend_handles_labels()[0]:
-        right.legend(fontsize=7)
+    _legend(right)
     fig.savefig(path, dpi=120)
     return None
 
@@ -189,7 +204,7 @@ def plot_steps_vs_teacher(pairs: pd.DataFrame, path: Path) -> str | None:
     ax.set_xlabel("teacher steps on the task")
     ax.set_ylabel("student steps on the task")
     ax.set_title("Steps per task: student vs teacher")
-    ax.legend(fontsize=7)
+    _legend(ax)
     fig.savefig(path, dpi=120)
     return None
 
@@ -197,6 +212,17 @@ def plot_steps_vs_teacher(pairs: pd.DataFrame, path: Path) -> str | None:
 def plot_success_vs_cost(
     cells: pd.DataFrame, use_usd: bool, path: Path, columns: MethodColumns | None = None
 ) -> str | None:
+    figure = success_vs_cost_figure(cells, use_usd, columns)
+    if isinstance(figure, str):
+        return figure
+    figure.savefig(path, dpi=120)
+    return None
+
+
+def success_vs_cost_figure(
+    cells: pd.DataFrame, use_usd: bool, columns: MethodColumns | None = None
+) -> Any:
+    """The figure of success vs cost per point (a note when there is nothing to draw)."""
     column = "cost_usd" if use_usd else "cost_tokens"
     data = cells[cells["n"].gt(0) & cells[column].gt(0)]
     if data.empty:
@@ -224,49 +250,75 @@ def plot_success_vs_cost(
             note.set_in_layout(False)  # a long label must not squash the axes
     ax.margins(x=0.08)
     if log_x:
-        ax.set_xscale("log")
+        ax.set_xscale("log")  # said in the label: a log axis has no zero
+    else:
+        ax.set_xlim(left=0)  # costs from zero, so a point twice as far costs twice as much
     ax.set_xlabel(
-        "cost per point (USD, every stage it depends on)"
-        if use_usd
-        else "tokens per point (every stage it depends on)"
-    )
-    ax.set_ylabel("success rate (%)")
+        ("cost per point (USD, every stage it depends on)" if use_usd else
+         "tokens per point (every stage it depends on)") + (", log scale" if log_x else "")
+    )  # fmt: skip
+    _rate_axis(ax)
     ax.set_title("Success vs cost")
-    ax.legend(fontsize=7, title="agent")
-    fig.savefig(path, dpi=120)
+    _legend(ax, title="agent")
+    return fig
+
+
+def plot_steps_by_method(
+    steps: pd.DataFrame, path: Path, columns: MethodColumns | None = None
+) -> str | None:
+    figure = steps_by_method_figure(steps, columns)
+    if isinstance(figure, str):
+        return figure
+    figure.savefig(path, dpi=120)
     return None
 
 
-def plot_steps_by_method(steps: pd.DataFrame, path: Path) -> str | None:
-    """Paper figure 3: mean steps per episode, one bar per method in each student's
-    group, the teacher's as a dashed line, one panel per benchmark."""
+def steps_by_method_figure(steps: pd.DataFrame, columns: MethodColumns | None = None) -> Any:
+    """Paper figure 3: mean steps per episode, one bar per method (and per setting that
+    tells its cells apart, e.g. k) in each student's group, the teacher's as a dashed
+    line, one panel per benchmark. Every bar is labelled with its value, so a method
+    that took no step (a student answering in prose) shows as a 0, not as nothing."""
     data = steps[steps["n"].gt(0) & steps["mean_steps"].notna()] if not steps.empty else steps
     if data.empty:
         return "steps by method: no scored episode in this sweep"
     benchmarks = list(dict.fromkeys(data["benchmark"]))
-    fig, axes = _figure(len(benchmarks), width=6.5, height=4.2)
+    fig, axes = _figure(len(benchmarks), width=7.5, height=4.2)
     for ax, benchmark in zip(axes, benchmarks, strict=True):
         everything = data[data["benchmark"] == benchmark]
         # The teacher is a reference line across the students' groups (as in the
         # paper's figure), not a group of its own.
         teachers = everything[everything["role"] == "teacher"]
         panel = everything[everything["role"] != "teacher"]
+        top = float(everything["mean_steps"].max())
         for name, g in teachers.groupby("method", sort=False):
             ax.axhline(
                 float(g["mean_steps"].mean()), color="grey", linestyle="--", linewidth=1,
                 label=_display("method", str(name)),
             )  # fmt: skip
         students = list(dict.fromkeys(panel["student"]))
-        methods = list(dict.fromkeys(panel["method"]))
-        width = 0.8 / max(1, len(methods))
-        for i, method in enumerate(methods):
-            rows = panel[panel["method"] == method].groupby("student", sort=False)["mean_steps"]
-            means = rows.mean()
-            x = [students.index(s) + (i - (len(methods) - 1) / 2) * width for s in means.index]
-            ax.bar(x, means.values, width=width, label=_display("method", method))
+        # One series per method and whatever tells its cells of a student apart.
+        label_keys = distinguishing(
+            panel, ["student", "method"], [k for k in disambiguators(columns) if k != "student"]
+        )
+        label_keys.remove("student")
+        series = list(
+            dict.fromkeys(tuple(r[k] for k in label_keys) for r in panel.to_dict("records"))
+        )
+        width = 0.8 / max(1, len(series))
+        for i, values in enumerate(series):
+            mask = np.logical_and.reduce(
+                [panel[k] == v for k, v in zip(label_keys, values, strict=True)]
+            )
+            rows = panel[mask].groupby("student", sort=False)["mean_steps"].mean()
+            x = [students.index(s) + (i - (len(series) - 1) / 2) * width for s in rows.index]
+            label = _line_label(dict(zip(label_keys, values, strict=True)), label_keys)
+            bars = ax.bar(
+                x, rows.values, width=width, label=label, edgecolor="black", linewidth=0.6
+            )
+            ax.bar_label(bars, labels=[f"{v:.1f}" for v in rows.values], fontsize=7, padding=2)
+        ax.set_ylim(0, max(1.0, top) * 1.15)  # room for the labels; a 0 bar still shows "0.0"
         ax.set_xticks(range(len(students)), students, fontsize=8)
         ax.set_ylabel("mean steps per episode")
         ax.set_title(f"Steps per episode by method: {benchmark}")
-        ax.legend(fontsize=7)
-    fig.savefig(path, dpi=120)
-    return None
+        _legend(ax)
+    return fig

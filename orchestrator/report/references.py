@@ -222,7 +222,18 @@ def table1(
         "Success % [95 % Wilson interval] n, then per reference method the gain in "
         "percentage points and McNemar's p on the tasks both scored (seeds pooled)."
     )
-    return Table(table.name, table.title, table.frame, caption, table.linked)
+    numbers = table.numbers if table.numbers is not None else cells
+    # Per reference method: its gain, p and pairs as numbers (None where not tested).
+    for ref in dict.fromkeys(pooled["reference_method"]) if not pooled.empty else []:
+        tested = pooled[pooled["reference_method"] == ref]
+        by_cell = {tuple(r[k] for k in keys): r for r in tested.to_dict("records")}
+        rows = [by_cell.get(tuple(r[k] for k in keys)) for r in cells.to_dict("records")]
+        for column in ("gain_pp", "p", "n_pairs"):
+            values = [float("nan") if r is None else float(r[column]) for r in rows]
+            numbers = numbers.assign(
+                **{f"{column}_vs_{ref}": pd.Series(values, index=numbers.index, dtype="float64")}
+            )
+    return Table(table.name, table.title, table.frame, caption, table.linked, numbers)
 
 
 def steps_by_method(cells: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -239,3 +250,37 @@ def steps_by_method(cells: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
         .drop(columns="_order")
         .reset_index(drop=True)
     )
+
+
+def pairing_notes(stats: pd.DataFrame, tests: pd.DataFrame, references: Sequence[str]) -> list[str]:
+    """Why a reference pairs with nothing, in words (a report that silently has no
+    tests against it would read as if there were none to make): not a method of this
+    sweep, no point of the same student, benchmark, protocol and seed to pair with, or
+    no task scored by both."""
+    students = stats[stats["role"] == "student"]
+    methods = sorted(set(students["method"]))
+    notes = []
+    present = present_references(stats, references)
+    for reference in references:
+        if reference not in present:
+            notes.append(
+                f"reference {reference!r}: no student method of this sweep is {reference!r} "
+                f"(by name or kind); nothing is tested against it. Its student methods: "
+                f"{', '.join(methods) or 'none'} (distillery report --against NAME ...)"
+            )
+            continue
+        mine = tests[tests["reference"] == reference] if not tests.empty else tests
+        others = students[~_is(students, reference)]
+        if others.empty:
+            continue  # nothing else to test: the reference is every student method
+        if mine.empty:
+            notes.append(
+                f"reference {reference!r}: no other student point has a {reference} point of "
+                f"the same {', '.join(_MATCH)} to pair with; nothing is tested against it"
+            )
+        elif int(mine["n_pairs"].sum()) == 0:
+            notes.append(
+                f"reference {reference!r}: its points and the others share no task scored by "
+                "both (another split or only unscored episodes); its tests have no pairs"
+            )
+    return notes

@@ -117,6 +117,13 @@ class Table:
     caption: str = ""
     # The same table with each cell linked to its MLflow child run(s), for report.md.
     linked: pd.DataFrame | None = None
+    # The numbers behind the table, one row per cell (its descriptors, then rates,
+    # interval, n, ...): what the CSV holds. The formatted labels are report.md's only.
+    numbers: pd.DataFrame | None = None
+
+    @property
+    def csv(self) -> pd.DataFrame:
+        return self.frame if self.numbers is None else self.numbers
 
     @property
     def markdown(self) -> pd.DataFrame:
@@ -152,6 +159,35 @@ def link_cells(
     return cells.assign(label_md=linked)
 
 
+# The numbers of a cell a table's CSV carries (cells.csv has them all).
+CELL_NUMBERS: tuple[str, ...] = (
+    "n",
+    "successes",
+    "rate",
+    "ci_low",
+    "ci_high",
+    "n_seeds",
+    "seed_mean",
+    "seed_std",
+    "n_infra",
+    "mean_steps",
+    "zero_shot_rate",
+    "gain_pp",
+    "cost_usd",
+    "cost_tokens",
+)
+# Text columns of the cells table for report.md only (formatted numbers, links).
+CELL_LABELS: tuple[str, ...] = ("label", "label_md")
+
+
+def cell_numbers(cells: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """One row per cell: its descriptors (`keys`, the table's rows and column first),
+    then its numbers."""
+    shown = [k for k in keys if k in cells.columns]
+    numbers = [c for c in CELL_NUMBERS if c in cells.columns]
+    return cells[[*shown, *numbers]].reset_index(drop=True)
+
+
 def _pivots(
     name: str,
     title: str,
@@ -166,15 +202,17 @@ def _pivots(
         if "label_md" in cells
         else None
     )
-    return Table(name, title, frame, linked=linked)
+    keys = list(dict.fromkeys([*rows, column, *candidates, "method_kind", "role"]))
+    return Table(name, title, frame, linked=linked, numbers=cell_numbers(cells, keys))
 
 
 def paper_tables(
     cells: pd.DataFrame, columns: MethodColumns | None = None
 ) -> tuple[list[Table], list[str]]:
-    """Main (method × student × benchmark), memory ablation, representation and
-    protocol tables; a note for each one the sweep has nothing to show in. `columns`:
-    the sweep's memory methods' report columns (`SweepData.columns`)."""
+    """Memory ablation, representation and protocol tables; a note for each one the
+    sweep has nothing to show in (the method × student × benchmark table is Table 1,
+    `references.table1`, with its tests). `columns`: the sweep's memory methods'
+    report columns (`SweepData.columns`)."""
     columns = columns or MethodColumns()
     candidates = disambiguators(columns)
     tables: list[Table] = []
@@ -183,16 +221,6 @@ def paper_tables(
         return tables, ["no points in this sweep: no tables"]
     main, protocol = _preferred_protocol(cells)
     where = f" (protocol: {protocol})" if protocol else ""
-    tables.append(
-        _pivots(
-            "table_main",
-            f"Method × student × benchmark{where}",
-            main,
-            ["student", "method"],
-            "benchmark",
-            candidates,
-        )
-    )
     students = main[main["role"] == "student"]
     if students["memory_types"].nunique() > 1:
         tables.append(

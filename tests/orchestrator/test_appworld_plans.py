@@ -135,7 +135,7 @@ def test_table1_one_collection_and_one_build_per_memory_method(
     assert _kinds(graph) == {"collect": 1, "build": 5, "evaluate": 48}
 
 
-def test_table1_plan_prints_one_collection_and_one_build_per_method(listing, capsys):
+def test_table1_plan_prints_one_collection_and_one_build_per_method(listing, capsys, plan_offline):
     assert run_cli(["experiment=appworld_table1", "--plan"]) == 0
     out = capsys.readouterr().out
     assert "benchmark=appworld tasks=168" in out
@@ -161,7 +161,7 @@ def test_ablation_one_amd_bank_for_every_variant_and_student_memory_per_student(
     assert _kinds(graph) == {"collect": 1, "build": 1 + 4, "evaluate": 4 * 6}
 
 
-def test_teacher_sweep_one_collection_and_one_bank_per_teacher(listing, capsys):
+def test_teacher_sweep_one_collection_and_one_bank_per_teacher(listing, capsys, plan_offline):
     graph = _graph("appworld_teachers")
     teachers = {"gpt-5.5", "deepseek-v4-pro", "gpt-5-mini", "qwen3-32b"}
     assert {c.teacher.name for c in graph.configs} == teachers
@@ -274,7 +274,7 @@ def test_plan_without_appworld_data_is_refused_with_the_fix(monkeypatch, capsys)
 
 
 @pytest.mark.slow
-def test_plan_through_the_real_adapter_on_synthetic_data(appworld_ready, capsys):  # noqa: F811
+def test_plan_through_the_real_adapter_on_synthetic_data(appworld_ready, capsys, plan_offline):  # noqa: F811
     """The real listing (a worker in AppWorld's venv reads the data folder): the
     teacher sweep of table 3 on the synthetic folder's tasks."""
     assert run_cli(["experiment=appworld_teachers", "--plan"]) == 0

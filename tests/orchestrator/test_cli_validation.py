@@ -86,8 +86,9 @@ def test_a_bad_config_is_refused_identically_by_cfg_plan_and_run(
 
 
 def test_checks_that_need_io_stay_with_the_run(tmp_path, monkeypatch, capsys):
-    """An unset key variable is the run's concern: a plan may be made on a machine
-    without the key (and `--cfg job` prints what would run)."""
+    """An unset key variable is the world's concern, not the config's: `--cfg job`
+    prints what would run; `--plan` plans it and its pre-flight names every problem a
+    run here would stop on (test_plan_preflight.py), writing nothing."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DISTILLERY_TEST_UNSET_KEY", raising=False)
     argv = [
@@ -100,5 +101,9 @@ def test_checks_that_need_io_stay_with_the_run(tmp_path, monkeypatch, capsys):
         "methods=[zero_shot]",
     ]
     assert run_cli([*argv, "--cfg", "job"]) == 0
-    assert run_cli([*argv, "--plan"]) == 0
-    capsys.readouterr()
+    assert run_cli([*argv, "--plan"]) == 2
+    planned = capsys.readouterr()
+    assert "evaluate student=external zero_shot" in planned.out
+    assert "DISTILLERY_TEST_UNSET_KEY is not set" in planned.err
+    assert "nothing answers" in planned.err
+    assert not (tmp_path / "runs").exists()

@@ -90,7 +90,7 @@ def test_report_cells_link_to_their_child_runs(root):
     assert f"· runs [s0]({base}{'a' * 32}) [s1]({base}{'d' * 32})" in md
     assert "| 100.0% [61.0–100.0] n=6 |" in md
     # The CSV tables stay plain text.
-    main_csv = pd.read_csv(report.out_dir / "table_main.csv")
+    main_csv = pd.read_csv(report.out_dir / "table1.csv")
     assert not main_csv.astype(str).apply(lambda c: c.str.contains("http")).any().any()
 
 

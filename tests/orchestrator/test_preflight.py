@@ -171,3 +171,27 @@ def test_the_memory_service_uses_the_server_not_the_default_folder(tmp_path):
     )
     assert service.store.mode == "server" and service.store.location == "http://127.0.0.1:9"
     assert not (tmp_path / "qdrant").exists()
+
+
+def test_cluster_ray_never_guesses_which_ray_to_join(tmp_path, monkeypatch):
+    """cluster=ray joins the address given (cluster.ray_address or RAY_ADDRESS); with
+    neither, or with Ray's `auto` (whatever Ray runs on this host), the run refuses
+    with one line naming both and cluster=local, before Ray or MLflow start."""
+    from distillery.orchestrator.preflight import check_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    said = _refused(tmp_path, "cluster=ray")
+    assert said.startswith("cluster.ray_address: cluster=ray joins an existing Ray cluster")
+    assert "RAY_ADDRESS" in said and "cluster=local" in said and "\n" not in said
+    assert "auto would join" in _refused(tmp_path, "cluster=ray", "cluster.ray_address=auto")
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert "RAY_ADDRESS=auto" in _refused(tmp_path, "cluster=ray")
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")
+    (cfg,) = _configs(tmp_path, "cluster=ray")
+    assert cfg.cluster.address() == "10.0.0.7:6379"
+    check_cluster(cfg)  # accepted
+    (cfg,) = _configs(tmp_path, "cluster=ray", "cluster.ray_address=ray://head:10001")
+    assert cfg.cluster.address() == "ray://head:10001"  # the config's address wins
+    (cfg,) = _configs(tmp_path)  # cluster=local starts a private Ray, whatever is set
+    assert not cfg.cluster.joins and cfg.cluster.address() is None

@@ -287,8 +287,9 @@ def test_cells_pool_seeds_and_report_mean_std(report):
     assert amd["seed_std"] == pytest.approx((1 / 6) / math.sqrt(2))  # sample std, ddof=1
     low, high = wilson_interval(9, 10)
     assert (amd["ci_low"], amd["ci_high"]) == pytest.approx((low, high))
-    assert amd["label"] == (
-        f"90.0% [{100 * low:.1f}–{100 * high:.1f}] n=10 · 91.7 ± 11.8 (2 seeds)"
+    assert "label" not in amd  # the CSVs hold numbers; report.md the formatted cells
+    assert f"90.0% [{100 * low:.1f}–{100 * high:.1f}] n=10 · 91.7 ± 11.8 (2 seeds)" in (
+        report.markdown
     )
     zero = _cell(report, method="zero_shot", student="qwen3_4b")
     assert (zero["n"], zero["successes"]) == (12, 4)
@@ -296,19 +297,29 @@ def test_cells_pool_seeds_and_report_mean_std(report):
     assert amd["gain_pp"] == pytest.approx(100 * (0.9 - 4 / 12))
     # k_wf=2: one seed, 3/4 scored: the Wilson case above, no "±".
     k2 = _cell(report, method="amd_wf_st_fn", student="qwen3_4b", k_wf="2")
-    assert k2["label"] == "75.0% [30.1–95.4] n=4"
+    assert k2["n"] == 4 and "| 75.0% [30.1–95.4] n=4 ·" in report.markdown
     teacher = _cell(report, method="teacher")
     assert teacher["student"] == "gpt4o" and teacher["rate"] == 1.0
 
 
 def test_paper_tables(report):
-    main_table = report.tables["table_main"]
+    # One method x student x benchmark table: Table 1, with its tests.
+    assert "table_main" not in report.tables
+    main_table = report.views["table1"]
     # k varies within (student, method): it is added to the rows so cells do not merge.
     assert list(main_table.columns) == ["student", "method", "k_wf", "bfcl"]
     row = main_table[(main_table["method"] == "amd_wf_st_fn") & (main_table["k_wf"] == "2")]
-    assert row.iloc[0]["bfcl"] == "75.0% [30.1–95.4] n=4"
+    assert row.iloc[0]["bfcl"] == "75.0% [30.1–95.4] n=4 · vs zero_shot: +50.0 pp (p=0.500)"
     assert set(main_table["student"]) == {"gpt4o", "qwen3_4b", "qwen3_8b"}
-    memory = report.tables["table_memory"]
+    # Its CSV: one row per cell, numbers only.
+    numbers = report.tables["table1"]
+    k2 = numbers[(numbers["method"] == "amd_wf_st_fn") & (numbers["k_wf"] == "2")].iloc[0]
+    assert (k2["n"], k2["successes"], k2["rate"]) == (4, 3, 0.75)
+    assert k2["gain_pp_vs_zero_shot"] == pytest.approx(50.0)
+    assert k2["p_vs_zero_shot"] == pytest.approx(0.5)
+    for column in numbers.columns:
+        assert not numbers[column].astype(str).str.contains("%").any(), column
+    memory = report.views["table_memory"]
     assert {"none", "wf+st+fn"} <= set(memory["memory_types"])
     # One representation and one protocol: those tables are skipped with a note.
     assert "table_representation" not in report.tables
@@ -389,10 +400,12 @@ def test_files_plots_and_markdown(report):
         assert path.exists() and path.read_bytes()[:4] == b"\x89PNG"
     md = (out / "report.md").read_text()
     assert "90.0% [" in md and "91.7 ± 11.8 (2 seeds)" in md
-    assert "## Paired test against zero-shot (McNemar)" in md
+    # zero-shot is a reference method: its tests are not repeated in a section of their own
+    assert "## Paired tests against the reference methods (McNemar)" in md
+    assert "## Paired test against zero-shot (McNemar)" not in md
     assert "No price for: qwen3_8b" in md
     assert "![Success vs k](success_vs_k.png)" in md
-    for name in ("cells", "table_main", "mcnemar", "costs_points", "costs_breakdown"):
+    for name in ("cells", "table1", "mcnemar", "costs_points", "costs_breakdown"):
         assert (out / f"{name}.csv").exists()
     steps = report.tables["steps_vs_teacher"].set_index("method")
     # Teacher: (5+6+7+8+5+6)/6 steps; AMD seed 0: 4 steps on every task.
@@ -417,14 +430,16 @@ def test_protocol_representation_and_student_memory_tables(tmp_path):
     write_tables(sweep, [*points, *more_points], [*episodes, *more_episodes])
     report = build_report(sweep, log_to_mlflow=False)
 
-    protocols = report.tables["table_protocol"]
+    protocols = report.views["table_protocol"]
     assert {"main", "cross_split"} <= set(protocols.columns)
     zero = protocols[(protocols["student"] == "qwen3_4b") & (protocols["method"] == "zero_shot")]
     assert zero.iloc[0]["cross_split"] == zero.iloc[0]["main"]  # same episodes, same cell
     # The main table keeps to protocol "main" when there are several.
-    assert "## Method × student × benchmark (protocol: main)" in report.markdown
-    assert "protocol" not in report.tables["table_main"].columns
-    representation = report.tables["table_representation"]
+    assert "## Table 1: method × student × benchmark against the references (protocol: main)" in (
+        report.markdown
+    )
+    assert "protocol" not in report.views["table1"].columns
+    representation = report.views["table_representation"]
     assert {"wf=text st=code fn=code", "wf=code st=code fn=code"} <= set(
         representation["representation"]
     )
@@ -446,7 +461,10 @@ def test_cli_picks_most_recent_sweep_and_explains_errors(tmp_path, capsys):
     assert "3 sweeps under" in printed
     assert "reporting the most recent finished one, new" in printed
     assert "not finished yet (no tables): running" in printed
-    assert "| qwen3_4b | amd_wf_st_fn | 2 | 75.0% [30.1–95.4] n=4 |" in printed
+    assert (
+        "| qwen3_4b | amd_wf_st_fn | 2 | 75.0% [30.1–95.4] n=4 · vs zero_shot: +50.0 pp (p=0.500) |"
+        in printed
+    )
     assert "not logged to MLflow (--no-mlflow)" in printed
     assert (tmp_path / "rep" / "report.md").exists()
 
@@ -510,3 +528,40 @@ def test_point_counts_come_from_episodes_even_when_the_points_table_has_them():
     row = point_stats(points, episodes).iloc[0]
     assert (row["n_tasks"], row["n_scored"], row["n_success"], row["n_infra"]) == (3, 2, 1, 1)
     assert row["rate"] == 0.5 and row["mean_steps"] == 4.0
+
+
+def test_plots_draw_what_they_claim(report):
+    """Every steps bar is labelled with its value, so a method that took no step shows
+    as 0.0 instead of nothing, and cells a setting tells apart (k) are bars of their own;
+    the cost axis starts at zero and success rates span 0 to 100 %."""
+    from distillery.orchestrator.report.plots import (
+        steps_by_method_figure,
+        success_vs_cost_figure,
+    )
+
+    steps = report.tables["steps_by_method"]
+    zero_steps = steps.assign(
+        mean_steps=steps["mean_steps"].where(steps["method"] != "zero_shot", 0.0)
+    )
+    from distillery.orchestrator.report.load import load_sweep
+
+    columns = load_sweep(report.sweep_dir)[0].columns
+    fig = steps_by_method_figure(zero_steps, columns)
+    (ax,) = fig.axes
+    labels = {t.get_text() for t in ax.texts}
+    assert "0.0" in labels and "10.0" not in labels
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "amd_wf_st_fn, k_wf=1" in legend and "amd_wf_st_fn, k_wf=2" in legend
+    assert ax.get_ylim()[0] == 0
+
+    cost = success_vs_cost_figure(report.tables["cells"], use_usd=True)
+    (ax,) = cost.axes
+    assert ax.get_xlim()[0] == 0 and ax.get_ylim() == (0, 105)
+
+
+def test_a_reference_that_pairs_with_nothing_is_explained(tmp_path):
+    sweep = write_sweep(tmp_path)
+    report = build_report(sweep, log_to_mlflow=False, references=["memp"])
+    (note,) = [n for n in report.notes if n.startswith("reference 'memp'")]
+    assert "no student method of this sweep is 'memp'" in note
+    assert "amd_wf_st_fn, zero_shot" in note

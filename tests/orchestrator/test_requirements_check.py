@@ -124,8 +124,9 @@ def test_plain_pip_install_without_setup_script_is_one_line_per_piece():
 
 
 def test_plan_needs_only_the_benchmark_package():
-    """--plan and --cfg start no server: a GPU student plans on a CPU machine, but
-    without the benchmark's package there are no tasks to plan."""
+    """--plan and --cfg start no server: a GPU student plans on a CPU machine (its
+    pre-flight says what a run here would lack); without the benchmark's package there
+    are no tasks to plan, which it says with the rest."""
     blocked = "import sys; sys.modules.update(llama_cpp=None, vllm=None)"
     run = "from distillery.orchestrator.cli import main; main()"
     argv = "['distillery', 'student=qwen3_4b', 'methods=[zero_shot]', '--plan']"
@@ -133,18 +134,25 @@ def test_plan_needs_only_the_benchmark_package():
         [sys.executable, "-c", f"{blocked}; sys.argv = {argv}; {run}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "Nothing ran" in done.stdout
+    assert done.returncode == 2, done.stderr
+    assert "evaluate student=qwen3-4b zero_shot" in done.stdout  # planned all the same
+    assert "student=qwen3-4b (backend vllm): vLLM is not installed" in done.stderr
+    assert "Nothing ran" in done.stderr
     no_bfcl = blocked.replace("vllm=None", "vllm=None, bfcl_eval=None")
     done = subprocess.run(
         [sys.executable, "-c", f"{no_bfcl}; sys.argv = {argv}; {run}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+    said = done.stderr.splitlines()
+    # No tasks, no plan: the missing package first, then the world's other problems.
+    assert "plan: not made" in done.stdout
+    assert said[0] == (
         "distillery: benchmark=bfcl_multi_turn_base: bfcl-eval is not installed: pip install "
         "--no-deps bfcl-eval==2026.3.23 (or bash scripts/setup.sh)"
-    ]
+    )
+    assert any("vLLM is not installed" in line for line in said[1:])
+    assert said[-1].startswith("pre-flight: ")
 
 
 def test_an_mlflow_tracking_server_is_reached_before_the_run():

@@ -160,7 +160,7 @@ def test_protocols_experiment_plans_every_protocol_with_zero_shot_on_the_same_ta
 # -- #13.1 points say what they are --------------------------------------------------
 
 
-def test_every_point_line_names_what_varies(capsys):
+def test_every_point_line_names_what_varies(capsys, plan_offline):
     graph = _graph("bfcl_k_curve")
     names = name_sweep(graph)
     amd = [p for p in graph.points.values() if p.retrieval is not None]

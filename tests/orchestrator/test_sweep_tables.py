@@ -104,7 +104,7 @@ def test_an_old_points_table_without_method_columns_still_reports(tmp_path):
     pq.write_table(pa.Table.from_pylist(old_points), sweep / "points.parquet")
     pq.write_table(pa.Table.from_pylist(episodes), sweep / "episodes.parquet")
     old = build_report(sweep, out_dir=tmp_path / "old", log_to_mlflow=False)
-    for name in ("cells", "table_main", "table_memory", "mcnemar"):
+    for name in ("cells", "table1", "table_memory", "mcnemar"):
         assert old.tables[name].equals(new.tables[name]), name
     assert set(old.plots) == set(new.plots)
 
@@ -142,9 +142,9 @@ def test_a_method_of_another_package_gets_its_own_columns(tmp_path):
     toy_cells = cells[cells["method"] == "toy_notes"]
     assert sorted(toy_cells["k_notes"]) == ["1", "2", "2", "3"]
     assert "success_vs_k" in report.plots
-    representation = report.tables["table_representation"]
+    representation = report.views["table_representation"]
     assert set(representation["representation"]) == {"style_notes=text", "style_notes=bullets"}
     assert "style_notes" not in representation.columns
-    main = report.tables["table_main"]
+    main = report.views["table1"]
     assert "k_notes" in main.columns  # k tells the toy's cells apart
     assert sweep_tables.METHOD_COLUMNS not in data.points.columns

@@ -54,7 +54,7 @@ def test_one_teacher_collection_and_one_build_per_method():
                 assert builds[bank].source.kind == stage.identity["method"]
 
 
-def test_plan_shows_one_collection_and_one_build_per_method(capsys):
+def test_plan_shows_one_collection_and_one_build_per_method(capsys, plan_offline):
     assert run_cli(["experiment=bfcl_table1", "--plan"]) == 0
     out = capsys.readouterr().out
     assert len(re.findall(r"^  collect:", out, re.M)) == 1

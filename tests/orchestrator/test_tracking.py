@@ -21,7 +21,13 @@ from distillery.orchestrator.tracking import (
     Tracker,
     safe_params,
 )
-from distillery.workers.trajectories import CallRecord, EpisodeRecord, StepRecord
+from distillery.workers.trajectories import (
+    CallRecord,
+    EpisodeRecord,
+    InjectionRecord,
+    ModelCallRecord,
+    StepRecord,
+)
 from tests.support.records import episode_record
 
 T0 = 1_700_000_000.0  # episode start, epoch seconds
@@ -227,7 +233,7 @@ def test_episode_traces_are_linked_to_the_child_run(tracker: Tracker, uri: str) 
     root = next(s for s in ok.data.spans if s.parent_id is None)
     assert root.span_type == SpanType.AGENT
     assert root.inputs["user"] == "Please solve multi_turn_base_1."
-    assert root.outputs == {"success": True, "termination": "done"}
+    assert root.outputs == {"verdict": "success", "success": True, "termination": "done"}
     assert root.start_time_ns == int(T0 * 1e9)
     assert root.end_time_ns == int((T0 + 10) * 1e9)
     turn = next(s for s in ok.data.spans if s.name == "turn 0")
@@ -257,6 +263,9 @@ def test_episode_traces_are_linked_to_the_child_run(tracker: Tracker, uri: str) 
 
     bad = by_task["multi_turn_base_2"]
     assert {a.name: a.value for a in bad.info.assessments}["success"] is False
+    # A failed task is never shown as a success: the trace's state and its verdict tag.
+    assert (ok.info.state, bad.info.state) == ("OK", "ERROR")
+    assert (ok.info.tags["verdict"], bad.info.tags["verdict"]) == ("success", "failure")
     assert len(bad.data.spans) == 4
     rejected = next(s for s in bad.data.spans if s.span_type == SpanType.TOOL)
     assert rejected.attributes["rejected"] is True
@@ -335,3 +344,116 @@ def test_every_task_is_traced_by_default_and_unscored_is_an_error(
     assert verdict["success"].value is None
     assert "not scored (infra_error)" in verdict["success"].error.error_message
     assert verdict["error_type"].value == "infra"
+
+
+def _call(turn: int, step: int, at: float, outcome: str, text: str, **kw) -> ModelCallRecord:
+    values = dict(
+        turn=turn,
+        step=step,
+        started_at=T0 + at,
+        latency_s=1.0,
+        attempts=1,
+        endpoint="http://llm/v1",
+        request_messages=2,
+        request_chars=40,
+        n_tools=3,
+        outcome=outcome,
+        text=text,
+        tool_calls_json="[]",
+        finish_reason="stop",
+        tokens_in=100,
+        tokens_out=7,
+        tokens_reasoning=0,
+        error=None,
+    )
+    return ModelCallRecord(**{**values, **kw})
+
+
+def test_a_failing_students_trace_shows_every_model_call(tracker: Tracker, uri: str) -> None:
+    """A student that answers in prose decodes to no action: its trace still has one
+    span per turn and per model call (request, reply, tokens, latency, retries), its
+    memory injection, and says the checker failed it; the traces list filters by the
+    point's tags and MLflow's token columns are filled."""
+    import dataclasses
+
+    calls = [
+        _call(0, 0, 1.0, "action", "", tool_calls_json='[{"id": "c1", "name": "ls"}]',
+              action_s=0.5, attempts=2),
+        _call(0, 1, 3.0, "no_action", "I would list the files first.", request_messages=4),
+        _call(1, 0, 5.0, "no_action", "Sure, moving it now!", request_messages=6),
+        _call(1, 1, 7.0, "invalid_reply", "", error="content is a number"),
+    ]  # fmt: skip
+    injection = InjectionRecord(0, -1, T0 + 0.5, "system_prompt", "Workflow: use ls.", 17)
+    ls = CallRecord("ls()", "ls", '{"current_directory_content": ["a"]}', None, False)
+    record = dataclasses.replace(
+        _episode("multi_turn_base_9", False, [_step(0, 0, "", [ls], 1.0)]),
+        model_calls=calls,
+        injections=[injection],
+        messages_json=json.dumps(
+            [
+                {"role": "system", "content": "Workflow: use ls.\n\nYou are an agent."},
+                {"role": "user", "content": "List the files."},
+                {"role": "assistant", "content": None},
+                {"role": "tool", "content": "a"},
+                {"role": "assistant", "content": "I would list the files first."},
+                {"role": "user", "content": "Now move a."},
+                {"role": "assistant", "content": "Sure, moving it now!"},
+            ]
+        ),
+        tokens_in=400,
+        tokens_out=28,
+        error_type="multi_turn:state_mismatch",
+        error_message="the file system differs",
+    )
+    with tracker.parent("sweep", {}, {}):
+        child = _log(
+            tracker,
+            {},
+            point_id="p",
+            traces=[record],
+            trace_tags={"method": "amd_wf", "student": "qwen3_4b"},
+        )
+    client = MlflowClient(uri)
+    (trace,) = client.search_traces(locations=[tracker.experiment_id], run_id=child)
+    assert trace.info.state == "ERROR"  # not "Success": the checker failed the task
+    root = next(s for s in trace.data.spans if s.parent_id is None)
+    assert root.status.description.startswith("task failed (multi_turn:state_mismatch)")
+    tags = trace.info.tags
+    assert (tags["verdict"], tags["method"], tags["student"]) == ("failure", "amd_wf", "qwen3_4b")
+    assert (tags["run_id"], tags["task_id"]) == (child, "multi_turn_base_9")
+    depth = {"episode": 0, "turn": 1}
+    ordered = sorted(
+        trace.data.spans, key=lambda s: (s.start_time_ns, depth.get(s.name.split()[0], 2))
+    )
+    assert [s.name for s in ordered] == [
+        "episode multi_turn_base_9",
+        "turn 0",
+        "memory -> system prompt 0",
+        "llm 0.0",
+        "tool ls 0.0.0",
+        "llm 0.1 (no action)",
+        "turn 1",
+        "llm 1.0 (no action)",
+        "llm 1.1 (invalid reply)",
+    ]
+    spans = {s.name: s for s in trace.data.spans}
+    prose = spans["llm 0.1 (no action)"]
+    assert prose.span_type == SpanType.CHAT_MODEL
+    assert prose.outputs["text"] == "I would list the files first."
+    assert prose.attributes["tokens_in"] == 100 and prose.attributes["latency_s"] == 1.0
+    # Its request's new messages: the tool result the model answered (not its own reply).
+    assert [m["role"] for m in prose.inputs["messages"]] == ["tool"]
+    assert spans["llm 0.0"].attributes["retries"] == 1
+    assert spans["llm 1.1 (invalid reply)"].status.status_code == "ERROR"
+    memory = spans["memory -> system prompt 0"]
+    assert memory.span_type == SpanType.RETRIEVER
+    assert memory.outputs["injected"] == "Workflow: use ls."
+    tool = spans["tool ls 0.0.0"]
+    assert (tool.end_time_ns - tool.start_time_ns) == 500_000_000  # the action's time
+    # Every call's tokens in MLflow's token columns (the trace's token usage).
+    usage = json.loads(trace.info.request_metadata["mlflow.trace.tokenUsage"])
+    assert usage == {"input_tokens": 400, "output_tokens": 28, "total_tokens": 428}
+    # The traces list filters by the point's tags.
+    assert client.search_traces(
+        locations=[tracker.experiment_id], filter_string="tag.method = 'amd_wf'"
+    )

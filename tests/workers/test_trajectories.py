@@ -51,6 +51,25 @@ def test_round_trip_keeps_nested_steps(tmp_path):
     assert back == _record()
 
 
+def test_round_trip_keeps_model_calls_and_injections(tmp_path):
+    from dataclasses import replace
+
+    from distillery.workers.trajectories import InjectionRecord, ModelCallRecord
+
+    call = ModelCallRecord(
+        0, 1, 1.5, 0.2, 2, "http://x/v1", 3, 120, 4, "no_action", "prose", "[]", "stop",
+        30, 5, 0, None, 0.0,
+    )  # fmt: skip
+    record = replace(
+        _record(),
+        model_calls=[call],
+        injections=[InjectionRecord(0, -1, 1.0, "system_prompt", "memory", 6)],
+    )
+    write_episode(tmp_path, record)
+    (back,) = read_episodes(tmp_path)
+    assert back == record
+
+
 def test_partial_files_are_never_read(tmp_path):
     write_episode(tmp_path, _record("a"))
     (tmp_path / ".b.parquet.123.tmp").write_bytes(b"half a file")
@@ -99,11 +118,18 @@ _OLD_SCHEMA = pa.schema(
 def test_schema_is_derived_from_the_record_and_matches_the_hand_kept_one():
     assert [f.name for f in EPISODE_SCHEMA] == list(EpisodeRecord.__dataclass_fields__)
     # Fields added since, each with a default an older file reads as: the thinking
-    # tokens, then which play of the task an episode is (outcome-driven stages).
+    # tokens, which play of the task an episode is (outcome-driven stages), every model
+    # call and what hooks injected.
     grown = _OLD_SCHEMA.append(pa.field("tokens_reasoning", pa.int64())).append(
         pa.field("attempt", pa.int32())
     )
-    assert EPISODE_SCHEMA.equals(grown)
+    later = EPISODE_SCHEMA.names[len(grown.names) :]
+    assert later == ["model_calls", "injections"]
+    assert (
+        EPISODE_SCHEMA.remove(EPISODE_SCHEMA.get_field_index("injections"))
+        .remove(EPISODE_SCHEMA.get_field_index("model_calls"))
+        .equals(grown)
+    )
     step = EPISODE_SCHEMA.field("steps").type.value_type
     assert [f.name for f in step] == list(StepRecord.__dataclass_fields__)
 

@@ -42,6 +42,7 @@ program printing its environment) never sends it to the model or stores it.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -61,7 +62,13 @@ from distillery.workers.llm.types import (
     RequestRejected,
     Usage,
 )
-from distillery.workers.trajectories import CallRecord, StepRecord
+from distillery.workers.trajectories import (
+    MAX_CALL_TEXT,
+    CallRecord,
+    InjectionRecord,
+    ModelCallRecord,
+    StepRecord,
+)
 
 # What one assistant message may keep in the history: no environment accepts longer
 # responses and arguments as calls (the most generous limits are the protections of
@@ -126,6 +133,8 @@ class EpisodeOutcome:
     rejection: str | None = None
     reply_notes: list[str] = field(default_factory=list)  # repairs of the model's replies
     reply_notes_dropped: int = 0
+    model_calls: list[ModelCallRecord] = field(default_factory=list)  # every call, in order
+    injections: list[InjectionRecord] = field(default_factory=list)  # what hooks added
     # How often each protection of the loop fired (the environment counts its own):
     # `observation_cut` and `observation_redacted` among them.
     limits_fired: Counter[str] = field(default_factory=Counter)
@@ -170,6 +179,7 @@ async def run_agent_loop(
         prompt = base_prompt
         if hooks is not None:
             prompt = await hooks.before_turn(turn_index, user_text, base_prompt)
+            _note_injection(out, turn_index, -1, "system_prompt", base_prompt, prompt)
             if not opens:
                 _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
         content = user_text
@@ -178,6 +188,7 @@ async def run_agent_loop(
         rewrite = getattr(hooks, "user_message", None)
         if rewrite is not None:
             content = await rewrite(turn_index, user_text)
+            _note_injection(out, turn_index, -1, "user_message", user_text, content)
         if opens and turn_index == 0:
             memory = _memory_of(prompt, user_text, content)
             out.messages[:] = _opening_messages(env, fmt, memory)
@@ -187,6 +198,7 @@ async def run_agent_loop(
             opening = len(out.messages)
         steps_in_turn = 0
         while True:
+            request = _RequestShape.of(out.messages, tools)
             try:
                 view = await request_view(
                     out.messages, opening, conventions, policy, out.reply_notes
@@ -197,15 +209,24 @@ async def run_agent_loop(
                     "context_overflow" if isinstance(exc, ContextOverflow) else "request_rejected"
                 )
                 out.rejection = str(exc)
+                out.model_calls.append(
+                    request.failed(turn_index, steps_in_turn, out.termination, exc)
+                )
                 out.steps_per_turn.append(steps_in_turn)
                 return out
             except InvalidReply as exc:
                 out.termination, out.rejection = "invalid_reply", str(exc)
+                out.model_calls.append(
+                    request.failed(turn_index, steps_in_turn, out.termination, exc)
+                )
                 out.steps_per_turn.append(steps_in_turn)
                 return out
             result = _with_unique_ids(result)
             as_sent = conventions.reply == "as_sent" and bool(result.message)
             action = _parse_as_sent(env, fmt, result) if as_sent else _parse(env, fmt, result)
+            out.model_calls.append(
+                request.answered(turn_index, steps_in_turn, result, action.empty)
+            )
             in_history = _as_kept(conventions, fmt, result)  # as the benchmark's history keeps it
             kept, cuts = _bounded(result)  # parsed whole, kept (and recorded) bounded
             shown = kept if in_history is None else _bounded(in_history)[0]
@@ -220,10 +241,17 @@ async def run_agent_loop(
             out.messages.append(message)
             if action.empty:  # no call, or nothing decodable: the turn ends
                 break
+            acting = time.monotonic()
             observations = await run_in_env_thread(env.step, action)
             observations = _cut_observations(out, conventions.observation_cut, observations)
             if hooks is not None:
+                before = observations
                 observations = await hooks.after_step(turn_index, user_text, observations)
+                for old, new in zip(before, observations, strict=False):
+                    _note_injection(
+                        out, turn_index, steps_in_turn, "observation", old.content, new.content
+                    )
+            out.model_calls[-1] = replace(out.model_calls[-1], action_s=time.monotonic() - acting)
             out.messages.extend(_observation_messages(conventions, fmt, sent_calls, observations))
             recorded = observations[:MAX_HISTORY_CALLS]
             out.steps.append(_step_record(turn_index, steps_in_turn, result, recorded))
@@ -543,4 +571,85 @@ def _step_record(
         tokens_out=result.usage.completion_tokens,
         latency_s=result.latency_s,
         endpoint=result.endpoint,
+    )
+
+
+@dataclass(frozen=True)
+class _RequestShape:
+    """A request as sent (its size and when), for the episode's model call records."""
+
+    started_at: float
+    clock: float
+    messages: int
+    chars: int
+    tools: int
+
+    @classmethod
+    def of(
+        cls, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> _RequestShape:
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        return cls(time.time(), time.monotonic(), len(messages), chars, len(tools or ()))
+
+    def answered(
+        self, turn: int, step: int, result: ChatResult, no_action: bool
+    ) -> ModelCallRecord:
+        calls = json.dumps(result.tool_calls, ensure_ascii=False, default=str)
+        return ModelCallRecord(
+            turn=turn,
+            step=step,
+            started_at=self.started_at,
+            latency_s=result.latency_s,
+            attempts=result.attempts,
+            endpoint=result.endpoint,
+            request_messages=self.messages,
+            request_chars=self.chars,
+            n_tools=self.tools,
+            outcome="no_action" if no_action else "action",
+            text=(result.text or "")[:MAX_CALL_TEXT],
+            tool_calls_json=calls[:MAX_CALL_TEXT],
+            finish_reason=result.finish_reason,
+            tokens_in=result.usage.prompt_tokens,
+            tokens_out=result.usage.completion_tokens,
+            tokens_reasoning=result.usage.reasoning_tokens,
+            error=None,
+        )
+
+    def failed(self, turn: int, step: int, outcome: str, exc: Exception) -> ModelCallRecord:
+        return ModelCallRecord(
+            turn=turn,
+            step=step,
+            started_at=self.started_at,
+            latency_s=time.monotonic() - self.clock,
+            attempts=1,
+            endpoint=None,
+            request_messages=self.messages,
+            request_chars=self.chars,
+            n_tools=self.tools,
+            outcome=outcome,
+            text="",
+            tool_calls_json="[]",
+            finish_reason=None,
+            tokens_in=0,
+            tokens_out=0,
+            tokens_reasoning=0,
+            error=str(exc)[:MAX_CALL_TEXT],
+        )
+
+
+def _note_injection(
+    out: EpisodeOutcome, turn: int, step: int, where: str, before: str, after: str
+) -> None:
+    """Record what hooks added to `before` (a prompt, a user message, an observation),
+    when they changed it: the text around the original where it is kept, else all."""
+    before, after = before or "", after or ""
+    if after == before:
+        return
+    added = (after.replace(before, "", 1) if before and before in after else after).strip()
+    if where == "system_prompt":  # the prompt is set every turn: the same block is no news
+        last = next((i for i in reversed(out.injections) if i.where == where), None)
+        if last is not None and last.chars == len(added) and last.text == added[:MAX_CALL_TEXT]:
+            return
+    out.injections.append(
+        InjectionRecord(turn, step, time.time(), where, added[:MAX_CALL_TEXT], len(added))
     )

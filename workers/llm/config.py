@@ -52,7 +52,7 @@ class ModelConfig(BaseModel):
     # (`limits_fired.generation_cap`: replies stopped by the cap). Ours: no paper model.
     cap_every_request: bool = False
 
-    # How its server wants a request (see README "Model backends").
+    # How its server wants a request (see docs/models.md).
     token_limit_param: TokenLimitParam = "max_tokens"  # the body key max_tokens is sent as
     # The sampling parameters the server accepts; setting one it does not is refused
     # before anything starts (OpenAI reasoning models accept none of them).

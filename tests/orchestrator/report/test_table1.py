@@ -125,7 +125,7 @@ def test_table1_pools_the_seeds_and_shows_gain_and_p_per_reference(report):
     vs_zero = pooled[(pooled["method"] == "trajectory_rag") & (pooled["reference"] == "zero_shot")]
     assert vs_zero.iloc[0]["gain_pp"] == pytest.approx(100 * (4 - 2) / 12)
 
-    table = report.tables["table1"].set_index("method")
+    table = report.views["table1"].set_index("method")
     cell = table.loc["trajectory_rag", "bfcl"]
     assert cell.startswith("33.3% [") and "n=12" in cell  # rate, 95 % CI, n
     assert "vs zero_shot: +16.7 pp (p=0.500)" in cell

@@ -185,6 +185,52 @@ def test_native_system_message_only_when_memory_is_injected(bench, task0):
     assert firsts[2]["role"] == "user"  # and it goes again when memory does
 
 
+class HintHooks(BlockHooks):
+    """BlockHooks, and a hint appended to every observation (reactive memory)."""
+
+    async def after_step(self, turn_index, user_text, observations):
+        from dataclasses import replace
+
+        return [replace(o, content=o.content + "\n[hint]") for o in observations]
+
+
+def test_every_model_call_and_injection_is_recorded(bench, task0):
+    """A reply with no action (prose: a small model's usual failure) is a model call of
+    the record too, as is one the client could not use; what hooks inject is recorded
+    where it went."""
+    from distillery.workers.llm.types import InvalidReply
+
+    replies = [
+        ChatResult(text="[pwd()]", usage=Usage(50, 5), latency_s=0.25, attempts=2),
+        ChatResult(text="I think the folder is fine.", usage=Usage(60, 8), finish_reason="stop"),
+        InvalidReply("content is int 42"),
+    ]
+    policy = ScriptedPolicy(replies)
+    env = bench.make_env(task0, "records")
+    try:
+        outcome = asyncio.run(
+            run_agent_loop(env, policy, 20, HintHooks(), conventions=bench.conventions)
+        )
+    finally:
+        env.close()
+    calls = outcome.model_calls
+    assert [(c.turn, c.step, c.outcome) for c in calls] == [
+        (0, 0, "action"),
+        (0, 1, "no_action"),
+        (1, 0, "invalid_reply"),
+    ]
+    assert calls[0].attempts == 2 and calls[0].tokens_in == 50 and calls[0].latency_s == 0.25
+    assert calls[0].action_s >= 0 and calls[1].text == "I think the folder is fine."
+    assert calls[2].error == "content is int 42" and calls[2].tokens_in == 0
+    # Each call's request is the transcript's first `request_messages` messages.
+    assert [len(m) for m, _ in policy.seen] == [c.request_messages for c in calls]
+    assert calls[0].started_at <= calls[1].started_at <= calls[2].started_at
+    assert [(i.turn, i.step, i.where, i.text) for i in outcome.injections] == [
+        (0, 0, "observation", "[hint]"),
+        (1, -1, "system_prompt", "[memory]"),
+    ]
+
+
 @pytest.mark.parametrize("ids", [("x", "x", "x"), (None, None, None), (1, {"a": 1}, "")])
 def test_each_observation_goes_to_its_own_call_whatever_the_ids(bench, task0, ids):
     """Repeated, missing or non-string ids (a policy that bypasses the client's repair):

@@ -82,5 +82,7 @@ def test_an_endless_body_is_cut_at_the_size_cap(hostile_url):
         hostile_url, "body_endless", max_response_bytes=256 * 1024, timeout_s=PATIENT_TIMEOUT_S
     )
     assert isinstance(outcome, InvalidReply) and "max_response_bytes=262144" in str(outcome)
-    big = _ask(hostile_url, "body_huge", timeout_s=PATIENT_TIMEOUT_S)  # declared 8 MB: refused before it is read
+    big = _ask(
+        hostile_url, "body_huge", timeout_s=PATIENT_TIMEOUT_S
+    )  # declared 8 MB: refused before it is read
     assert isinstance(big, InvalidReply) and "declared" in str(big)

@@ -74,10 +74,14 @@ OPERATIONAL = frozenset(
 class IsolatedOptions(BenchmarkOptions):
     """Options every isolated benchmark has; a benchmark's own options subclass it."""
 
-    venv: str | None = Field(default=None, description="The benchmark's venv (default: see venv.py).")
+    venv: str | None = Field(
+        default=None, description="The benchmark's venv (default: see venv.py)."
+    )
     call_timeout_s: float = Field(default=120.0, gt=0, description="Per-call limit of the worker.")
     startup_timeout_s: float = Field(default=120.0, gt=0, description="Limit for a worker to boot.")
-    max_reply_bytes: int = Field(default=DEFAULT_MAX_REPLY_BYTES, gt=0, description="Reply size cap.")
+    max_reply_bytes: int = Field(
+        default=DEFAULT_MAX_REPLY_BYTES, gt=0, description="Reply size cap."
+    )
     spare_workers: int = Field(default=1, ge=0, le=64, description="Workers booted ahead of need.")
     sandbox_without_namespaces: bool = deviation(
         "Where network namespaces are unavailable, run a world that needs no network "
