@@ -90,9 +90,7 @@ def _check(graph: StageGraph, methods: list[str], test_splits: int) -> None:
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_table1_without_agentbrew_plans_one_collection_and_one_bank_per_method(
-    listing, experiment
-):
+def test_table1_without_agentbrew_plans_one_collection_and_one_bank_per_method(listing, experiment):
     methods = BASELINES if experiment != "appworld" else [*BASELINES[:-1], "ace_appworld"]
     graph = _graph(experiment, f"methods=[{','.join(methods)}]")
     _check(graph, methods, 2 if experiment == "appworld" else 1)
@@ -113,7 +111,9 @@ def test_table1_plans_as_configured(listing, experiment):
 def test_mbpp_plus_brews_on_mbpps_split_and_appworlds_splits_share_the_memory(listing):
     plus = _graph("mbpp_plus", f"methods=[{','.join(BASELINES)}]")
     (collect,) = [s for k, s in plus.stages.items() if k.kind == "collect"]
-    assert collect.options["variant"] == "sanitized" and collect.options["split"] == "agentbrew_brew"
+    assert (
+        collect.options["variant"] == "sanitized" and collect.options["split"] == "agentbrew_brew"
+    )
     assert plus.configs[0].benchmark.options["variant"] == "plus"
     mbpp = _graph("mbpp", f"methods=[{','.join(BASELINES)}]")
     shared = {k for k in plus.stages if k.kind in ("collect", "build", "expel", "ace")}
@@ -125,7 +125,7 @@ def test_mbpp_plus_brews_on_mbpps_split_and_appworlds_splits_share_the_memory(li
     assert len(expel) == 1 and len(world.points) == 6
 
 
-def test_plan_says_so_before_anything_runs(listing, capsys):
+def test_plan_says_so_before_anything_runs(listing, plan_offline, capsys):
     assert run_cli(["experiment=agentbrew_table1_gsm8k", f"methods=[{','.join(BASELINES)}]",
                     "--plan"]) == 0  # fmt: skip
     out = capsys.readouterr().out

@@ -35,7 +35,9 @@ def test_an_answer_benchmarks_entry_is_the_task_and_the_graded_answer():
     assert stats.as_dict() == {"traj.deterministic": 1, "skipped.traj:unsuccessful": 1}
     method = memory_method("trajectory_rag")
     settings = method.for_benchmark(TrajectoryRagSettings(), "gsm8k")
-    assert settings.answers and not method.for_benchmark(TrajectoryRagSettings(), "appworld").answers
+    assert (
+        settings.answers and not method.for_benchmark(TrajectoryRagSettings(), "appworld").answers
+    )
     hooks = method.hooks(task("test_0"), FakeSearch({"traj": entries}), settings,
                          lambda s: True, None)  # fmt: skip
     prompt = run(hooks.before_turn(0, task("test_0").turns[0], "SYSTEM"))
@@ -52,7 +54,9 @@ def test_an_answer_benchmarks_entry_is_the_task_and_the_graded_answer():
 def test_tool_use_banks_and_read_identities_are_as_before(tmp_path):
     from distillery.workers.trajectories import CallRecord, StepRecord
 
-    step = StepRecord(0, 0, "[ls()]", [CallRecord("ls()", "ls", "{}", None, False)], 1, 1, 0.1, None)
+    step = StepRecord(
+        0, 0, "[ls()]", [CallRecord("ls()", "ls", "{}", None, False)], 1, 1, 0.1, None
+    )
     bfcl = episode_record("multi_turn_base_0", True, [step])
     assert build.graded_answer(bfcl) == ""
     (entry,), _ = build.build_trajectories([bfcl], [task("multi_turn_base_0")], "all")
