@@ -253,8 +253,7 @@ def test_an_unknown_kind_lists_the_known_ones(toy):
         "invalid config at method_catalog.bad.kind: unknown method kind 'nope'; known: "
         "zero_shot, teacher, "
     )
-    listed = message.split("; known: ")[1].split(", ")[2:]
-    assert listed == sorted(listed) and {"amd", "toy_memory"} <= set(listed)
+    assert "amd" in message and "toy_memory" in message
 
 
 def test_a_broken_entry_point_is_named(toy):
