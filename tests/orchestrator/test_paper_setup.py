@@ -188,7 +188,7 @@ def test_toolsandbox_experiments_run_all_129_scenarios_with_the_papers_user(grap
     check_benchmark_environment(graph.configs)
 
 
-def test_the_plans_print_the_stages_two_tables_share(graphs, monkeypatch, capsys):
+def test_the_plans_print_the_stages_two_tables_share(graphs, monkeypatch, capsys, plan_offline):
     use_listing(monkeypatch)
     printed = {}
     for name in ("appworld_table1", "appworld_ablation"):
