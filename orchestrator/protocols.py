@@ -17,7 +17,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,9 +35,18 @@ class ProtocolConfig(BaseModel):
     # (the first N in the benchmark's order; None: all).
     memory_split: str | None = Field(default=None, description="split only, e.g. train")
     memory_limit: int | None = Field(default=None, gt=0, description="split only")
+    # protocol=split: benchmark options the memory split is played with over the
+    # configured ones, where its split lives elsewhere (MBPP+ has no training split: the
+    # AgentBrew paper brews it on MBPP's, {variant: sanitized}).
+    memory_options: dict[str, Any] = Field(default_factory=dict, description="split only")
 
     @model_validator(mode="after")
     def _split_named(self) -> ProtocolConfig:
+        if self.memory_options and self.name != "split":
+            raise ValueError(
+                "memory_options: only protocol=split plays its memory split with other "
+                "benchmark options; remove it or set protocol=split"
+            )
         if self.name == "split" and not self.memory_split:
             raise ValueError(
                 "memory_split: protocol=split reads memory from another split of the "
@@ -48,14 +57,19 @@ class ProtocolConfig(BaseModel):
     def read_settings(self) -> dict[str, object]:
         """What the protocol reads: the split settings of cross_split and split."""
         if self.name == "split":
-            return {
+            out: dict[str, object] = {
                 "name": self.name,
                 "memory_split": self.memory_split,
                 "memory_limit": self.memory_limit,
             }
+            if self.memory_options:  # only when set: the keys of every other point stay
+                out["memory_options"] = dict(self.memory_options)
+            return out
         if self.name != "cross_split":
             return {"name": self.name}
-        return self.model_dump(mode="json", exclude={"memory_split", "memory_limit"})
+        return self.model_dump(
+            mode="json", exclude={"memory_split", "memory_limit", "memory_options"}
+        )
 
 
 @dataclass(frozen=True)
