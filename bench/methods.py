@@ -26,6 +26,14 @@ Ratios are against --baseline (default: AMD WF+ST+FN), listed first.
 
     python bench/methods.py                      # 200 trajectories, all methods
     python bench/methods.py --embedder hash --queries 50
+    python bench/methods.py --baselines          # + AgentBrew's baselines (simulated)
+    python bench/methods.py --only-baselines --memory-tasks 200 --queries 100
+
+AgentBrew's baselines (`--baselines`): Reflexion k = 2, 3, ExpeL and ACE build through
+outcome-driven stages whose cost is model calls, not local code; their table runs each
+stage's real program and framework against a simulated world (bench/outcome_sim.py) and
+gives per memory task the build's plays, calls and tokens, and per evaluated task the
+test-time plays, calls, tokens and the memory characters in the prompt.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import asyncio
 import dataclasses
 import hashlib
 import os
+import random
 import sys
 import tempfile
 import time
@@ -205,6 +214,166 @@ def bench_method(
     }
 
 
+# -- AgentBrew's baselines: what building and testing cost (bench/outcome_sim.py) ------
+
+
+class _InMemorySearch:
+    """A bank's search in process (word overlap; isolation allows everything), with a
+    play's attempt and staged entries: what the hooks read in `injected_chars`."""
+
+    def __init__(self, bank: dict[str, list[Any]], staged: tuple[Any, ...] = ()) -> None:
+        self.bank, self.staged, self.attempt = bank, staged, 1
+        self.has_bank = bool(bank)
+
+    async def search(self, collection, queries, task_id, k, threshold, group=None, combine="each"):
+        from distillery.workers.memory.isolation import Hit
+
+        def score(query: str, text: str) -> float:
+            a, b = set(query.lower().split()), set(text.lower().split())
+            return len(a & b) / max(1, len(a | b))
+
+        entries = self.bank.get(collection, [])
+        return [
+            [Hit(e, score(q, e.key_text), collection)
+             for e in sorted(entries, key=lambda e: -score(q, e.key_text))[:k]]
+            for q in queries
+        ]  # fmt: skip
+
+
+async def injected_chars(
+    kind: str, settings: Any, task: Any, bank: dict[str, list[Any]], staged: tuple = ()
+) -> int:
+    """What the method's hooks put in `task`'s prompt before its first turn."""
+    hooks = memory_method(kind).hooks(
+        task, _InMemorySearch(bank, staged), settings, lambda source: True, _no_answer
+    )
+    return len(await hooks.before_turn(0, task.turns[0], ""))
+
+
+def _by_collection(kind: str, entries: list[Any]) -> dict[str, list[Any]]:
+    """A play's live entries as the bank its hooks search (ACE's bullets)."""
+    collections = memory_method(kind).collections
+    out: dict[str, list[Any]] = {spec.name: [] for spec in collections}
+    for entry in entries:
+        for spec in collections:
+            if isinstance(entry, spec.entry_type):
+                out[spec.name].append(entry)
+                break
+    return out if any(out.values()) else {}
+
+
+def baseline_answer(role: str, messages: list[dict[str, Any]]) -> str:
+    """A model's answer of the size the originals' prompts ask for, in their formats."""
+    import json as _json
+
+    text = str(messages[-1].get("content") or "")
+    if role == "reflector" and "JSON object" in text:  # ACE's reflector
+        return _json.dumps({"reasoning": "r" * 600, "key_insight": "Check every unit " * 4,
+                            "bullet_tags": []})  # fmt: skip
+    if role == "reflector":  # Reflexion's, ExpeL's gathering
+        return "The attempt misread a quantity. Plan: " + "list each quantity, " * 12
+    if role == "curator":
+        add = {"type": "ADD", "section": "others", "content": "Check the units " * 6}
+        return _json.dumps({"reasoning": "r" * 300, "operations": [add]})
+    if "FAILED TRIAL" in text:
+        return "ADD 1: Re-read the question and recompute every step before answering."
+    return "AGREE 1: Re-read the question and recompute every step before answering."
+
+
+def bench_baselines(n_memory: int, n_eval: int, p_first: float, p_memory: float) -> list[dict]:
+    """Per baseline: the build's plays, calls and tokens per memory task, the bank, and
+    a test-time task's plays, model calls, tokens and injected characters."""
+    from bench.outcome_sim import PLAY_TOKENS_IN, REPLY_CHARS, Simulation, simulate, task
+    from distillery.workers.llm.config import ModelConfig
+    from distillery.workers.memory.ace.settings import AceSettings
+    from distillery.workers.memory.ace.stage import AceStage
+    from distillery.workers.memory.expel.settings import ExpelSettings
+    from distillery.workers.memory.expel.stage import ExpelStage
+    from distillery.workers.memory.reflexion.settings import ReflexionSettings
+    from distillery.workers.memory.reflexion.stage import ReflexionStage
+
+    model = ModelConfig(name="sim", backend="external", base_url="http://127.0.0.1:1/v1", model="m")
+    reply_tokens = REPLY_CHARS // 4
+    rows = []
+
+    def per(sim: Simulation, n: int, roles: tuple[str, ...]) -> dict[str, float]:
+        calls = sum(sim.asks[r] for r in roles)
+        model_tokens = sum(sim.tokens_in[r] + sim.tokens_out[r] for r in roles)
+        play_tokens = sum(PLAY_TOKENS_IN + c // 4 + reply_tokens for c in sim.memory_chars)
+        return {
+            "plays": sim.plays / n,
+            "calls": calls / n,
+            "tokens": (model_tokens + play_tokens) / n,
+        }
+
+    for k in (2, 3):
+        settings = ReflexionSettings(max_attempts=k)
+        stage = ReflexionStage(identity={"benchmark": "gsm8k", "k": k}, upstream=(), label="r",
+                               model=model, other_models={"reflector": model},
+                               memory_kind="reflexion", settings=settings, wave_size=16)  # fmt: skip
+        sim = simulate(stage, n_eval, baseline_answer,
+                       lambda t, shown, s=settings: injected_chars("reflexion", s, t, {}, tuple(shown)),
+                       p_first, p_memory)  # fmt: skip
+        test = per(sim, n_eval, ("reflector",))
+        rows.append({"name": f"reflexion_k{k}", "build": None, "bank": "none",
+                     "test_plays": test["plays"], "test_calls": test["calls"],
+                     "test_tokens": test["tokens"],
+                     "injected": sum(sim.memory_chars) / max(1, sim.plays),
+                     "sim_s": sim.wall_s / n_eval})  # fmt: skip
+    for name, stage_type, settings, roles in (
+        ("expel", ExpelStage, ExpelSettings(), ("reflector", "insights")),
+        ("ace", AceStage, AceSettings(), ("reflector", "curator")),
+    ):
+        others = {r: model for r in roles}
+        stage = stage_type(identity={"benchmark": "gsm8k", "m": name}, upstream=(), label=name,
+                           model=model, other_models=others, memory_kind=name, settings=settings,
+                           split="train")  # fmt: skip
+        sim = simulate(stage, n_memory, baseline_answer,
+                       lambda t, shown, n=name, s=settings: injected_chars(n, s, t, _by_collection(n, shown), tuple(shown)),
+                       p_first, p_memory)  # fmt: skip
+        build = per(sim, n_memory, roles)
+        probe = task(n_memory + 1, random.Random(1))
+        injected = asyncio.run(injected_chars(name, settings, probe, sim.bank))
+        rows.append({"name": name, "build": build,
+                     "bank": ",".join(f"{c}={len(v)}" for c, v in sim.bank.items() if v),
+                     "test_plays": 1.0, "test_calls": 0.0,
+                     "test_tokens": PLAY_TOKENS_IN + injected // 4 + reply_tokens,
+                     "injected": injected, "sim_s": sim.wall_s / n_memory})  # fmt: skip
+    return rows
+
+
+def print_baselines(
+    rows: list[dict], n_memory: int, n_eval: int, p_first: float, p_memory: float
+) -> None:
+    print(
+        f"\nAgentBrew's baselines, simulated (bench/outcome_sim.py): {n_memory} memory tasks, "
+        f"{n_eval} evaluated tasks, first play solved with p={p_first}, with memory p={p_memory}; "
+        "tokens = characters / 4 of the real prompts (GSM8K-sized tasks)"
+    )
+    header = (
+        f"{'method':<14}{'build plays/task':>17}{'calls/task':>11}{'tokens/task':>12}  "
+        f"{'test plays/task':>16}{'calls/task':>11}{'tokens/task':>12}{'memory chars':>13}"
+        f"{'framework ms/task':>18}  bank"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        b = r["build"]
+        build = (f"{b['plays']:>17.2f}{b['calls']:>11.2f}{b['tokens']:>12,.0f}" if b
+                 else f"{'-':>17}{'-':>11}{'-':>12}")  # fmt: skip
+        print(
+            f"{r['name']:<14}{build}  {r['test_plays']:>16.2f}{r['test_calls']:>11.2f}"
+            f"{r['test_tokens']:>12,.0f}{r['injected']:>13,.0f}{1000 * r['sim_s']:>18.1f}  {r['bank']}"
+        )
+    print(
+        "build: the stage on the memory split (teacher plays, reflector / insight / curator "
+        "calls); test: one evaluated task (Reflexion's plays and reflections; the others "
+        "one play whose prompt carries their memory: ExpeL's insights and 2 examples, "
+        "ACE's whole playbook). Simple RAG and AMD build from one collection play per "
+        "task (table above); AgentBrew's brew: its own function."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trajectories", type=int, default=200)
@@ -215,7 +384,20 @@ def main() -> None:
     parser.add_argument(
         "--baseline", default="amd_wf_st_fn", help="the method ratios are against (listed first)"
     )
+    parser.add_argument(
+        "--baselines",
+        action="store_true",
+        help="also AgentBrew's baselines' build and test-time cost (simulated)",
+    )
+    parser.add_argument("--only-baselines", action="store_true", help="those alone")
+    parser.add_argument("--memory-tasks", type=int, default=200)
+    parser.add_argument("--p-first", type=float, default=0.5)
+    parser.add_argument("--p-memory", type=float, default=0.7)
     args = parser.parse_args()
+    if args.only_baselines:
+        sim = (args.memory_tasks, args.queries, args.p_first, args.p_memory)
+        print_baselines(bench_baselines(*sim), *sim)
+        return
 
     started = time.perf_counter()
     cfg = to_config(compose(rewrite_role_overrides(["protocol=self_excluded"])))
@@ -253,6 +435,9 @@ def main() -> None:
         f"p50 = retrieval per episode (all its hook calls, {rows[0]['turns']:.1f} turns avg) "
         f"/ its. (bench wall time {time.perf_counter() - started:.0f} s)"
     )
+    if args.baselines:
+        sim = (args.memory_tasks, args.queries, args.p_first, args.p_memory)
+        print_baselines(bench_baselines(*sim), *sim)
 
 
 if __name__ == "__main__":

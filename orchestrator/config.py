@@ -215,6 +215,9 @@ class ReportConfig(_Frozen):
     # Methods (catalog names or kinds) every student method is paired with in McNemar
     # tests and table 1; the project's list is conf/config.yaml's.
     references: tuple[str, ...] = ("zero_shot",)
+    # Also lay table 1 out in groups by what acts at test time, with the teacher and
+    # test-time columns (the AgentBrew paper's Table 1; orchestrator/report/groups.py).
+    groups: bool = False
 
 
 class DistilleryConfig(_Frozen):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -53,6 +54,7 @@ from distillery.orchestrator.stages import (
 )
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.bank import BuiltBank
+from distillery.workers.memory.bounds import bound_entry, delimiter_pattern, memory_delimiters
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.retrieval import Isolation
 from distillery.workers.memory.store import entry_from_dict, entry_to_dict
@@ -103,11 +105,15 @@ class PlayResult:
 
 @dataclass(frozen=True)
 class Reply:
-    """A model's answer to `ctx.ask`."""
+    """A model's answer to `ctx.ask`. A request the server refused because of what it
+    holds (a context overflow, a reply that cannot be used) is the model's doing, not
+    the stage's: it comes back as an empty answer with `refused` naming why, for the
+    program to count and fall back from (an unreachable model stops the stage)."""
 
     text: str
     tokens_in: int = 0
     tokens_out: int = 0
+    refused: str | None = None  # context_overflow | rejected | invalid_reply
 
 
 class TaskContext(Protocol):
@@ -115,6 +121,7 @@ class TaskContext(Protocol):
 
     task: Task
     index: int  # the task's place in the stage's order
+    total: int  # how many tasks the stage plays (the last one's index is total - 1)
     plays: list[PlayResult]  # the task's plays so far, in order
 
     async def play(self) -> PlayResult: ...
@@ -125,6 +132,7 @@ class TaskContext(Protocol):
     def committed(self, collection: str) -> list[Any]: ...
     def event(self, kind: str, **data: Any) -> None: ...
     def source(self, play: PlayResult) -> MemorySource: ...
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]: ...
 
 
 class TaskProgram(Protocol):
@@ -154,6 +162,10 @@ class OrderedEpisodeStage(EpisodeStage):
 
     writes_bank: ClassVar[bool] = True
     role: ClassVar[str] = "student"
+    # Whether plays search the live bank (the committed entries plus the task's staged
+    # ones, embedded in the memory service). False: a play reads only what its task
+    # staged (`search.staged`), and no memory service is needed (Reflexion).
+    searches_live_bank: ClassVar[bool] = True
 
     memory_kind: str  # the memory method whose hooks its plays run and collections it writes
     settings: BaseModel  # that method's read settings during the stage's plays
@@ -268,9 +280,17 @@ def _entries_json(collection: str, entries: Sequence[Any]) -> list[dict[str, Any
 class _Context:
     """One task's `TaskContext`: effects replayed from the journal where it has them."""
 
-    def __init__(self, run: OrderedRun, index: int, task: Task, snapshot: dict[str, list[Any]]):
+    def __init__(
+        self,
+        run: OrderedRun,
+        index: int,
+        task: Task,
+        snapshot: dict[str, list[Any]],
+        total: int,
+    ):
         self.run = run
         self.index = index
+        self.total = total
         self.task = task
         self.plays: list[PlayResult] = []
         self.snapshot = snapshot  # the memory as of the wave's start (phase 1 reads it)
@@ -327,6 +347,7 @@ class _Context:
         recorded = self._recorded("asked", request)
         if recorded is None:
             reply, model = await self.run.ask(role, messages)
+            refused = {"refused": reply.refused} if reply.refused else {}
             self._write(
                 "asked",
                 request,
@@ -335,9 +356,15 @@ class _Context:
                 text=reply.text,
                 tokens_in=reply.tokens_in,
                 tokens_out=reply.tokens_out,
+                **refused,
             )
         else:
-            reply = Reply(recorded["text"], recorded["tokens_in"], recorded["tokens_out"])
+            reply = Reply(
+                recorded["text"],
+                recorded["tokens_in"],
+                recorded["tokens_out"],
+                recorded.get("refused"),
+            )
         self._next()
         return reply
 
@@ -353,7 +380,7 @@ class _Context:
         that collection): visible to this task's next plays only."""
         self.run.memory.spec(collection)
         self._memory_event("staged", collection, entries)
-        self.staged[collection] = list(entries)
+        self.staged[collection] = self.run.bounded(entries, counted=False)
 
     def rollback(self) -> None:
         """Empty the provisional slot."""
@@ -367,7 +394,7 @@ class _Context:
         if not self.committing:
             raise RuntimeError("ctx.commit belongs in commit_task (tasks commit in order)")
         self._memory_event("committed", collection, entries)
-        self.run.memory.apply(collection, entries)
+        self.run.memory.apply(collection, self.run.bounded(entries))
 
     def committed(self, collection: str) -> list[Any]:
         """The committed entries: as of the wave's start in `play_task`, as of now in
@@ -378,11 +405,26 @@ class _Context:
         return list(self.snapshot.get(collection, []))
 
     def event(self, kind: str, **data: Any) -> None:
+        self.run.event_counts[kind] += 1
         data = json.loads(json.dumps(data, default=str))
         request = digest_of({"kind": kind, "data": data})
         if self._recorded(kind, request) is None:
             self._write(kind, request, **data)
         self._next()
+
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
+        """The cosine of each query text to each key text under the sweep's embedder
+        (a curator's semantic de-duplication), recorded like an answer: a resumed run
+        decides from the same numbers."""
+        request = digest_of({"queries": queries, "keys": keys})
+        recorded = self._recorded("compared", request)
+        if recorded is None:
+            matrix = await self.run.similarities(queries, keys)
+            self._write("compared", request, matrix=matrix)
+        else:
+            matrix = recorded["matrix"]
+        self._next()
+        return matrix
 
     def source(self, play: PlayResult) -> MemorySource:
         """The provenance of an entry written from `play` (its task, split, writer)."""
@@ -410,6 +452,14 @@ class OrderedRun:
         self.memory = _Memory(self.method.collections)
         self.isolation = stage.isolation()
         self.program = stage.program()
+        # Entries are model output read back into prompts: within the memory bounds
+        # (memory/bounds.py), as a build stage's bank is; counted in the bank's stats.
+        self.bounds = sweep.cfg.memory.bounds
+        pattern = memory_delimiters(stage.memory_kind) if self.bounds.neutralise_markers else ()
+        self._delimiters = delimiter_pattern(pattern)
+        self.bound_counts: Counter[str] = Counter()
+        # The program's events by kind (a resumed run replays every task: totals).
+        self.event_counts: Counter[str] = Counter()
         self._pool: Any = None
         self._views: set[str] = set()
         self._llms: dict[str, Any] = {}
@@ -449,7 +499,7 @@ class OrderedRun:
             for start in range(0, len(order), size):
                 wave = list(enumerate(order))[start : start + size]
                 snapshot = self.memory.snapshot()
-                contexts = [_Context(self, i, tasks[t], snapshot) for i, t in wave]
+                contexts = [_Context(self, i, tasks[t], snapshot, len(order)) for i, t in wave]
                 results = await asyncio.gather(*(self.program.play_task(c) for c in contexts))
                 for ctx, result in zip(contexts, results, strict=True):
                     ctx.committing = True
@@ -483,6 +533,12 @@ class OrderedRun:
         )
         self.ledger.record_episode(self.stage.key, summary)
 
+    def bounded(self, entries: Sequence[Any], counted: bool = True) -> list[Any]:
+        """`entries` within the memory bounds (what was cut or made inert is counted in
+        the bank's stats when `counted`: commits, not the staged copies)."""
+        counts = self.bound_counts if counted else Counter()
+        return [bound_entry(e, self.bounds, self._delimiters, counts) for e in entries]
+
     # -- effects ------------------------------------------------------------------------
 
     def view_of(
@@ -490,7 +546,7 @@ class OrderedRun:
     ) -> str | None:
         """The id of the memory a play reads (committed as of its wave + its task's
         slot), made searchable in the memory service; None: the method has no bank."""
-        if not self.method.collections:
+        if not self.method.collections or not self.stage.searches_live_bank:
             return None
         collections = {
             name: [*snapshot.get(name, []), *staged.get(name, [])] for name in self.memory.specs
@@ -566,6 +622,14 @@ class OrderedRun:
             return None
         return PlayResult(summary, record)
 
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
+        from distillery.orchestrator.dispatch import ray_get
+
+        if not queries or not keys:
+            return [[] for _ in queries]
+        service = self.sweep.memory.service
+        return await asyncio.to_thread(ray_get, service.similarities.remote(queries, keys))
+
     async def ask(self, role: str, messages: list[dict[str, Any]]) -> tuple[Reply, str]:
         model = self.stage.models.get(role)
         if model is None:
@@ -577,7 +641,12 @@ class OrderedRun:
             from distillery.workers.memory_service import builder_llm
 
             self._llms[role] = builder_llm(model, self.sweep.servers.endpoints(model))
-        from distillery.workers.llm.types import InfraError
+        from distillery.workers.llm.types import (
+            ContextOverflow,
+            InfraError,
+            InvalidReply,
+            RequestRejected,
+        )
 
         try:
             result = await self._llms[role].chat(messages)
@@ -586,6 +655,11 @@ class OrderedRun:
                 f"{self.stage.key}: the {role} model {model.name} failed ({exc}); re-run the "
                 "same command to resume the stage there"
             ) from exc
+        except RequestRejected as exc:  # a RequestConfigError is no refusal: it stops
+            why = "context_overflow" if isinstance(exc, ContextOverflow) else "rejected"
+            return Reply("", refused=why), model.name
+        except InvalidReply:
+            return Reply("", refused="invalid_reply"), model.name
         usage = result.usage
         return Reply(result.text, usage.prompt_tokens, usage.completion_tokens), model.name
 
@@ -597,7 +671,12 @@ class OrderedRun:
             self.method.store_prefix,
             self.method.collections,
             collections,
-            {f"{n}.committed": len(v) for n, v in collections.items()},
+            {
+                **{f"{n}.committed": len(v) for n, v in collections.items()},
+                **dict(self.bound_counts),
+                # What the program logged (fallbacks, rejections...): the build's counts.
+                **{f"events.{k}": n for k, n in sorted(self.event_counts.items())},
+            },
         )
         embedder = self.sweep.cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"})
         content = {n: [entry_to_dict(e) for e in items] for n, items in collections.items()}

@@ -154,7 +154,18 @@ def memory_options(cfg: DistilleryConfig) -> dict[str, Any] | None:
             f"invalid config at protocol.memory_split: {protocol.memory_split!r} is no split "
             f"of {name}; its splits: {', '.join(splits)}"
         )
-    return {**cfg.benchmark.options, "split": protocol.memory_split}
+    played = {**cfg.benchmark.options, **protocol.memory_options, "split": protocol.memory_split}
+    if protocol.memory_options:
+        from distillery.workers.envs.registry import benchmark_options
+
+        try:
+            benchmark_options(name, played)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise ConfigError(
+                f"invalid config at protocol.memory_options: {name} refuses them with the "
+                f"memory split ({str(exc).splitlines()[0][:300]})"
+            ) from None
+    return played
 
 
 def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:
@@ -394,7 +405,8 @@ class StagePlanner:
     def _uses_teacher(self, stage: StageKey) -> bool:
         closure = self.graph.upstream_closure(stage)
         return any(
-            k.kind == "collect" or "teacher" in self.graph.stages[k].other_models for k in closure
+            self.graph.stages[k].role == "teacher" or "teacher" in self.graph.stages[k].other_models
+            for k in closure
         )
 
     def _bank_facts(self, bank_stage: StageKey) -> tuple[str, str]:
@@ -414,7 +426,12 @@ class StagePlanner:
         if bank_stage is None or cfg.teacher.backend != "oracle" or cfg.protocol.name != "main":
             return
         closure = self.graph.upstream_closure(bank_stage)
-        if not any(self.graph.stages[k].role == "teacher" and k.kind == "collect" for k in closure):
+        # Any stage where the teacher plays (a collection, an outcome-driven stage the
+        # teacher plays, e.g. ExpeL's or ACE's) writes the oracle's answers into memory.
+        if not any(
+            self.graph.stages[k].role == "teacher" and self.graph.stages[k].plays_episodes
+            for k in closure
+        ):
             return
         raise ConfigError(
             f"invalid config at protocol.name: protocol=main with teacher={cfg.teacher.name} (an oracle "

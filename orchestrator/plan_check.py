@@ -13,6 +13,11 @@ from distillery.orchestrator.config import DistilleryConfig
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.plan_totals import format_totals, plan_totals
+from distillery.orchestrator.preflight import (
+    PreflightError,
+    check_output_dir,
+    check_output_dir_value,
+)
 from distillery.orchestrator.readiness import Problem, world_problems
 
 
@@ -33,6 +38,15 @@ def plan_command(
     problems: list[Problem] = []
     graph = None
     if unplanned is None:
+        # What is cached is read from the output root: an object store that does not
+        # answer would hang the plan for its client's minutes of retries, so it is
+        # checked first, within the pre-flight's bound.
+        unreachable = _remote_root_problem(configs[0].output_dir)
+        if unreachable is not None:
+            problems.append(unreachable)
+            print("plan: not made (the output root does not answer; see below)", file=out)
+            unplanned = PreflightError(unreachable.text)
+    if unplanned is None:
         graph = plan_sweep(configs)
         ledger = Ledger(graph.configs[0].output_dir)
         statuses = stage_status(graph, ledger)
@@ -44,14 +58,16 @@ def plan_command(
             file=out,
         )
         out.flush()
-    else:  # the benchmark cannot list its tasks here: no plan, the world still checked
+    elif not problems:  # the benchmark cannot list its tasks: no plan, the world checked
         missing = getattr(unplanned, "missing", None)
         problems += [Problem(str(m)) for m in missing] if missing else [Problem(str(unplanned))]
         print("plan: not made (the benchmark cannot list its tasks here; see below)", file=out)
     said = {p.text for p in problems}
     problems += [
         p
-        for p in world_problems(configs, graph, probe_endpoints=probe_endpoints)
+        for p in world_problems(
+            configs, graph, probe_endpoints=probe_endpoints, output_root_checked=True
+        )
         if p.text not in said
     ]
     if problems:
@@ -68,3 +84,14 @@ def plan_command(
         file=out,
     )
     return 0
+
+
+def _remote_root_problem(output_dir: str) -> Problem | None:
+    """Why an object-store output root cannot be read (None: local, or it answers)."""
+    try:
+        root = check_output_dir_value(output_dir)
+        if not root.is_local:
+            check_output_dir(output_dir)
+    except PreflightError as exc:
+        return Problem(str(exc))
+    return None

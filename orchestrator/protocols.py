@@ -17,7 +17,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,9 +39,18 @@ class ProtocolConfig(BaseModel):
     # first N are a mixed sample and a larger N holds every smaller one (the AgentBrew
     # paper's brew sets of 500..2,000, its Figure 4). None: the benchmark's order.
     memory_shuffle_seed: int | None = Field(default=None, description="split only")
+    # protocol=split: benchmark options the memory split is played with over the
+    # configured ones, where its split lives elsewhere (MBPP+ has no training split: the
+    # AgentBrew paper brews it on MBPP's, {variant: sanitized}).
+    memory_options: dict[str, Any] = Field(default_factory=dict, description="split only")
 
     @model_validator(mode="after")
     def _split_named(self) -> ProtocolConfig:
+        if self.memory_options and self.name != "split":
+            raise ValueError(
+                "memory_options: only protocol=split plays its memory split with other "
+                "benchmark options; remove it or set protocol=split"
+            )
         if self.name == "split" and not self.memory_split:
             raise ValueError(
                 "memory_split: protocol=split reads memory from another split of the "
@@ -59,11 +68,14 @@ class ProtocolConfig(BaseModel):
             }
             if self.memory_shuffle_seed is not None:  # set only: the keys of old stay
                 out["memory_shuffle_seed"] = self.memory_shuffle_seed
+            if self.memory_options:  # only when set: the keys of every other point stay
+                out["memory_options"] = dict(self.memory_options)
             return out
         if self.name != "cross_split":
             return {"name": self.name}
         return self.model_dump(
-            mode="json", exclude={"memory_split", "memory_limit", "memory_shuffle_seed"}
+            mode="json",
+            exclude={"memory_split", "memory_limit", "memory_shuffle_seed", "memory_options"},
         )
 
 

@@ -68,11 +68,13 @@ def world_problems(
     *,
     probe_endpoints: bool = True,
     gpu_count: Callable[[], int | None] | None = None,
+    output_root_checked: bool = False,
 ) -> list[Problem]:
     """Every problem of the world the sweep points at (see the module docstring), each
     named once. `graph`: the planned sweep, when planning succeeded (it narrows the
     checks to what the planned stages use); `probe_endpoints`: send each external
-    model its first request."""
+    model its first request; `output_root_checked`: an object-store output root was
+    checked already (its check may take the pre-flight's whole bound)."""
     found: dict[str, Problem] = {}
 
     def add(text: str) -> None:
@@ -90,7 +92,9 @@ def world_problems(
     if graph is not None:
         check(check_config, graph)
     check(check_cluster, cfg)
-    check(_output_dir_writable, cfg.output_dir)
+    remote_root = "://" in cfg.output_dir and not cfg.output_dir.startswith("file://")
+    if not (output_root_checked and remote_root):
+        check(_output_dir_writable, cfg.output_dir)
     check(_tracking_writable, cfg.tracking_uri)
     uses_memory = any(c.method(n).uses_memory for c in configs for n in c.methods)
     if uses_memory:

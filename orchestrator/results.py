@@ -323,6 +323,7 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
     for point in graph.points.values():
         r = point.retrieval
         result = logged[point.point_id]
+        rollouts, feedback = graph.stages[point.stage].test_time()
         row: dict[str, Any] = {
             "point_id": point.point_id,
             "method": point.method_name,
@@ -333,6 +334,7 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "teacher": point.cfg.teacher.name,
             "student_params_b": point.cfg.student.params_b,
             "benchmark": point.cfg.benchmark.name,
+            "benchmark_variant": benchmark_variant(point.cfg),
             "protocol": point.cfg.protocol.name,
             "memory_types": "",  # a memory method's report columns say which
             "seed": point.cfg.seed,
@@ -348,6 +350,9 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
             "success_rate": result.metrics["success_rate"] if result.metrics["n_scored"] else None,
             "n_scored": int(result.metrics["n_scored"]),
             "n_unscored": int(result.metrics["n_unscored"]),
+            "uses_teacher": point.uses_teacher,
+            "test_time_rollouts": rollouts,
+            "test_time_feedback": feedback,
         }
         if r is not None:
             # The method's own columns (the writer lists them in `method_columns`).
@@ -358,6 +363,21 @@ def write_sweep_tables(sweep: Sweep, logged: dict[str, MethodResult]) -> None:
     stages = [row for key in graph.stages for row in stage_rows(sweep, key)]
     for spec, rows in ((POINTS, points), (EPISODES, episodes), (STAGES, stages)):
         write_sweep_table(sweep.sweep_dir / spec.file, spec, redact_obj(rows))
+
+
+# Identity options that are digests of data or prompt files, not what a reader names.
+_DIGEST_OPTIONS = frozenset({"data", "prompt"})
+
+
+def benchmark_variant(cfg: Any) -> str:
+    """The benchmark's options that decide what is played, off their defaults, as
+    `key=value` (sorted, comma-joined): "" for the defaults."""
+    options = cfg.benchmark.identity_options()
+    return ",".join(
+        f"{k}={v}"
+        for k, v in sorted(options.items())
+        if k not in _DIGEST_OPTIONS and isinstance(v, str | int | float | bool)
+    )
 
 
 def _episode_columns(summary: EpisodeSummary) -> dict[str, Any]:

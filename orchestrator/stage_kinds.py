@@ -24,8 +24,12 @@ from distillery.workers.plugins import PluginLoadError, PluginRegistry, Registra
 
 ENTRY_POINT_GROUP = "distillery.stage_kinds"
 
-# The project's own kinds: kind -> "module:NodeClass".
+# The project's own kinds: kind -> "module:NodeClass". AgentBrew's baselines' kinds
+# (one folder each, workers/memory/<method>/) first, then the orchestrator's own.
 STAGE_KINDS: dict[str, str] = {
+    "reflexion": "distillery.workers.memory.reflexion.stage:ReflexionStage",
+    "expel": "distillery.workers.memory.expel.stage:ExpelStage",
+    "ace": "distillery.workers.memory.ace.stage:AceStage",
     "collect": "distillery.orchestrator.stages:CollectStage",
     "evaluate": "distillery.orchestrator.stages:EvaluateStage",
     "build": "distillery.orchestrator.stages:BuildStage",

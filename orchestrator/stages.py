@@ -265,6 +265,12 @@ class Stage:
         """One row per model and role of what the stage spent (the stages table)."""
         raise NotImplementedError(f"{type(self).__name__} reports no cost rows")
 
+    def test_time(self) -> tuple[int, bool]:
+        """What scoring one task on this stage spends at test time: the plays it may
+        get (1: a single rollout) and whether the environment's verdict is fed back
+        between them (Reflexion's re-plays); the report's test-time column."""
+        return 1, False
+
     def writer(self) -> str:
         """Who wrote the bank it records (bank stages), for tags: a model config name,
         or `deterministic`."""

@@ -88,6 +88,9 @@ POINTS = TableSpec(
         Column("teacher", _TEXT, required=True),
         Column("student_params_b", pa.float64()),
         Column("benchmark", _TEXT, required=True),
+        # Its options off their defaults that decide what is played ("split=test_challenge",
+        # "variant=plus"): "" for the benchmark's defaults; two splits are two cells.
+        Column("benchmark_variant", _TEXT),
         Column("protocol", _TEXT, required=True),
         # The method's memory configuration in one text (a method's report column of
         # the same name sets it); "" for points without memory.
@@ -104,6 +107,13 @@ POINTS = TableSpec(
         Column("success_rate", pa.float64()),  # null when no episode was scored
         Column("n_scored", pa.int64()),
         Column("n_unscored", pa.int64()),
+        # What the point spends at test time (its scoring stage's `test_time`): the
+        # plays a task may get and whether the environment's verdict is fed back
+        # between them; and whether a stage it depends on plays or calls the teacher
+        # (the AgentBrew paper's Table 1 groups). Null in a sweep written before them.
+        Column("uses_teacher", pa.bool_()),
+        Column("test_time_rollouts", pa.int64()),
+        Column("test_time_feedback", pa.bool_()),
         Column(METHOD_COLUMNS, pa.list_(_TEXT)),
     ),
     method_columns=True,
@@ -122,6 +132,7 @@ EPISODES = TableSpec(
         _episode("tokens_in"),
         _episode("tokens_out"),
         _episode("wall_s"),
+        _episode("attempt"),  # plays of the task (an outcome-driven stage's), else 1
     ),
 )
 STAGES = TableSpec(

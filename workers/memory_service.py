@@ -189,6 +189,17 @@ class MemoryServiceImpl:
             )
         return self._retrievers[key].sizes()
 
+    def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
+        """Cosine of each query to each key under the service's embedder (an
+        outcome-driven program's de-duplication: `TaskContext.similarities`)."""
+        if not queries or not keys:
+            return [[] for _ in queries]
+        from distillery.workers.memory.embedding import normalise_rows
+
+        q = normalise_rows(self._embed_cached(list(queries)))
+        k = normalise_rows(self._embed_cached(list(keys)))
+        return [[round(float(v), 6) for v in row] for row in q @ k.T]
+
     def drop_views(self, prefix: str) -> None:
         """Forget the live views whose ids start with `prefix` (a finished wave's)."""
         for key in [k for k in self._retrievers if k[0].startswith(prefix)]:

@@ -18,6 +18,7 @@ from distillery.orchestrator.costs import (
     unpriced_models,
 )
 from distillery.orchestrator.repeats import repeat_notes
+from distillery.orchestrator.report.groups import grouped_table1
 from distillery.orchestrator.report.load import ReportError, SweepData, load_sweep
 from distillery.orchestrator.report.markdown import _cost_line, markdown_table, render_markdown
 from distillery.orchestrator.report.plots import (
@@ -73,6 +74,8 @@ TABLE_FILES = (
     "table_representation",
     "table_protocol",
     "table1",
+    "table1_groups",
+    "table1_test_time",
     "mcnemar",
     "mcnemar_references",
     "table1_tests",
@@ -243,6 +246,14 @@ def build_report(
         where = f" (protocol: {protocol})" if protocol else ""
         title = f"Table 1: method × student × benchmark against the references{where}"
         tables.insert(0, table1(shown, pooled, keys, disambiguators(data.columns), title))
+        if (data.meta.get("report") or {}).get("groups"):
+            grouped, group_notes = grouped_table1(
+                shown, stats, data.episodes, data.stages, pooled, keys,
+                disambiguators(data.columns), f"Table 1 by test-time group{where}",
+            )  # fmt: skip
+            # The grouped layout (and its test-time cost table) right after table 1.
+            tables[1:1] = grouped
+            notes += group_notes
 
     plots: dict[str, Path] = {}
     if not cells.empty:

@@ -32,6 +32,7 @@ from distillery.workers.storage import Location
 # memory methods add their own report columns (`SweepData.cell_keys`).
 BASE_CELL_KEYS: tuple[str, ...] = (
     "benchmark",
+    "benchmark_variant",
     "protocol",
     "teacher",
     "student",

@@ -187,15 +187,9 @@ def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def table1(
-    cells: pd.DataFrame,
-    pooled: pd.DataFrame,
-    keys: Sequence[str],
-    candidates: Sequence[str],
-    title: str,
-) -> Table:
-    """Method x student x benchmark: each cell's label (rate, CI, n), then one
-    `vs <reference method>: gain (p)` per reference it was tested against."""
+def with_tests(cells: pd.DataFrame, pooled: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """`cells` with each label (and linked label) followed by one `vs <reference
+    method>: gain (p)` per reference its cell was tested against (`pooled_tests`)."""
     keys = list(keys)
     versus: dict[tuple[Any, ...], list[str]] = {}
     for row in pooled.to_dict("records"):
@@ -207,10 +201,23 @@ def table1(
     def joined(labels: pd.Series) -> list[str]:
         return [f"{lab} · {v}" if v else lab for lab, v in zip(labels, extra, strict=True)]
 
-    with_tests = cells.assign(label=joined(cells["label"]))
+    labelled = cells.assign(label=joined(cells["label"]))
     if "label_md" in cells:
-        with_tests = with_tests.assign(label_md=joined(cells["label_md"]))
-    table = _pivots("table1", title, with_tests, ["student", "method"], "benchmark", candidates)
+        labelled = labelled.assign(label_md=joined(cells["label_md"]))
+    return labelled
+
+
+def table1(
+    cells: pd.DataFrame,
+    pooled: pd.DataFrame,
+    keys: Sequence[str],
+    candidates: Sequence[str],
+    title: str,
+) -> Table:
+    """Method x student x benchmark: each cell's label (rate, CI, n), then one
+    `vs <reference method>: gain (p)` per reference it was tested against."""
+    labelled = with_tests(cells, pooled, keys)
+    table = _pivots("table1", title, labelled, ["student", "method"], "benchmark", candidates)
     caption = (
         "Success % [95 % Wilson interval] n, then per reference method the gain in "
         "percentage points and McNemar's p on the tasks both scored (seeds pooled)."

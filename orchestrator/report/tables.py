@@ -22,6 +22,7 @@ DISAMBIGUATORS: tuple[str, ...] = (
     "student",
     "protocol",
     "benchmark",
+    "benchmark_variant",
 )
 
 

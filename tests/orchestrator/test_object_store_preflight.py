@@ -84,3 +84,20 @@ def test_ctrl_c_stops_the_wait(monkeypatch):
         check_output_dir("gs://some-bucket/runs")
     timer.cancel()
     assert time.monotonic() - started < 120.0  # honoured before the deadline
+
+
+def test_plan_with_a_root_that_never_answers_says_so_once_instead_of_hanging(
+    monkeypatch, silent_s3, tmp_path, capsys
+):
+    # What is cached is read from the output root: `--plan` checks it first, within the
+    # bound, and reports it as the pre-flight's problem (not twice, not after minutes).
+    from distillery.orchestrator.cli import run_cli
+
+    monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 3.0)
+    monkeypatch.chdir(tmp_path)
+    argv = ["output_dir=s3://some-bucket/runs", f"memory.store.path={tmp_path / 'q'}"]
+    assert run_cli([*argv, "--plan"]) == 2
+    captured = capsys.readouterr()
+    assert "plan: not made (the output root does not answer; see below)" in captured.out
+    assert captured.err.count("distillery: output_dir:") == 1, captured.err
+    assert "pre-flight:" in captured.err

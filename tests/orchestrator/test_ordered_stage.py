@@ -21,6 +21,7 @@ from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, OrderedRun, stage_events
 from distillery.workers.envs.base import Task
 from distillery.workers.memory import registry
+from distillery.workers.memory.config import MemoryBounds
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.method import BaseMemoryMethod
 from distillery.workers.trajectories import EpisodeSummary, write_episode
@@ -155,7 +156,7 @@ def _run(tmp_path, monkeypatch, wave_size: int = 1, crash_at: int | None = None)
         names=SimpleNamespace(stage=lambda key: ""),
         progress=False,
         infra=Counter(),
-        cfg=SimpleNamespace(memory=SimpleNamespace(embedder=NoSettings())),
+        cfg=SimpleNamespace(memory=SimpleNamespace(embedder=NoSettings(), bounds=MemoryBounds())),
         memory=SimpleNamespace(reused=lambda bank_id: None, written=written, drop_views=print),
     )
     world.stage, world.sweep, world.banks = stage, sweep, banks

@@ -3,6 +3,7 @@ come back with -v."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -29,9 +30,14 @@ def _distillery(tmp_path, *extra: str) -> str:
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
         *extra,
     ]
+    # The variables a quiet run sets for the libraries: left in this process's
+    # environment by any in-process run before, they would silence `-v` here too.
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RAY_LOGGER_LEVEL", "MLFLOW_LOGGING_LEVEL")
+    }
     done = subprocess.run(
         [sys.executable, "-m", "distillery.orchestrator.cli", *argv],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr

@@ -166,9 +166,11 @@ class Environment(Protocol):
 
 # What a benchmark's episodes hold for memory methods to build from
 # (`Benchmark.trajectory_contents`): TOOL_CALLS, steps of executed calls with their
-# observations (every tool-use benchmark's); an answer benchmark's single reply has none.
+# observations (every tool-use benchmark's); ANSWER, a closing reply that is the graded
+# answer (the answer benchmarks': a reasoning trace, a program).
 TOOL_CALLS = "tool_calls"
-TRAJECTORY_CONTENTS: tuple[str, ...] = (TOOL_CALLS,)
+ANSWER = "answer"
+TRAJECTORY_CONTENTS: tuple[str, ...] = (TOOL_CALLS, ANSWER)
 
 
 def deviation(description: str) -> Any:

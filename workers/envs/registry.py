@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from distillery.workers.envs.base import (
+    ANSWER,
     TOOL_CALLS,
     Benchmark,
     BenchmarkOptions,
@@ -168,11 +169,20 @@ def known_deviations(name: str) -> tuple[str, ...]:
 
 def trajectory_contents(name: str, options: Mapping[str, Any] | None) -> frozenset[str]:
     """What the benchmark's episodes hold for memory methods with these options (its
-    class method `trajectory_contents`; tool calls when it declares none)."""
-    declared = getattr(benchmark_class(name), "trajectory_contents", None)
+    class method `trajectory_contents`; tool calls when it declares none). A benchmark
+    built on `answering.AnswerBenchmark` grades its closing reply: its episodes hold
+    that ANSWER too (said here, not in the answer benchmarks' modules, whose source is
+    hashed into their episodes' identity: a declaration changes no episode)."""
+    cls = benchmark_class(name)
+    declared = getattr(cls, "trajectory_contents", None)
     if declared is None:
         return frozenset({TOOL_CALLS})
-    return frozenset(declared(benchmark_options(name, options)))
+    contents = frozenset(declared(benchmark_options(name, options)))
+    from distillery.workers.envs.answering import AnswerBenchmark
+
+    if isinstance(cls, type) and issubclass(cls, AnswerBenchmark):
+        contents |= {ANSWER}
+    return contents
 
 
 def ground_truth_texts(

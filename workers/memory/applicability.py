@@ -18,17 +18,25 @@ from typing import Any
 from distillery.workers.envs.registry import trajectory_contents
 from distillery.workers.memory.registry import memory_method
 
-WHAT = {"tool_calls": "executed tool calls"}
+WHAT = {"tool_calls": "executed tool calls", "answer": "a graded closing reply"}
 
 
 def refusal(kind: str, benchmark: str, options: Mapping[str, Any] | None) -> str | None:
     """Why memory method `kind` does not apply to `benchmark` with these options (one
-    line), or None when it does."""
-    needs = memory_method(kind).reads
-    missing = sorted(needs - trajectory_contents(benchmark, options))
+    line), or None when it does. A method needs all of its `reads`, and, where it
+    declares `reads_one_of` (optional: what it builds from either way, e.g. trajectory
+    RAG's calls or answer), at least one of those."""
+    method = memory_method(kind)
+    contents = trajectory_contents(benchmark, options)
+    missing = sorted(method.reads - contents)
+    either = frozenset(getattr(method, "reads_one_of", frozenset()))
+    if either and not either & contents:
+        missing.append(" or ".join(sorted(either)))
     if not missing:
         return None
-    lacking = ", ".join(WHAT.get(m, m) for m in missing)
+    lacking = ", ".join(
+        " or ".join(WHAT.get(part, part) for part in m.split(" or ")) for m in missing
+    )
     return (
         f"the memory method {kind} builds its bank from {lacking}, and {benchmark}'s "
         "episodes have none with these options: list only methods that apply (e.g. "

@@ -233,6 +233,9 @@ class BaseMemoryMethod:
     collections: ClassVar[tuple[CollectionSpec, ...]] = ()
     store_prefix: ClassVar[str] = ""
     reads: ClassVar[frozenset[str]] = frozenset()
+    # Optional (read by `memory/applicability.py`): what its bank is built from either
+    # way, at least one of which the benchmark's episodes must hold; empty: no such need.
+    reads_one_of: ClassVar[frozenset[str]] = frozenset()
 
     def bank_stage(self, planner: BankPlanner) -> StageKey | None:
         return planner.build(planner.teacher_collection())

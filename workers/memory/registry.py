@@ -31,6 +31,10 @@ MEMORY_METHODS: dict[str, str] = {
     "student_memory": "distillery.workers.memory.amd.method:AmdStudentMemory",
     "reasoning_bank": "distillery.workers.memory.reasoning_bank.method:ReasoningBank",
     "trajectory_rag": "distillery.workers.memory.trajectory_rag.method:TrajectoryRag",
+    # AgentBrew's baselines (its Table 1).
+    "reflexion": "distillery.workers.memory.reflexion.method:Reflexion",
+    "expel": "distillery.workers.memory.expel.method:Expel",
+    "ace": "distillery.workers.memory.ace.method:Ace",
     "sasm": "distillery.workers.memory.sasm.method:SasmMethod",
     "memp": "distillery.workers.memory.memp.method:MempMethod",
     # MemP as the AMD authors ported it (failed trajectories kept, labelled).

@@ -28,8 +28,7 @@ from distillery.workers.memory.bounds import (
 from distillery.workers.memory.config import BuilderConfig, MemoryBounds
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.isolation import Hit
-from distillery.workers.memory.method import BaseMemoryMethod
-from distillery.workers.memory.registry import known_methods, memory_method
+from distillery.workers.memory.registry import bank_origin, known_methods, memory_method
 from tests.support.oracle import play_oracle
 
 BOUNDS = MemoryBounds()
@@ -131,15 +130,12 @@ def test_an_injection_is_cut_where_the_method_put_it():
     assert not cut and same == base + "M" * 50
 
 
-def _builds_from_episodes(kind: str) -> bool:
-    # A method whose bank comes from a stage of its own (AgentBrew's brew, whose teacher
-    # fields are bounded and made inert as each note is parsed: agentbrew/test_notes.py)
-    # or joins other methods' banks (agentbrew_amd) has no `build` to give a hostile
-    # builder.
-    return type(memory_method(kind)).build is not BaseMemoryMethod.build
+# Methods whose bank a build stage writes (`build`); a bank an outcome-driven stage
+# commits is bounded as it is committed (tests/workers/memory/baselines/).
+BUILT = sorted(k for k in known_methods() if bank_origin(k) in ("teacher", "student"))
 
 
-@pytest.mark.parametrize("kind", [k for k in sorted(known_methods()) if _builds_from_episodes(k)])
+@pytest.mark.parametrize("kind", BUILT)
 def test_every_methods_bank_from_a_hostile_builder_is_bounded_and_so_are_its_requests(kind, oracle):
     tasks, episodes = oracle
     method = memory_method(kind)

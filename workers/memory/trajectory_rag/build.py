@@ -1,6 +1,8 @@
 """Building a trajectory RAG bank: one entry per successful teacher episode.
 
-Deterministic by design (the method's point is that nothing is distilled), so no
+On a benchmark that grades a closing reply (the answer benchmarks: GSM8K, MATH, MBPP,
+HumanEval), that reply is the entry's `answer` (the trajectory of an answer episode is
+its one reply). Deterministic by design (the method's point is that nothing is distilled), so no
 builder LLM is asked even when one is configured; every entry is counted as
 `traj.deterministic` and every episode left out as `skipped.traj:<reason>`, so a
 bank's stats say what it holds and why.
@@ -20,10 +22,12 @@ from distillery.workers.memory.trajectory_rag.records import (
     COLLECTION,
     COLLECTIONS,
     STORE_PREFIX,
+    STORED_ANSWER_CHARS,
     STORED_OBSERVATION_CHARS,
     TeacherTrajectory,
     TrajectoryStep,
 )
+from distillery.workers.memory.transcript import closing_reply
 
 KIND = "traj"  # the BuildStats kind of this method's entries
 
@@ -48,12 +52,23 @@ def trajectory_steps(episode: Any) -> tuple[TrajectoryStep, ...]:
     )
 
 
+def graded_answer(episode: Any) -> str:
+    """The episode's graded closing reply where its benchmark grades one (its
+    trajectory contents hold ANSWER), cut to STORED_ANSWER_CHARS; else empty."""
+    from distillery.workers.envs.base import ANSWER
+    from distillery.workers.envs.registry import trajectory_contents
+
+    if ANSWER not in trajectory_contents(episode.benchmark, None):
+        return ""
+    return _cut(closing_reply(episode), STORED_ANSWER_CHARS)
+
+
 def _skip_reason(episode: Any, task: Any) -> str | None:
     if episode.success is not True:
         return "unsuccessful"  # naive transfer keeps only what worked
     if task is None or not task.turns:
         return "no_task"
-    if not trajectory_steps(episode):
+    if not trajectory_steps(episode) and not graded_answer(episode):
         return "no_calls"  # nothing to show the student
     return None
 
@@ -81,6 +96,7 @@ def build_trajectories(
                 request=task.turns[0],
                 turns=tuple(task.turns),
                 steps=trajectory_steps(episode),
+                answer=graded_answer(episode),
             )
         )
     return entries, stats
@@ -105,6 +121,8 @@ def bank_content_id(episodes: Sequence[Any], code_version: str, split: str) -> s
             e.agent,
             e.episode_id,
             [(s.turn, s.call, s.observation, s.error) for s in trajectory_steps(e)],
+            # An answer only where one is stored: a tool-use bank's id is as it was.
+            *([answer] if (answer := graded_answer(e)) else []),
         )
         for e in episodes
         if e.success is True

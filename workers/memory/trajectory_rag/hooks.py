@@ -42,11 +42,16 @@ class TrajectoryRagHooks(ProactiveOnly):
             rendered = []
             for hit in allowed_hits(hits, self.allows, self.log):
                 text, cut = render_trajectory(
-                    hit.entry, len(rendered) + 1, hit.score, s.max_chars, s.max_observation_chars
+                    hit.entry,
+                    len(rendered) + 1,
+                    hit.score,
+                    s.max_chars,
+                    s.max_observation_chars,
+                    s.answers,
                 )
                 rendered.append(text)
                 self.log["truncated"] += cut
-            self._block = memory_block(rendered)
+            self._block = memory_block(rendered, s.answers)
             self.log["injected"] = len(rendered)
             self.log["injected_chars"] = len(self._block)
         return f"{self._block}\n\n{system_prompt}" if self._block else system_prompt

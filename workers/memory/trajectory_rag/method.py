@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from distillery.workers.envs.base import TOOL_CALLS
+from distillery.workers.envs.base import ANSWER, TOOL_CALLS
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
@@ -25,8 +25,9 @@ from distillery.workers.memory.trajectory_rag.settings import TrajectoryRagSetti
 
 class TrajectoryRag(BaseMemoryMethod):
     kind: ClassVar[str] = "trajectory_rag"
-    # Its bank is built from the episodes' executed calls (memory/applicability.py).
-    reads: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS})
+    # Its bank is built from the episodes' executed calls or their graded answer
+    # (memory/applicability.py): tool-use and answer benchmarks alike.
+    reads_one_of: ClassVar[frozenset[str]] = frozenset({TOOL_CALLS, ANSWER})
     settings_model: ClassVar[type[TrajectoryRagSettings]] = TrajectoryRagSettings
     # Bump when what is stored or shown changes.
     code_version: ClassVar[str] = "1"
@@ -40,9 +41,28 @@ class TrajectoryRag(BaseMemoryMethod):
     ) -> TrajectoryRagSettings:
         return own_settings(TrajectoryRagSettings, overrides, types)  # no memory types of its own
 
+    def for_benchmark(
+        self, settings: TrajectoryRagSettings, benchmark: str
+    ) -> TrajectoryRagSettings:
+        # Where the benchmark grades a closing reply, the entries hold it: shown.
+        from distillery.workers.envs.registry import trajectory_contents
+
+        answers = ANSWER in trajectory_contents(benchmark, None)
+        return settings.model_copy(update={"answers": answers}) if answers else settings
+
     def read_identity(self, settings: TrajectoryRagSettings) -> dict[str, Any]:
-        # What the student is shown: the settings and every text of the rendering.
-        return {**settings.model_dump(mode="json"), "texts": list(prompts.TEXTS)}
+        # What the student is shown: the settings and every text of the rendering (the
+        # answers' only where they are shown: a tool-use point's key is as it was).
+        if not settings.answers:
+            return {
+                **settings.model_dump(mode="json", exclude={"answers"}),
+                "texts": list(prompts.TEXTS),
+            }
+        return {
+            **settings.model_dump(mode="json"),
+            "texts": list(prompts.TEXTS),
+            "answer_texts": list(prompts.ANSWER_TEXTS),
+        }
 
     def build_identity(self, memory: Any) -> dict[str, Any]:
         # No builder knob changes a stored trajectory.
@@ -65,7 +85,7 @@ class TrajectoryRag(BaseMemoryMethod):
         return bank  # no derived stage
 
     def hook_texts(self) -> tuple[str, ...]:
-        return prompts.TEXTS
+        return (*prompts.TEXTS, *prompts.ANSWER_TEXTS)
 
     def derived_stage(self, settings: TrajectoryRagSettings) -> bool:
         return False
@@ -102,4 +122,6 @@ class TrajectoryRag(BaseMemoryMethod):
         return f"traj k={settings.k}"
 
     def descriptors(self, settings: TrajectoryRagSettings) -> dict[str, str]:
-        return {k: "null" if v is None else str(v) for k, v in settings.model_dump().items()}
+        # `answers` follows from the benchmark: not a setting to name points by.
+        dump = settings.model_dump(exclude={"answers"})
+        return {k: "null" if v is None else str(v) for k, v in dump.items()}

@@ -20,6 +20,14 @@ HEADER = (
     "result it got. Its values belong to that task; use it only as a reference for "
     "yours."
 )
+# On a benchmark that grades a closing reply, the entry is the task and that answer.
+ANSWER_HEADER = (
+    f"{MARKER} Below is a complete, successful solution of a similar earlier task by "
+    "another agent: the task and the answer it gave. Its values belong to that task; "
+    "use it only as a reference for yours."
+)
+ANSWER_LINE = "  answer: {text}"
+ANSWER_CUT = " … [answer cut here: {shown} of {total} characters shown]"
 EXAMPLE_TITLE = "Example {index} (similarity {score:.2f}):"
 TURN_LINE = "User (turn {turn}): {text}"
 CALL_LINE = "  call: {call}"
@@ -28,6 +36,8 @@ ERROR_LINE = "  error: {observation}"
 CUT_LINE = "  … [trajectory cut here: {shown} of {total} calls shown]"
 
 TEXTS = (HEADER, EXAMPLE_TITLE, TURN_LINE, CALL_LINE, RESULT_LINE, ERROR_LINE, CUT_LINE)
+# Shown (and in the read identity) only where answers are (`settings.answers`).
+ANSWER_TEXTS = (ANSWER_HEADER, ANSWER_LINE, ANSWER_CUT)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -41,6 +51,7 @@ def render_trajectory(
     score: float,
     max_chars: int,
     max_observation_chars: int,
+    show_answer: bool = False,
 ) -> tuple[str, bool]:
     """The entry as shown, at most about `max_chars` characters (lines are dropped
     whole, and the cut is marked); second value: whether it was cut."""
@@ -67,9 +78,19 @@ def render_trajectory(
             used += len(line) + 1
             if line.startswith("  call: "):
                 shown += 1
+    if show_answer and entry.answer:
+        # The answer is the entry's substance: cut to what the budget leaves, marked.
+        room = max(0, max_chars - used - len(ANSWER_LINE.format(text="")) - 1)
+        answer = entry.answer.strip()
+        if len(answer) > room:
+            mark = ANSWER_CUT.format(shown=room, total=len(answer))
+            lines.append(ANSWER_LINE.format(text=answer[:room] + mark))
+            return "\n".join(lines), True
+        lines.append(ANSWER_LINE.format(text=answer))
     return "\n".join(lines), False
 
 
-def memory_block(rendered: Sequence[str]) -> str:
-    """The system-prompt block of the rendered examples (empty: none)."""
-    return "\n\n".join([HEADER, *rendered]) if rendered else ""
+def memory_block(rendered: Sequence[str], answers: bool = False) -> str:
+    """The system-prompt block of the rendered examples (empty: none); `answers`: the
+    header of a benchmark whose entries are a task and its answer."""
+    return "\n\n".join([ANSWER_HEADER if answers else HEADER, *rendered]) if rendered else ""

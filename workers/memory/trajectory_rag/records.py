@@ -1,7 +1,8 @@
 """The one entry type of trajectory RAG: a successful teacher episode, kept whole.
 
 Nothing is distilled: the entry is the task's user turns and every executed call with
-its observation, in order. Retrieval is by task similarity (the task's first user
+its observation, in order, and, on a benchmark that grades a closing reply (the answer
+benchmarks), that answer. Retrieval is by task similarity (the task's first user
 message, the same query AMD's Workflow memory is retrieved by), so `key_text` is that
 message.
 """
@@ -18,6 +19,8 @@ COLLECTION = "traj"
 # Observations are stored cut to this many characters (a BFCL result is far shorter;
 # a runaway listing must not bloat the store). The read budget cuts further.
 STORED_OBSERVATION_CHARS = 4000
+# A stored answer (ours): far above a GSM8K, MATH or MBPP solution, a cap on a runaway.
+STORED_ANSWER_CHARS = 16000
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,10 @@ class TeacherTrajectory:
     request: str  # the task's first user message: the retrieval key
     turns: tuple[str, ...]  # every user message of the task, in order
     steps: tuple[TrajectoryStep, ...]
+    # The graded closing reply, on a benchmark that grades one (an answer benchmark's
+    # reasoning and answer, its program); empty elsewhere (a tool-use episode's result
+    # is its calls). Cut to STORED_ANSWER_CHARS.
+    answer: str = ""
 
     @property
     def key_text(self) -> str:

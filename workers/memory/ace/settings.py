@@ -1,0 +1,80 @@
+"""ACE's settings, with the source of each default.
+
+Sources: the original code (ace-agent/ace: `ace/ace.py` `_extract_config_params` and
+`_train_single_sample`, `ace/core/bulletpoint_analyzer.py`, `playbook_utils.py`,
+`utils.py`) and ACE's AppWorld harness (../shared/vendor/ace-appworld/experiments:
+`configs/ACE_offline_no_GT_adaptation.jsonnet`, `code/ace/adaptation_agent.py`
+`solve_task_wo_gt`, `code/ace/adaptation_react.py` `curator_call`,
+`playbooks/appworld_initial_playbook.txt`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The settings that decide the playbook (the adaptation): the stage's identity.
+BUILD_FIELDS = (
+    "max_rounds",
+    "feedback",
+    "curator_frequency",
+    "sections",
+    "initial_playbook",
+    "playbook_token_budget",
+    "dedup_threshold",
+    "dedup_merge",
+    "trajectory_chars",
+    "observation_chars",
+)
+
+
+class AceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # -- adaptation (the teacher as generator, reflector and curator) -----------------
+    # Reflect-and-replay rounds after a failed play (ace.py `max_num_rounds: 3`); 0:
+    # one play, one reflection, the curator (the AppWorld harness's `solve_task_wo_gt`).
+    max_rounds: int = Field(default=3, ge=0, le=10)
+    # What the reflector is told of the outcome. "binary": whether the task was solved
+    # (ace.py passes "Predicted answer (does not) match(es) ground truth" even with
+    # `no_ground_truth`: the verdict, never the answer); "none": nothing (the AppWorld
+    # no-GT harness's reflector reads "[not applicable]" for the test report).
+    feedback: Literal["binary", "none"] = "binary"
+    # The curator runs every N tasks, on the latest reflection (ace.py
+    # `curator_frequency: 1`).
+    curator_frequency: int = Field(default=1, ge=1, le=100)
+    # The playbook's sections: "generic", ace.py `_initialize_empty_playbook` (its
+    # math/finance runs); "appworld", the AppWorld harness's eight
+    # (appworld_initial_playbook.txt, whose curator only accepts those).
+    sections: Literal["generic", "appworld"] = "generic"
+    # Bullets the playbook starts with: a file in the original's format
+    # (`## SECTION` lines, `[id] content` bullets), e.g. the AppWorld harness's
+    # playbooks/appworld_initial_playbook.txt; None: empty (ace.py's default). Its
+    # content (not its path) is in the stage's identity.
+    initial_playbook: str | None = None
+    # Told to the curator as its budget (ace.py `playbook_token_budget: 80000`; not
+    # enforced by the original either).
+    playbook_token_budget: int = Field(default=80_000, ge=1_000)
+    # Semantic de-duplication after each curation (bulletpoint_analyzer.py): None, off
+    # (ace.py `use_bulletpoint_analyzer: False`); a cosine threshold, on (its default
+    # 0.90): a new bullet that close to another is merged into it.
+    dedup_threshold: float | None = Field(default=None, gt=0, le=1)
+    # How a duplicate is merged: True, by the curator model into one bullet keeping the
+    # first's id and the summed counts (the analyzer's `merge=True`); False, dropped.
+    dedup_merge: bool = True
+    # Ours (the original passes whole conversations; a cut keeps a runaway episode
+    # from overflowing the reflector's window): a play's characters, an observation's.
+    trajectory_chars: int = Field(default=12_000, ge=1_000, le=200_000)
+    observation_chars: int = Field(default=2_000, ge=100, le=20_000)
+    # -- what the student reads ------------------------------------------------------
+    # The counts in each bullet line, `[id] helpful=X harmful=Y :: content` (ace.py's
+    # format); False: `[id] content` (the AppWorld harness strips them).
+    show_counts: bool = True
+    # Our framing line before the playbook (the wording of ACE's generator prompt);
+    # False where the benchmark's own prompt frames it: ACE's AppWorld generator prompt
+    # as the benchmark's prompt file puts the playbook in its `{{ playbook }}` slot.
+    frame: bool = True
+
+    def build_identity(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", include=set(BUILD_FIELDS))

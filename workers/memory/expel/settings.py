@@ -1,0 +1,65 @@
+"""ExpeL's settings, with the source of each default.
+
+Sources: the original code (LeapLabTHU/ExpeL: `configs/agent/expel.yaml`,
+`configs/benchmark/*.yaml`, `configs/train.yaml`, `agent/expel.py`,
+`agent/reflect.py`, `utils.py`). What the original leaves to the model's context
+(how much of a trajectory a prompt holds) is ours, marked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The settings that decide the bank (the gathering and the extraction): the stage's
+# identity. The others decide what a student reads of it.
+BUILD_FIELDS = (
+    "max_reflection_depth",
+    "max_num_rules",
+    "success_critique_num",
+    "shuffle_seed",
+    "trajectory_chars",
+    "observation_chars",
+)
+
+
+class ExpelSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # -- gathering (the teacher on the memory split) ----------------------------------
+    # Reflections (re-plays) after a failed play of a training task: configs/agent/
+    # expel.yaml `max_reflection_depth: 3` (so up to 4 plays of a task).
+    max_reflection_depth: int = Field(default=3, ge=0, le=10)
+    # -- insight extraction -----------------------------------------------------------
+    # The rule list's size past which the critique is told to remove rather than add
+    # (and a REMOVE weighs 3 once it is 5 longer): expel.yaml `max_num_rules: 20`,
+    # agent/expel.py `create_rules` / `update_rules`.
+    max_num_rules: int = Field(default=20, ge=1, le=200)
+    # Successful trajectories per all-success critique: expel.yaml
+    # `success_critique_num: 8` (utils.py `random_divide_list`: chunks of at most 8).
+    success_critique_num: int = Field(default=8, ge=1, le=50)
+    # The successes are shuffled before chunking (the original's `random.shuffle`, under
+    # configs/train.yaml `seed: 42`): seeded, so a bank is reproducible.
+    shuffle_seed: int = 42
+    # Ours (the original shows whole trials and relies on the model's context; a cut
+    # keeps a runaway episode from overflowing a critique): a trajectory's characters in
+    # a critique or an example, each observation's.
+    trajectory_chars: int = Field(default=8_000, ge=1_000, le=200_000)
+    observation_chars: int = Field(default=1_000, ge=100, le=20_000)
+    # -- what the student reads -------------------------------------------------------
+    # In-context examples: the successful trajectories of the most similar training
+    # tasks by task similarity (expel.yaml `fewshot_strategy: task_similarity`);
+    # configs/benchmark/alfworld.yaml `num_fewshots: 2` (HotPotQA's 6, WebShop's 2).
+    k: int = Field(default=2, ge=0, le=10)
+    # Candidates per example, filtered for length (expel.yaml `buffer_retrieve_ratio: 4`).
+    buffer_retrieve_ratio: int = Field(default=4, ge=1, le=20)
+    # An example longer than this is skipped (the original skips one over the longest
+    # hand-written few-shot, `max_fewshot_tokens: auto`; ours: about 1.5 k tokens).
+    max_example_chars: int = Field(default=6_000, ge=500, le=100_000)
+    # The insights in the prompt (configs/eval.yaml `no_rules: false`); false: examples
+    # only (the original's ablation).
+    insights: bool = True
+
+    def build_identity(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", include=set(BUILD_FIELDS))
