@@ -72,11 +72,26 @@ def _answer_tasks(name: str, split: str) -> tuple[Task, ...]:
     return tuple(Task(f"{source}_{i}", name, (f"problem {i}",), (), ()) for i in range(size))
 
 
+# MBPP's AgentBrew partitions (docs/benchmarks/code.md): the sanitized brew split (257 of
+# ids 11-510), its test split (163 above 510) and MBPP+'s test split (154), by id.
+MBPP_SPLITS = {
+    ("sanitized", "agentbrew_brew"): range(11, 11 + 257),
+    ("sanitized", "agentbrew_test"): range(511, 511 + 163),
+    ("plus", "agentbrew_test"): range(511, 511 + 154),
+}
+
+
+def _mbpp_tasks(options: dict) -> tuple[Task, ...]:
+    variant = options.get("variant") or "sanitized"
+    ids = MBPP_SPLITS[(variant, options.get("split") or "agentbrew_test")]
+    return tuple(Task(f"Mbpp/{i}", "mbpp", (f"problem {i}",), (), ()) for i in ids)
+
+
 def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
     """Hands the planner a task listing shaped like the real benchmarks' (no data, no
     venv); also used by tests/orchestrator/test_readme_commands.py for the command
-    lines of these experiments' configs. AppWorld's train split and the math
-    benchmarks (without a data_path) are listed by split."""
+    lines of these experiments' configs. AppWorld's train split, the math benchmarks
+    and MBPP(+) (without a data_path) are listed by split."""
     listings = {"appworld": _appworld_tasks(), "toolsandbox": _toolsandbox_tasks()}
     real = plan_module._load_tasks
 
@@ -84,6 +99,8 @@ def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
         split = json.loads(options).get("split")
         if name in ANSWER_SPLITS and not json.loads(options).get("data_path"):
             tasks = _answer_tasks(name, split or "test")
+        elif name == "mbpp" and not json.loads(options).get("data_path"):
+            tasks = _mbpp_tasks(json.loads(options))
         elif name not in listings:  # another benchmark (BFCL): its own listing
             return real(name, options, limit, task_ids)
         else:
@@ -97,7 +114,8 @@ def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
         return tasks if limit is None else tasks[:limit]
 
     monkeypatch.setattr(plan_module, "_load_tasks", load)
-    return {**listings, **{name: _answer_tasks(name, "test") for name in ANSWER_SPLITS}}
+    answers = {name: _answer_tasks(name, "test") for name in ANSWER_SPLITS}
+    return {**listings, **answers, "mbpp": _mbpp_tasks({})}
 
 
 @pytest.fixture
