@@ -35,6 +35,8 @@ from distillery.workers.memory.agentbrew.settings import (
     ReadSettings,
 )
 from distillery.workers.memory.agentbrew.stage import BrewStage
+from distillery.workers.memory.bounds import delimiter_pattern, memory_delimiters
+from distillery.workers.memory.config import MemoryBounds
 from distillery.workers.memory.embedding import normalise_rows
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory.retrieval import BankRetriever, Isolation
@@ -134,6 +136,12 @@ class ScriptedBrew(OrderedRun):
         self.memory = _Memory(self.method.collections)
         self.isolation = stage.isolation()
         self.program = stage.program()
+        # As OrderedRun: committed entries within the default memory bounds, the
+        # program's events counted.
+        self.bounds = MemoryBounds()
+        self._delimiters = delimiter_pattern(memory_delimiters(stage.memory_kind))
+        self.bound_counts: Counter[str] = Counter()
+        self.event_counts: Counter[str] = Counter()
         self._pool = None
         self._views: set[str] = set()
         self._llms: dict[str, Any] = {}
