@@ -44,6 +44,11 @@ class BenchmarkConfig(_Frozen):
     name: str
     limit: int | None = Field(default=None, gt=0, description="First N tasks in benchmark order.")
     task_ids: tuple[str, ...] | None = None
+    # Ours (no harness samples): a seeded sample of N of the selected tasks, kept in the
+    # benchmark's order, for a fixed evaluation subset (the AgentBrew paper's 2,000 of
+    # MATH's test problems, its Figure 4). None: every selected task.
+    sample: int | None = Field(default=None, gt=0)
+    sample_seed: int = 0
     # A turn's step limit, counted as the benchmark counts it (its conventions' step_limit).
     max_steps_per_turn: int | None = Field(default=None, gt=0, description="None: official limit.")
     # The benchmark's own options, validated by its `options_model` (DistilleryConfig).

@@ -57,6 +57,8 @@ def point_facets(point: EvalPoint) -> dict[str, str]:
     if cfg.protocol.name == "split":
         out["memory_split"] = str(cfg.protocol.memory_split)
         out["memory_limit"] = str(cfg.protocol.memory_limit)
+        if cfg.protocol.memory_shuffle_seed is not None:
+            out["memory_shuffle_seed"] = str(cfg.protocol.memory_shuffle_seed)
     if point.role == "student":
         out["seed"] = str(cfg.seed)
     out["benchmark"] = cfg.benchmark.name

@@ -50,6 +50,7 @@ from distillery.orchestrator.stages import (
     StageKey,
     StageStatus,
     digest_of,
+    effective_seed,
 )
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.bank import BuiltBank
@@ -170,6 +171,10 @@ class OrderedEpisodeStage(EpisodeStage):
     settings: BaseModel  # that method's read settings during the stage's plays
     wave_size: int = 1  # B tasks in flight, each reading the memory as of its wave's start
     order_seed: int | None = None  # None: the benchmark's order
+    # The sweep seed its plays sample with (added to `model`'s own seed): the one its
+    # identity holds (`planner.episode_identity(model, sweep_seed)`), whichever point of
+    # the sweep (of whatever seed) shares the stage.
+    sweep_seed: int = 0
     split: str = "all"  # the memory split label stored with every entry
     extra: dict[str, Any] = field(default_factory=dict)  # the kind's own inputs
 
@@ -502,8 +507,16 @@ class OrderedRun:
                     if ctx.task.task_id not in done:
                         self._record_task(ctx)
                     bar.update(1)
+                # The wave's views are read no more (the next wave reads its commits):
+                # the memory service keeps the live views of one wave at a time.
+                self._drop_views()
         finally:
             bar.close()
+
+    def _drop_views(self) -> None:
+        for view in sorted(self._views):
+            self.sweep.memory.drop_views(view)
+        self._views.clear()
 
     def _record_task(self, ctx: _Context) -> None:
         """The task's result in the ledger: its first successful play (else its last),
@@ -552,8 +565,12 @@ class OrderedRun:
         if self._pool is None:
             from distillery.orchestrator.episode_pool import EpisodePool
 
-            model = self.sweep.model_of(self.stage)
+            # The stage's own model (a brew may play another model than the point's
+            # student), sampling with the stage's own seed; the oracle has no server.
+            model = self.stage.model or self.sweep.model_of(self.stage)
             job = self.sweep.agent_job(self.stage, model, None)
+            seed = effective_seed(model, self.stage.sweep_seed)
+            job = replace(job, model=job.model.model_copy(update={"seed": seed}))
             self._pool = EpisodePool(
                 job,
                 self.sweep.servers.endpoints(model),

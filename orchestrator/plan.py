@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,7 +119,11 @@ def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
     # All the options: identity leaves out where things are (AppWorld's `root`, a venv)
     # and may add what is not an option (AppWorld's data digest).
     options = json.dumps(dict(b.options), sort_keys=True)
-    return list(_load_tasks(b.name, options, b.limit, tuple(b.task_ids) if b.task_ids else None))
+    tasks = list(_load_tasks(b.name, options, b.limit, tuple(b.task_ids) if b.task_ids else None))
+    if b.sample is not None and b.sample < len(tasks):
+        chosen = set(random.Random(b.sample_seed).sample([t.task_id for t in tasks], b.sample))
+        tasks = [t for t in tasks if t.task_id in chosen]
+    return tasks
 
 
 @functools.lru_cache(maxsize=16)
@@ -165,12 +170,18 @@ def memory_options(cfg: DistilleryConfig) -> dict[str, Any] | None:
 
 def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:
     """protocol=split: the memory split's tasks (the first `memory_limit` in the
-    benchmark's order); None for the other protocols."""
+    benchmark's order, or of a seeded shuffle: `memory_shuffle_seed`); None for the
+    other protocols."""
     options = memory_options(cfg)
     if options is None:
         return None
     text = json.dumps(options, sort_keys=True)
-    return list(_load_tasks(cfg.benchmark.name, text, cfg.protocol.memory_limit, None))
+    protocol = cfg.protocol
+    if protocol.memory_shuffle_seed is None:
+        return list(_load_tasks(cfg.benchmark.name, text, protocol.memory_limit, None))
+    tasks = list(_load_tasks(cfg.benchmark.name, text, None, None))
+    random.Random(protocol.memory_shuffle_seed).shuffle(tasks)
+    return tasks[: protocol.memory_limit] if protocol.memory_limit else tasks
 
 
 def split_for(
@@ -306,8 +317,15 @@ class StagePlanner:
         self.graph.needs[key].update(self.split.memory_ids)
         return key
 
-    def build(self, source: StageKey) -> StageKey:
-        return _bank(self.graph, self.cfg, self.method_name, source, self.split)
+    def build(
+        self, source: StageKey, kind: str | None = None, settings: BaseModel | None = None
+    ) -> StageKey:
+        return _bank(self.graph, self.cfg, self.method_name, source, self.split, kind, settings)
+
+    @property
+    def read_settings(self) -> BaseModel:
+        """The point's memory method's validated read settings."""
+        return self.cfg.retrieval_for(self.method_name)
 
     def stage(self, kind: str, **inputs: Any) -> StageKey:
         return self.add(stage_type(kind).plan(self, **inputs))
@@ -461,9 +479,17 @@ def _zero_shot(
 
 
 def _bank(
-    graph: StageGraph, cfg: DistilleryConfig, name: str, source: StageKey, split: TaskSplit
+    graph: StageGraph,
+    cfg: DistilleryConfig,
+    name: str,
+    source: StageKey,
+    split: TaskSplit,
+    kind: str | None = None,
+    settings: BaseModel | None = None,
 ) -> StageKey:
-    kind = cfg.method(name).kind
+    # `kind`, `settings`: the bank another method builds and reads so (a composite
+    # memory's part); by default the point's own method's.
+    kind = kind or cfg.method(name).kind
     memory = memory_method(kind)
     origin = graph.stages[source].role  # whose episodes: teacher | student
     builder_model = cfg.builder_model(origin == "student")
@@ -496,7 +522,7 @@ def _bank(
             source=bank_source,
         )
     )
-    if not memory.derived_stage(cfg.retrieval_for(name)):
+    if not memory.derived_stage(settings if settings is not None else cfg.retrieval_for(name)):
         return build
     base = graph.stages[build]  # the first point's node of this key: its source is built
     assert isinstance(base, BuildStage)

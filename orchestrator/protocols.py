@@ -35,6 +35,10 @@ class ProtocolConfig(BaseModel):
     # (the first N in the benchmark's order; None: all).
     memory_split: str | None = Field(default=None, description="split only, e.g. train")
     memory_limit: int | None = Field(default=None, gt=0, description="split only")
+    # Ours: a seeded shuffle of the memory split before `memory_limit` is taken, so the
+    # first N are a mixed sample and a larger N holds every smaller one (the AgentBrew
+    # paper's brew sets of 500..2,000, its Figure 4). None: the benchmark's order.
+    memory_shuffle_seed: int | None = Field(default=None, description="split only")
     # protocol=split: benchmark options the memory split is played with over the
     # configured ones, where its split lives elsewhere (MBPP+ has no training split: the
     # AgentBrew paper brews it on MBPP's, {variant: sanitized}).
@@ -62,13 +66,16 @@ class ProtocolConfig(BaseModel):
                 "memory_split": self.memory_split,
                 "memory_limit": self.memory_limit,
             }
+            if self.memory_shuffle_seed is not None:  # set only: the keys of old stay
+                out["memory_shuffle_seed"] = self.memory_shuffle_seed
             if self.memory_options:  # only when set: the keys of every other point stay
                 out["memory_options"] = dict(self.memory_options)
             return out
         if self.name != "cross_split":
             return {"name": self.name}
         return self.model_dump(
-            mode="json", exclude={"memory_split", "memory_limit", "memory_options"}
+            mode="json",
+            exclude={"memory_split", "memory_limit", "memory_shuffle_seed", "memory_options"},
         )
 
 

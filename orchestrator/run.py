@@ -38,6 +38,7 @@ from distillery.orchestrator.results import (
     sweep_parent,
     write_sweep_tables,
 )
+from distillery.orchestrator.stage_runs import log_stage_runs, stage_reports, write_stage_figures
 from distillery.orchestrator.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.sweep import Sweep
 from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
@@ -126,7 +127,11 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
             notify(sweep.observers, "close")
             log_infra_counts(sweep, tracker, pid)
         logged = _log_points(sweep, tracker, pid, tags, live.logged)
+        # Stages that report of themselves (a brew's statistics): a run each.
+        reports = stage_reports(sweep)
+        stage_runs = log_stage_runs(sweep, tracker, pid, tags, reports)
     write_sweep_tables(sweep, logged)
+    write_stage_figures(sweep, reports, stage_runs)
     results = []
     for cfg_i, ids in zip(graph.configs, graph.point_ids_of, strict=True):
         methods = [logged[i] for i in ids]

@@ -34,6 +34,8 @@ STAGE_KINDS: dict[str, str] = {
     "evaluate": "distillery.orchestrator.stages:EvaluateStage",
     "build": "distillery.orchestrator.stages:BuildStage",
     "render": "distillery.orchestrator.stages:RenderStage",
+    "brew": "distillery.workers.memory.agentbrew.stage:BrewStage",  # AgentBrew's
+    "combine": "distillery.workers.memory.agentbrew.combined:CombineStage",  # its + AMD's
 }
 
 # What every kind's node type must override (the base raises NotImplementedError).

@@ -168,6 +168,30 @@ class CostRow:
 
 
 @dataclass(frozen=True)
+class StageFigure:
+    """One figure a stage reports of itself (beyond its cost rows): a row of its table in
+    `distillery report` and a metric of its own MLflow run."""
+
+    metric: str  # the MLflow metric name, e.g. "brew.failed_tasks"
+    label: str  # the report's row label, e.g. "Failed tasks (F)"
+    value: float
+    unit: str = "count"  # count | rate (a fraction, shown as %) | check (1: holds, 0: not)
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """What a stage reports of itself: a table in `distillery report` (its `title`, one
+    column per stage that reports under it) and a child run of its own under the sweep's
+    parent in MLflow (its figures as metrics, `documents` as JSON artifacts, and each of
+    `episode_files` as a trace per play)."""
+
+    title: str
+    figures: tuple[StageFigure, ...]
+    documents: Mapping[str, Any] = field(default_factory=dict)
+    episode_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StageStatus:
     """What `--plan` says of a stage: done or not, and in words."""
 
@@ -251,6 +275,11 @@ class Stage:
         """Who wrote the bank it records (bank stages), for tags: a model config name,
         or `deterministic`."""
         return self.model.name if self.model is not None else "deterministic"
+
+    def report(self, ledger: Ledger, needs: set[str]) -> StageReport | None:
+        """Its own statistics, table and MLflow run (None: a stage reports only its cost
+        rows, as the built-in kinds do). Read once its run is over."""
+        return None
 
     @classmethod
     def plan(cls, planner: Any, **inputs: Any) -> Stage:

@@ -8,7 +8,9 @@ columns, written by the runner (`results.py`) and read back by the report
   (`MemoryMethod.report_columns`), listed per row in `method_columns`;
 - `episodes.parquet`: one row per (point, task): the episode's numbers, typed as the
   episode files' columns of the same name (`EpisodeRecord`);
-- `stages.parquet`: one row per distinct stage: kind, model, tokens, time (see `costs.py`).
+- `stages.parquet`: one row per distinct stage: kind, model, tokens, time (see `costs.py`);
+- `stage_figures.parquet` (where a stage reports figures of its own, `stages.StageReport`:
+  a brew's training statistics): one row per figure.
 
 A method's report columns are cell descriptors of the report. What the report does with
 each follows from its values: integers are numbers of entries read per query (success is
@@ -153,6 +155,24 @@ STAGES = TableSpec(
     ),
 )
 TABLES = (POINTS, EPISODES, STAGES)
+# What stages report of themselves (`stages.StageReport`, e.g. a brew's training
+# statistics): one row per figure. Optional: a sweep whose stages report nothing, or one
+# written before it existed, has no such file.
+STAGE_FIGURES = TableSpec(
+    "stage_figures.parquet",
+    (
+        Column("stage_hash", _TEXT, required=True),
+        Column("kind", _TEXT, required=True),
+        Column("label", _TEXT),
+        Column("title", _TEXT, required=True),
+        Column("position", pa.int64()),  # the figure's row in its stage's table
+        Column("metric", _TEXT, required=True),
+        Column("name", _TEXT),
+        Column("value", pa.float64()),
+        Column("unit", _TEXT),
+        Column("mlflow_run_id", _TEXT),
+    ),
+)
 
 
 def _method_array(values: list[Any]) -> pa.Array:

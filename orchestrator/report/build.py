@@ -38,6 +38,11 @@ from distillery.orchestrator.report.references import (
     table1,
 )
 from distillery.orchestrator.report.scenarios import scenario_table
+from distillery.orchestrator.report.stage_tables import (
+    load_stage_figures,
+    render_stage_tables,
+    stage_tables,
+)
 from distillery.orchestrator.report.stats import (
     cell_table,
     mcnemar_table,
@@ -213,6 +218,12 @@ def build_report(
         cell_cost.columns = ["cost_usd", "cost_tokens"]
         cells = cells.join(cell_cost, on=keys)
 
+    # What stages report of themselves (a brew's training statistics) and their cost.
+    figures, figure_notes = load_stage_figures(data)
+    notes += figure_notes
+    own_tables = stage_tables(data, figures, s_costs)
+    notes += [note for table in own_tables for note in table.notes]
+
     cells = link_cells(cells, stats, data.meta, mlflow_ui)
     tables, table_notes = paper_tables(cells, data.columns)
     notes += table_notes
@@ -279,6 +290,8 @@ def build_report(
         "costs_models": by_model,
         "costs_stages": s_costs,
         "costs_points": point_view,
+        **{t.name: t.frame for t in own_tables},
+        **{f"{t.name}_costs": t.costs for t in own_tables},
     }
     files: list[Path] = []
     for name, frame in all_tables.items():
@@ -315,6 +328,9 @@ def build_report(
         zero_shot_referenced=_references_zero_shot(against),
         by_model=by_model,
     )
+    own_section = render_stage_tables(own_tables, use_usd)
+    if own_section:
+        markdown = f"{markdown.rstrip()}\n\n{own_section}"
     (out / "report.md").write_text(markdown)
     files = [out / "report.md", *plots.values(), *files]
 

@@ -3,9 +3,7 @@
 split, shared by every point that reads it; Reflexion's two rows are test-time stages
 of their own; AppWorld's two test splits share the whole memory side; MBPP+ brews on
 MBPP's split. The planner is handed task listings shaped like the real splits (no
-data needed). With AgentBrew (issue 24) registered, the configs plan as they are;
-until then the full configs' test is skipped and the same configs are planned without
-the `agentbrew` row."""
+data needed). AgentBrew's brew plays the brew split too (MBPP+: MBPP's)."""
 
 from __future__ import annotations
 
@@ -24,7 +22,6 @@ from distillery.orchestrator.cli import (
 )
 from distillery.orchestrator.plan import StageGraph, plan_sweep
 from distillery.workers.envs.base import Task
-from distillery.workers.memory.registry import is_memory_method
 
 EXPERIMENTS = ("gsm8k", "math", "mbpp", "mbpp_plus", "appworld")
 BASELINES = ["zero_shot", "reflexion_k2", "reflexion_k3", "simple_rag", "expel", "ace"]
@@ -84,22 +81,13 @@ def _check(graph: StageGraph, methods: list[str], test_splits: int) -> None:
     assert groups["reflexion_k3"] == (False, (3, True))
     assert all(groups[m] == (True, (1, False)) for m in memory)
     # Every memory-side stage plays the brew split only.
-    (collect,) = [s for k, s in graph.stages.items() if k.kind == "collect"]
     brew_split = {"appworld": "train"}.get(cfg.benchmark.name, "agentbrew_brew")
-    assert collect.options["split"] == brew_split
+    for kind in ("collect", "brew"):
+        for stage in (s for k, s in graph.stages.items() if k.kind == kind):
+            assert stage.options["split"] == brew_split
+            assert stage.options.get("variant") in (None, "sanitized")
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_table1_without_agentbrew_plans_one_collection_and_one_bank_per_method(listing, experiment):
-    methods = BASELINES if experiment != "appworld" else [*BASELINES[:-1], "ace_appworld"]
-    graph = _graph(experiment, f"methods=[{','.join(methods)}]")
-    _check(graph, methods, 2 if experiment == "appworld" else 1)
-
-
-@pytest.mark.skipif(
-    not is_memory_method("agentbrew"),
-    reason="AgentBrew (issue 24) is not registered yet: the configs name `agentbrew`",
-)
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_table1_plans_as_configured(listing, experiment):
     graph = _graph(experiment)

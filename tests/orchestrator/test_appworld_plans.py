@@ -12,6 +12,7 @@ tests/workers/envs/appworld, and a missing data folder is refused with the fix."
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -50,23 +51,71 @@ def _toolsandbox_tasks() -> tuple[Task, ...]:
     )
 
 
+# Split sizes of the benchmarks listed without their data (the releases'): AppWorld's
+# train (90 tasks in 30 scenarios), MATH's and GSM8K's train and test (their AgentBrew
+# partitions: the first 1,000 of train, all of test).
+ANSWER_SPLITS = {"math": (7500, 5000), "gsm8k": (7473, 1319)}
+
+
+def _appworld_train_tasks() -> tuple[Task, ...]:
+    return tuple(
+        Task(f"t{s:06x}_{i}", "appworld", (f"train task {i} of scenario {s}",), (), (), f"t{s:06x}")
+        for s in range(30)
+        for i in (1, 2, 3)
+    )
+
+
+def _answer_tasks(name: str, split: str) -> tuple[Task, ...]:
+    train, test = ANSWER_SPLITS[name]
+    source, size = ("train", train) if split in ("train", "agentbrew_brew") else ("test", test)
+    size = min(size, 1000) if split == "agentbrew_brew" else size
+    return tuple(Task(f"{source}_{i}", name, (f"problem {i}",), (), ()) for i in range(size))
+
+
+# MBPP's AgentBrew partitions (docs/benchmarks/code.md): the sanitized brew split (257 of
+# ids 11-510), its test split (163 above 510) and MBPP+'s test split (154), by id.
+MBPP_SPLITS = {
+    ("sanitized", "agentbrew_brew"): range(11, 11 + 257),
+    ("sanitized", "agentbrew_test"): range(511, 511 + 163),
+    ("plus", "agentbrew_test"): range(511, 511 + 154),
+}
+
+
+def _mbpp_tasks(options: dict) -> tuple[Task, ...]:
+    variant = options.get("variant") or "sanitized"
+    ids = MBPP_SPLITS[(variant, options.get("split") or "agentbrew_test")]
+    return tuple(Task(f"Mbpp/{i}", "mbpp", (f"problem {i}",), (), ()) for i in ids)
+
+
 def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
     """Hands the planner a task listing shaped like the real benchmarks' (no data, no
     venv); also used by tests/orchestrator/test_readme_commands.py for the command
-    lines of these experiments' configs."""
+    lines of these experiments' configs. AppWorld's train split, the math benchmarks
+    and MBPP(+) (without a data_path) are listed by split."""
     listings = {"appworld": _appworld_tasks(), "toolsandbox": _toolsandbox_tasks()}
     real = plan_module._load_tasks
 
     def load(name, options, limit, task_ids):
-        if name not in listings:  # another benchmark (BFCL): its own listing
+        split = json.loads(options).get("split")
+        if name in ANSWER_SPLITS and not json.loads(options).get("data_path"):
+            tasks = _answer_tasks(name, split or "test")
+        elif name == "mbpp" and not json.loads(options).get("data_path"):
+            tasks = _mbpp_tasks(json.loads(options))
+        elif name not in listings:  # another benchmark (BFCL): its own listing
             return real(name, options, limit, task_ids)
-        tasks = listings[name]
+        else:
+            tasks = (
+                _appworld_train_tasks()
+                if (name, split) == ("appworld", "train")
+                else (listings[name])
+            )
         if task_ids is not None:
             tasks = tuple(t for t in tasks if t.task_id in set(task_ids))
         return tasks if limit is None else tasks[:limit]
 
     monkeypatch.setattr(plan_module, "_load_tasks", load)
-    return listings
+    answers = {name: _answer_tasks(name, "test") for name in ANSWER_SPLITS}
+    return {**listings, **answers, "mbpp": _mbpp_tasks({})}
 
 
 @pytest.fixture

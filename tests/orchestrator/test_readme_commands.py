@@ -308,32 +308,8 @@ def distinct_commands() -> list[str]:
     return out
 
 
-# Methods an experiment may name before their own branch has landed (AgentBrew: issue
-# 24, whose Table 1 configs issue 25 ships): a line of such an experiment waits for it.
-_PENDING_METHODS = {"agentbrew": "issue 24"}
-
-
-def _pending_method(line: str) -> str | None:
-    """The pending method the line's experiment names while it is unregistered, if any."""
-    import yaml
-
-    from distillery.workers.memory.registry import is_memory_method
-
-    found = re.search(r"experiment=(\w+)", line)
-    path = EXPERIMENTS / f"{found.group(1)}.yaml" if found else None
-    if path is None or not path.exists():
-        return None
-    methods = (yaml.safe_load(path.read_text()) or {}).get("methods") or []
-    return next((m for m in methods if m in _PENDING_METHODS and not is_memory_method(m)), None)
-
-
 @pytest.mark.parametrize("line", distinct_commands())
 def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
-    pending = _pending_method(line)
-    if pending:
-        pytest.skip(
-            f"its experiment names {pending!r} ({_PENDING_METHODS[pending]}), not registered yet"
-        )
     monkeypatch.chdir(tmp_path)
     argv = _argv(line, tmp_path)
     if argv[0] == "memory":

@@ -155,6 +155,20 @@ class AnswerBenchmark:
         return (inspect.getmodule(cls),)
 
     @classmethod
+    def ground_truth_texts(
+        cls, options: AnswerOptions, task_ids: Sequence[str]
+    ) -> dict[str, tuple[str, ...]]:
+        """Per task, its hidden ground truth as texts (`truth_texts` of its record):
+        what memory written from the task must not contain (registry.ground_truth_texts)."""
+        records = {str(r["task_id"]): r for r in options.records()}
+        return {t: cls.truth_texts(options, records[t]) for t in task_ids if t in records}
+
+    @classmethod
+    def truth_texts(cls, options: AnswerOptions, record: dict[str, Any]) -> tuple[str, ...]:
+        """The texts of one record's ground truth (its gold answer, its tests)."""
+        return ()
+
+    @classmethod
     def versions(cls) -> dict[str, str]:
         found = {}
         for package in cls.packages:

@@ -301,6 +301,12 @@ class Benchmark(Protocol):
     # what its episodes hold for memory methods (of TRAJECTORY_CONTENTS); a benchmark
     # that does not say has TOOL_CALLS. A memory method that needs what a benchmark's
     # episodes lack is refused before a run starts (memory/applicability.py).
+    #
+    # Optional, read from the class: `ground_truth_texts(options, task_ids) -> dict[str,
+    # tuple[str, ...]]`, per task the texts of its hidden ground truth (its gold answer,
+    # its test cases) that memory written from the task must not contain (AgentBrew's
+    # leakage guard, `registry.ground_truth_texts`); a benchmark that does not say has
+    # none to check.
 
     def oracle_turns(self, task: Task) -> list[list[str]]:
         """The ground-truth call strings per turn (for the labelled oracle teacher).

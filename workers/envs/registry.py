@@ -185,6 +185,21 @@ def trajectory_contents(name: str, options: Mapping[str, Any] | None) -> frozens
     return contents
 
 
+def ground_truth_texts(
+    name: str, options: Mapping[str, Any] | None, task_ids: Iterable[str]
+) -> dict[str, tuple[str, ...]]:
+    """Per task, the texts of its hidden ground truth (a gold answer, its test cases)
+    that memory written from the task must not hold, from the benchmark's class method
+    `ground_truth_texts(options, task_ids)`; a benchmark that declares none has none to
+    check (every task maps to ``()``). Read on the driver, never shown to a model."""
+    ids = list(task_ids)
+    declared = getattr(benchmark_class(name), "ground_truth_texts", None)
+    if declared is None:
+        return dict.fromkeys(ids, ())
+    found = declared(benchmark_options(name, options), ids)
+    return {t: tuple(found.get(t, ())) for t in ids}
+
+
 def benchmark_counters(name: str) -> tuple[str, ...]:
     """The counters a benchmark's episodes record (`Score.counters`; its class
     attribute `counters`, none by default), summed per evaluation point."""

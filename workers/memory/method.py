@@ -47,11 +47,18 @@ class BankPlanner(Protocol):
         """The student's own zero-shot stage, playing the memory split."""
         ...
 
-    def build(self, source: StageKey) -> StageKey:
+    def build(self, source: StageKey, kind: str | None = None, settings: Any = None) -> StageKey:
         """The method's bank built from `source`'s episodes (a collect or zero-shot
         stage above; written by `memory.builder.model`, or by
         `memory.builder.student_memory_model` when the student played them), plus its
-        derived (render) stage where the read settings ask for one."""
+        derived (render) stage where the read settings ask for one. `kind` and
+        `settings`: the bank another registered method builds, read with those
+        settings (a composite memory's part); by default the point's own method's."""
+        ...
+
+    @property
+    def read_settings(self) -> Any:
+        """The point's method's validated read settings (None when only probed)."""
         ...
 
     def stage(self, kind: str, **inputs: Any) -> StageKey:

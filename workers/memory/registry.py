@@ -39,6 +39,10 @@ MEMORY_METHODS: dict[str, str] = {
     "memp": "distillery.workers.memory.memp.method:MempMethod",
     # MemP as the AMD authors ported it (failed trajectories kept, labelled).
     "memp_amd": "distillery.workers.memory.memp.method:MempAmdPort",
+    # AgentBrew: its bank is brewed by a stage of its own kind, `brew`.
+    "agentbrew": "distillery.workers.memory.agentbrew.method:AgentBrewMethod",
+    # AgentBrew's notes and AMD's memory read together (a `combine` stage joins the banks).
+    "agentbrew_amd": "distillery.workers.memory.agentbrew.combined:AgentBrewAmd",
 }
 
 
@@ -123,8 +127,12 @@ class _OriginProbe:
         self.asked = "student"
         return self.asked
 
-    def build(self, source: Any) -> Any:
+    def build(self, source: Any, kind: Any = None, settings: Any = None) -> Any:
         return source
+
+    @property
+    def read_settings(self) -> Any:
+        return None
 
     def stage(self, kind: str, **inputs: Any) -> Any:
         self.asked = kind

@@ -35,6 +35,7 @@ from distillery.workers.envs.answer_data import (
     read_json_lines,
     require_fields,
 )
+from distillery.workers.envs.answering import AnswerOptions
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.codegrade import checks
 from distillery.workers.envs.codegrade.base import CodeBenchmark, CodeOptions
@@ -133,6 +134,12 @@ class HumanEval(CodeBenchmark):
     @classmethod
     def prompt_texts(cls) -> tuple[str, ...]:
         return (EVALPLUS_INSTRUCTION, *super().prompt_texts())
+
+    @classmethod
+    def truth_texts(cls, options: AnswerOptions, record: dict[str, Any]) -> tuple[str, ...]:
+        # The hidden test's asserts (its `check` function's).
+        lines = record["test"].splitlines()
+        return tuple(line.strip() for line in lines if line.strip().startswith("assert"))
 
     def task(self, record: dict[str, Any]) -> Task:
         text = f"{EVALPLUS_INSTRUCTION}\n```python\n{record['prompt'].strip()}\n```"

@@ -60,6 +60,10 @@ class MathBenchmark(AnswerBenchmark):
 
         return (answers, grader, server, base, answering)
 
+    @classmethod
+    def truth_texts(cls, options: AnswerOptions, record: dict[str, Any]) -> tuple[str, ...]:
+        return (str(record["gold"]),)  # the gold answer
+
     def prepare(self) -> None:
         why = grader.isolation_unavailable()
         if why is not None and not self.settings.sandbox_without_namespaces:

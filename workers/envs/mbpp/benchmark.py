@@ -49,6 +49,7 @@ from distillery.workers.envs.answer_data import (
     read_json_lines,
     require_fields,
 )
+from distillery.workers.envs.answering import AnswerOptions
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.codegrade import checks, extract
 from distillery.workers.envs.codegrade.base import CodeBenchmark, CodeOptions
@@ -238,6 +239,10 @@ def _plus(rows: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
     return records
 
 
+def _asserts(text: str) -> tuple[str, ...]:
+    return tuple(line.strip() for line in text.splitlines() if line.strip().startswith("assert"))
+
+
 class Mbpp(CodeBenchmark):
     name: ClassVar[str] = "mbpp"
     options_model = MbppOptions
@@ -246,6 +251,14 @@ class Mbpp(CodeBenchmark):
     @classmethod
     def prompt_texts(cls) -> tuple[str, ...]:
         return (MBPP_PROMPT, EVALPLUS_INSTRUCTION, *super().prompt_texts())
+
+    @classmethod
+    def truth_texts(cls, options: AnswerOptions, record: dict[str, Any]) -> tuple[str, ...]:
+        # Its test cases as text: MBPP's asserts; MBPP+'s are inputs (data), its text
+        # test the assert its prompt shows.
+        if getattr(options, "variant", "sanitized") == "plus":
+            return _asserts(record["prompt"])
+        return tuple(str(t).strip() for t in record["test_list"])
 
     def prepare(self) -> None:
         super().prepare()
@@ -284,8 +297,7 @@ class Mbpp(CodeBenchmark):
 
     def visible_check(self, record: dict[str, Any], program: str) -> Verdict:
         if self.settings.variant == "plus":
-            shown = [line.strip() for line in record["prompt"].splitlines()
-                     if line.strip().startswith("assert")]  # fmt: skip
+            shown = list(_asserts(record["prompt"]))
             # ours: the shown assert may use math (math.isclose): imported before it.
             return checks.program_check(self.sandbox, program, "\n".join(shown) + "\n",
                                         self._limits(), "import math\n")  # fmt: skip
