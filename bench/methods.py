@@ -49,8 +49,9 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,6 +65,9 @@ from distillery.workers.memory.config import EmbedderConfig, StoreConfig  # noqa
 from distillery.workers.memory.registry import MEMORY_METHODS, bank_origin, memory_method  # noqa: E402
 from distillery.workers.memory.retrieval import Isolation  # noqa: E402
 from distillery.workers.memory_service import BankSearch, MemoryJob, MemoryServiceImpl  # noqa: E402
+
+if TYPE_CHECKING:
+    from bench.outcome_sim import MemoryRead, PlayView
 
 
 class HashEmbedder:
@@ -290,10 +294,10 @@ def _by_collection(kind: str, entries: list[Any]) -> dict[str, list[Any]]:
     return out if any(out.values()) else {}
 
 
-def play_read(kind: str, settings: Any) -> Any:
+def play_read(kind: str, settings: Any) -> MemoryRead:
     """`outcome_sim.simulate`'s `read`: a play's view through the method's hooks."""
 
-    def read(view: Any) -> Any:
+    def read(view: PlayView) -> Awaitable[tuple[int, dict[str, Any]]]:
         bank = _by_collection(kind, view.entries)
         return read_memory(kind, settings, view.task, bank, view.staged, view.attempt)
 
@@ -467,10 +471,8 @@ def print_baselines(
 ) -> None:
     print(
         f"\nAgentBrew and its baselines, simulated (bench/outcome_sim.py): {n_memory} memory "
-        "tasks, "
-        f"{n_eval} evaluated tasks, a play solved with p={p_first}, with memory in its prompt "
-        f"p={p_memory}; "
-        "tokens = characters / 4 of the real prompts (GSM8K-sized tasks)"
+        f"tasks, {n_eval} evaluated tasks, a play solved with p={p_first}, with memory in its "
+        f"prompt p={p_memory}; tokens = characters / 4 of the real prompts (GSM8K-sized tasks)"
     )
     header = (
         f"{'method':<14}{'build plays/task':>17}{'calls/task':>11}{'tokens/task':>12}  "
