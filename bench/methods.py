@@ -26,14 +26,16 @@ Ratios are against --baseline (default: AMD WF+ST+FN), listed first.
 
     python bench/methods.py                      # 200 trajectories, all methods
     python bench/methods.py --embedder hash --queries 50
-    python bench/methods.py --baselines          # + AgentBrew's baselines (simulated)
+    python bench/methods.py --baselines          # + AgentBrew and its baselines (simulated)
     python bench/methods.py --only-baselines --memory-tasks 200 --queries 100
 
-AgentBrew's baselines (`--baselines`): Reflexion k = 2, 3, ExpeL and ACE build through
-outcome-driven stages whose cost is model calls, not local code; their table runs each
-stage's real program and framework against a simulated world (bench/outcome_sim.py) and
-gives per memory task the build's plays, calls and tokens, and per evaluated task the
-test-time plays, calls, tokens and the memory characters in the prompt.
+AgentBrew and its baselines (`--baselines`): Reflexion k = 2, 3, ExpeL, ACE and
+AgentBrew's brew build through outcome-driven stages whose cost is model calls, not local
+code; their table runs each stage's real program and framework against a simulated world
+(bench/outcome_sim.py; AgentBrew's teacher and curator answer in the JSON its program
+validates) and gives per memory task the build's plays, calls and tokens, and per
+evaluated task the test-time plays, calls, tokens and the memory characters the method's
+hooks put in the prompt.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,6 +65,9 @@ from distillery.workers.memory.config import EmbedderConfig, StoreConfig  # noqa
 from distillery.workers.memory.registry import MEMORY_METHODS, bank_origin, memory_method  # noqa: E402
 from distillery.workers.memory.retrieval import Isolation  # noqa: E402
 from distillery.workers.memory_service import BankSearch, MemoryJob, MemoryServiceImpl  # noqa: E402
+
+if TYPE_CHECKING:
+    from bench.outcome_sim import MemoryRead, PlayView
 
 
 class HashEmbedder:
@@ -214,15 +220,23 @@ def bench_method(
     }
 
 
-# -- AgentBrew's baselines: what building and testing cost (bench/outcome_sim.py) ------
+# -- AgentBrew and its baselines: what building and testing cost (bench/outcome_sim.py) -
 
 
 class _InMemorySearch:
-    """A bank's search in process (word overlap; isolation allows everything), with a
-    play's attempt and staged entries: what the hooks read in `injected_chars`."""
+    """A bank's search in process (word overlap; isolation allows everything; a group
+    is the collection's `group_field`, as AgentBrew's notes are searched within their
+    routed scope), with a play's attempt and staged entries: what the hooks read."""
 
-    def __init__(self, bank: dict[str, list[Any]], staged: tuple[Any, ...] = ()) -> None:
-        self.bank, self.staged, self.attempt = bank, staged, 1
+    def __init__(
+        self,
+        bank: dict[str, list[Any]],
+        staged: tuple[Any, ...] = (),
+        attempt: int = 1,
+        group_fields: dict[str, str | None] | None = None,
+    ) -> None:
+        self.bank, self.staged, self.attempt = bank, staged, attempt
+        self.group_fields = group_fields or {}
         self.has_bank = bool(bank)
 
     async def search(self, collection, queries, task_id, k, threshold, group=None, combine="each"):
@@ -233,6 +247,9 @@ class _InMemorySearch:
             return len(a & b) / max(1, len(a | b))
 
         entries = self.bank.get(collection, [])
+        field = self.group_fields.get(collection)
+        if group is not None and field:
+            entries = [e for e in entries if getattr(e, field) == group]
         return [
             [Hit(e, score(q, e.key_text), collection)
              for e in sorted(entries, key=lambda e: -score(q, e.key_text))[:k]]
@@ -240,14 +257,29 @@ class _InMemorySearch:
         ]  # fmt: skip
 
 
+async def read_memory(
+    kind: str,
+    settings: Any,
+    task: Any,
+    bank: dict[str, list[Any]],
+    staged: tuple = (),
+    attempt: int = 1,
+) -> tuple[int, dict[str, Any]]:
+    """What the method's hooks put in `task`'s prompt before its first turn (characters)
+    and their record of it (the episode's `extra_json`)."""
+    method = memory_method(kind)
+    groups = {spec.name: spec.group_field for spec in method.collections}
+    search = _InMemorySearch(bank, staged, attempt, groups)
+    hooks = method.hooks(task, search, settings, lambda source: True, _no_answer)
+    chars = len(await hooks.before_turn(0, task.turns[0], ""))
+    return chars, dict(hooks.record())
+
+
 async def injected_chars(
     kind: str, settings: Any, task: Any, bank: dict[str, list[Any]], staged: tuple = ()
 ) -> int:
     """What the method's hooks put in `task`'s prompt before its first turn."""
-    hooks = memory_method(kind).hooks(
-        task, _InMemorySearch(bank, staged), settings, lambda source: True, _no_answer
-    )
-    return len(await hooks.before_turn(0, task.turns[0], ""))
+    return (await read_memory(kind, settings, task, bank, staged))[0]
 
 
 def _by_collection(kind: str, entries: list[Any]) -> dict[str, list[Any]]:
@@ -260,6 +292,16 @@ def _by_collection(kind: str, entries: list[Any]) -> dict[str, list[Any]]:
                 out[spec.name].append(entry)
                 break
     return out if any(out.values()) else {}
+
+
+def play_read(kind: str, settings: Any) -> MemoryRead:
+    """`outcome_sim.simulate`'s `read`: a play's view through the method's hooks."""
+
+    def read(view: PlayView) -> Awaitable[tuple[int, dict[str, Any]]]:
+        bank = _by_collection(kind, view.entries)
+        return read_memory(kind, settings, view.task, bank, view.staged, view.attempt)
+
+    return read
 
 
 def baseline_answer(role: str, messages: list[dict[str, Any]]) -> str:
@@ -280,13 +322,88 @@ def baseline_answer(role: str, messages: list[dict[str, Any]]) -> str:
     return "AGREE 1: Re-read the question and recompute every step before answering."
 
 
+def agentbrew_answer(role: str, messages: list[dict[str, Any]]) -> str:
+    """AgentBrew's teacher and curator, answering in the formats its program validates
+    (`notes.parse_draft`, the curator's verdict), as distillery/testing/agentbrew_scripts.py
+    does on BFCL: the teacher writes one note keyed by the problem's main quantity (its
+    most frequent word: a GSM8K brew's notes recur over a few skills), three short steps
+    of analysis first; the curator merges a candidate into the listed note with its key,
+    else adds it."""
+    import json as _json
+    import re as _re
+    from collections import Counter as _Counter
+
+    from bench.outcome_sim import WORDS
+
+    prompt = str(messages[0].get("content") or "")
+    if role == "curator":
+        blocks = [_json.loads(b) for b in _re.findall(r"```json\n(.*?)\n```", prompt, _re.DOTALL)]
+        candidate, existing = blocks[0], blocks[1:]
+        same = [n for n in existing if n["note_key"] == candidate["note_key"]]
+        if not same:
+            return _json.dumps({"decision": "add", "target": "", "reason": "a new skill"})
+        merged = {k: candidate[k] for k in ("trigger_pattern", "corrective_rule",
+                                            "minimal_steps", "tags", "not_applicable_when")}  # fmt: skip
+        verdict = {"decision": "merge", "target": same[0]["note_key"],
+                   "reason": "the same rule for the same quantity", "note": merged}  # fmt: skip
+        return f"```json\n{_json.dumps(verdict)}\n```"
+    found = _re.search(r"The task:\n<<<\n(.*?)\n>>>", prompt, _re.DOTALL)
+    words = _Counter(w for w in _re.findall(r"[a-z]+", found.group(1) if found else "")
+                     if w in WORDS).most_common(2)  # fmt: skip
+    topic, other = (words + [("total", 0), ("each", 0)])[0][0], (words + [("", 0)] * 2)[1][0]
+    note = {
+        "note_key": f"track-{topic}",
+        "scope": "arithmetic_word_problems",
+        "scope_description": f"Word problems about {topic}, {other} and the like whose "
+        "answer takes several arithmetic steps over the quantities in the text.",
+        "trigger_pattern": f"A word problem about {topic} and {other} that asks for a total, "
+        "a difference or what remains after several changes.",
+        "corrective_rule": f"Write every quantity of {topic} with its unit before computing, "
+        "then apply the changes one at a time in the order the problem states them.",
+        "minimal_steps": [
+            f"List each number the problem gives about {topic} and {other}, with its unit.",
+            "Write which quantity the question asks for.",
+            "Apply one change per line, in the order of the text.",
+            "Check that the result has the unit the question asks for.",
+            "Give the final number alone on the last line.",
+        ],
+        "tags": ["arithmetic", topic, "multi_step"],
+        "not_applicable_when": "The problem asks for a ratio or a probability, not an amount.",
+        "quality_score": 0.7,
+    }
+    steps = ("1. Failure mode: the student dropped a change to a quantity. 2. Capability "
+             "gap: it keeps no running list of quantities (an execution error). "
+             "3. Executable rule: below.")  # fmt: skip
+    return f"{steps}\n```json\n{_json.dumps(note, indent=2)}\n```"
+
+
+def brew_stage(model: Any, settings: Any) -> Any:
+    """AgentBrew's brew stage over the simulated tasks; the leakage guard checks each
+    task's simulated answer (a number no note holds)."""
+    from distillery.workers.memory.agentbrew.stage import BrewStage
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class SimulatedBrew(BrewStage):
+        def truths(self, task_id: str) -> tuple[str, ...]:
+            return (str(1000 + int(task_id.rsplit("_", 1)[1])),)
+
+    return SimulatedBrew(identity={"benchmark": "gsm8k", "m": "agentbrew"}, upstream=(),
+                         label="agentbrew", model=model,
+                         other_models={"teacher": model, "curator": model},
+                         memory_kind="agentbrew", settings=settings.for_brew_plays(),
+                         split="train", wave_size=settings.brew.wave_size,
+                         extra={"student": {"model": "sim"}})  # fmt: skip
+
+
 def bench_baselines(n_memory: int, n_eval: int, p_first: float, p_memory: float) -> list[dict]:
-    """Per baseline: the build's plays, calls and tokens per memory task, the bank, and
-    a test-time task's plays, model calls, tokens and injected characters."""
+    """Per baseline and AgentBrew: the build's plays, calls and tokens per memory task,
+    the bank, and a test-time task's plays, model calls, tokens and injected characters
+    (a method that reads a bank: the mean over `n_eval` fresh tasks of one play each)."""
     from bench.outcome_sim import PLAY_TOKENS_IN, REPLY_CHARS, Simulation, simulate, task
     from distillery.workers.llm.config import ModelConfig
     from distillery.workers.memory.ace.settings import AceSettings
     from distillery.workers.memory.ace.stage import AceStage
+    from distillery.workers.memory.agentbrew.settings import AgentBrewSettings
     from distillery.workers.memory.expel.settings import ExpelSettings
     from distillery.workers.memory.expel.stage import ExpelStage
     from distillery.workers.memory.reflexion.settings import ReflexionSettings
@@ -311,8 +428,7 @@ def bench_baselines(n_memory: int, n_eval: int, p_first: float, p_memory: float)
         stage = ReflexionStage(identity={"benchmark": "gsm8k", "k": k}, upstream=(), label="r",
                                model=model, other_models={"reflector": model},
                                memory_kind="reflexion", settings=settings, wave_size=16)  # fmt: skip
-        sim = simulate(stage, n_eval, baseline_answer,
-                       lambda t, shown, s=settings: injected_chars("reflexion", s, t, {}, tuple(shown)),
+        sim = simulate(stage, n_eval, baseline_answer, play_read("reflexion", settings),
                        p_first, p_memory)  # fmt: skip
         test = per(sim, n_eval, ("reflector",))
         rows.append({"name": f"reflexion_k{k}", "build": None, "bank": "none",
@@ -320,24 +436,32 @@ def bench_baselines(n_memory: int, n_eval: int, p_first: float, p_memory: float)
                      "test_tokens": test["tokens"],
                      "injected": sum(sim.memory_chars) / max(1, sim.plays),
                      "sim_s": sim.wall_s / n_eval})  # fmt: skip
-    for name, stage_type, settings, roles in (
-        ("expel", ExpelStage, ExpelSettings(), ("reflector", "insights")),
-        ("ace", AceStage, AceSettings(), ("reflector", "curator")),
+    agentbrew = AgentBrewSettings()
+    for name, settings, answer, roles in (
+        ("expel", ExpelSettings(), baseline_answer, ("reflector", "insights")),
+        ("ace", AceSettings(), baseline_answer, ("reflector", "curator")),
+        ("agentbrew", agentbrew, agentbrew_answer, ("teacher", "curator")),
     ):
-        others = {r: model for r in roles}
-        stage = stage_type(identity={"benchmark": "gsm8k", "m": name}, upstream=(), label=name,
-                           model=model, other_models=others, memory_kind=name, settings=settings,
-                           split="train")  # fmt: skip
-        sim = simulate(stage, n_memory, baseline_answer,
-                       lambda t, shown, n=name, s=settings: injected_chars(n, s, t, _by_collection(n, shown), tuple(shown)),
-                       p_first, p_memory)  # fmt: skip
+        if name == "agentbrew":
+            stage = brew_stage(model, settings)
+            read = play_read(name, settings.for_brew_plays())  # the brew's own reads
+        else:
+            stage_type = ExpelStage if name == "expel" else AceStage
+            stage = stage_type(identity={"benchmark": "gsm8k", "m": name}, upstream=(),
+                               label=name, model=model, other_models={r: model for r in roles},
+                               memory_kind=name, settings=settings, split="train")  # fmt: skip
+            read = play_read(name, settings)
+        sim = simulate(stage, n_memory, answer, read, p_first, p_memory)
         build = per(sim, n_memory, roles)
-        probe = task(n_memory + 1, random.Random(1))
-        injected = asyncio.run(injected_chars(name, settings, probe, sim.bank))
+        rng = random.Random(1)
+        probes = [task(n_memory + 1 + i, rng) for i in range(max(1, n_eval))]
+        injected = sum(
+            asyncio.run(injected_chars(name, settings, probe, sim.bank)) for probe in probes
+        ) / len(probes)
         rows.append({"name": name, "build": build,
                      "bank": ",".join(f"{c}={len(v)}" for c, v in sim.bank.items() if v),
                      "test_plays": 1.0, "test_calls": 0.0,
-                     "test_tokens": PLAY_TOKENS_IN + injected // 4 + reply_tokens,
+                     "test_tokens": PLAY_TOKENS_IN + injected / 4 + reply_tokens,
                      "injected": injected, "sim_s": sim.wall_s / n_memory})  # fmt: skip
     return rows
 
@@ -346,9 +470,9 @@ def print_baselines(
     rows: list[dict], n_memory: int, n_eval: int, p_first: float, p_memory: float
 ) -> None:
     print(
-        f"\nAgentBrew's baselines, simulated (bench/outcome_sim.py): {n_memory} memory tasks, "
-        f"{n_eval} evaluated tasks, first play solved with p={p_first}, with memory p={p_memory}; "
-        "tokens = characters / 4 of the real prompts (GSM8K-sized tasks)"
+        f"\nAgentBrew and its baselines, simulated (bench/outcome_sim.py): {n_memory} memory "
+        f"tasks, {n_eval} evaluated tasks, a play solved with p={p_first}, with memory in its "
+        f"prompt p={p_memory}; tokens = characters / 4 of the real prompts (GSM8K-sized tasks)"
     )
     header = (
         f"{'method':<14}{'build plays/task':>17}{'calls/task':>11}{'tokens/task':>12}  "
@@ -367,10 +491,12 @@ def print_baselines(
         )
     print(
         "build: the stage on the memory split (teacher plays, reflector / insight / curator "
-        "calls); test: one evaluated task (Reflexion's plays and reflections; the others "
-        "one play whose prompt carries their memory: ExpeL's insights and 2 examples, "
-        "ACE's whole playbook). Simple RAG and AMD build from one collection play per "
-        "task (table above); AgentBrew's brew: its own function."
+        "calls; AgentBrew's brew: the student's first plays and re-plays, the teacher's "
+        "drafts and revisions, the curator's verdicts); test: one evaluated task "
+        "(Reflexion's plays and reflections; the others one play whose prompt carries their "
+        "memory: ExpeL's insights and 2 examples, ACE's whole playbook, AgentBrew's top-k "
+        "notes of the routed scope). Simple RAG and AMD build from one collection play per "
+        "task (table above)."
     )
 
 
@@ -387,7 +513,7 @@ def main() -> None:
     parser.add_argument(
         "--baselines",
         action="store_true",
-        help="also AgentBrew's baselines' build and test-time cost (simulated)",
+        help="also AgentBrew's and its baselines' build and test-time cost (simulated)",
     )
     parser.add_argument("--only-baselines", action="store_true", help="those alone")
     parser.add_argument("--memory-tasks", type=int, default=200)

@@ -5,9 +5,12 @@ size, so the numbers are the method's own (calls, tokens by prompt size, its pro
 growth, the framework's time), not a model's latency.
 
 A play's episode is a GSM8K-sized question and reply (`QUESTION_CHARS`,
-`REPLY_CHARS`); a first play succeeds with probability `p_first`, a play that reads
-memory (a reflection of its own, a committed entry) with `p_memory`. Token counts are
-characters / 4, as the scripted server counts them. Used by bench/methods.py.
+`REPLY_CHARS`); a play whose prompt the method's hooks put no memory in succeeds with
+probability `p_first`, one that reads memory (a reflection of its own, a committed
+entry, a note its routing picked) with `p_memory`. The episode records the hooks' own
+account (`extra_json`), which a program may read back (AgentBrew counts the notes a
+first play was shown). Token counts are characters / 4, as the scripted server counts
+them. Used by bench/methods.py.
 """
 
 from __future__ import annotations
@@ -44,7 +47,26 @@ def task(index: int, rng: random.Random) -> Task:
     return Task(f"task_{index}", "gsm8k", (f"Problem {index}: {words}?",), (), ())
 
 
-def _record(task_: Task, attempt: int, success: bool, memory_chars: int) -> EpisodeRecord:
+@dataclass(frozen=True)
+class PlayView:
+    """What one play reads: the memory searchable to it (committed as of its wave and
+    its task's staged entries, as `OrderedRun.view_of` builds it), the staged entries
+    alone, and which play of its task it is."""
+
+    task: Task
+    entries: list[Any]
+    staged: tuple[Any, ...]
+    attempt: int
+
+
+# A play's memory as the method's hooks show it: the characters put in the prompt and
+# the hooks' record (the episode's `extra_json`).
+MemoryRead = Callable[[PlayView], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+def _record(
+    task_: Task, attempt: int, success: bool, memory_chars: int, extra: dict[str, Any]
+) -> EpisodeRecord:
     reply = "Step: " + "x" * (REPLY_CHARS - 20) + " \\boxed{5}"
     messages = [
         {"role": "system", "content": "Please reason step by step." + "m" * memory_chars},
@@ -60,7 +82,7 @@ def _record(task_: Task, attempt: int, success: bool, memory_chars: int) -> Epis
         tokens_in=PLAY_TOKENS_IN + memory_chars // 4, tokens_out=tokens(reply),
         llm_latency_s=0.0, wall_s=0.0, started_at=0.0, finished_at=0.0, attempts=1,
         episode_id=f"{task_.task_id}-{attempt}", messages_json=json.dumps(messages),
-        attempt=attempt,
+        attempt=attempt, extra_json=json.dumps(extra),
     )  # fmt: skip
 
 
@@ -81,14 +103,14 @@ def simulate(
     stage: OrderedEpisodeStage,
     n_tasks: int,
     answer: Callable[[str, list[dict[str, Any]]], str],
-    memory_chars: Callable[[Task, list[Any]], Awaitable[int]],
+    read: MemoryRead,
     p_first: float = 0.5,
     p_memory: float = 0.7,
     seed: int = 0,
 ) -> Simulation:
     """Run `stage` over `n_tasks` simulated tasks (see the module docstring);
-    `answer(role, messages)` is the text a model returns, `memory_chars(task, entries)`
-    how many characters the method's hooks show for the entries a play of `task` reads."""
+    `answer(role, messages)` is the text a model returns, `read(view)` what the method's
+    hooks show a play (characters, their record)."""
     rng = random.Random(seed)
     tasks = {f"task_{i}": task(i, rng) for i in range(n_tasks)}
     out = Simulation()
@@ -105,12 +127,12 @@ def simulate(
         )
 
     async def play(self, task_id, attempt, view, staged):
-        shown = list(views.get(view, [])) if view else list(staged)
-        chars = await memory_chars(tasks[task_id], shown)
+        entries = list(views.get(view, [])) if view else list(staged)
+        chars, extra = await read(PlayView(tasks[task_id], entries, tuple(staged), attempt))
         out.plays += 1
         out.memory_chars.append(chars)
-        success = rng.random() < (p_memory if shown else p_first)
-        made = _record(tasks[task_id], attempt, success, chars)
+        success = rng.random() < (p_memory if chars else p_first)
+        made = _record(tasks[task_id], attempt, success, chars, extra)
         folder = self.ledger.episodes_dir(self.stage.key) / f"attempt-{attempt}"
         return EpisodeSummary.of(made, write_episode(folder, made))
 
