@@ -1,5 +1,5 @@
 """A brew without Ray or servers: the real outcome-driven stage framework
-(`ordered_stage.OrderedRun`: its order, waves, contexts, event log and resume), the real
+(`ordered_run.OrderedRun`: its order, waves, contexts, event log and resume), the real
 `brew` program and the method's real hooks, with three things in process instead of
 remote: the student (a function of the task and the system prompt the hooks built), the
 teacher and curator (functions of the messages), and the memory service (the method's
@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.ordered_stage import OrderedRun, Reply, _Memory
+from distillery.orchestrator.ordered_run import OrderedRun, _Memory
+from distillery.orchestrator.ordered_stage import Reply
 from distillery.orchestrator.stages import digest_of
 from distillery.testing.scripted_server import word_vector
 from distillery.workers.envs.base import Task

@@ -21,7 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, OrderedRun, Reply
+from distillery.orchestrator.ordered_run import OrderedRun
+from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, Reply
 from distillery.testing.scripted_server import word_vector
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.config import MemoryBounds
