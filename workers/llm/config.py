@@ -36,6 +36,14 @@ class ModelConfig(BaseModel):
 
     name: str = Field(description="Label used in runs, tables and file names.")
     params_b: float | None = Field(default=None, gt=0, description="Size in billions, for reports.")
+    known_weaknesses: str | None = Field(
+        default=None,
+        max_length=2000,
+        description=(
+            "What this model is known to get wrong, in words: a student-aware teacher "
+            "prompt names it (AgentBrew's brew; its brew.student_weaknesses overrides it)."
+        ),
+    )
     backend: Backend
     model: str = Field(default="", description="Model id sent in requests (and served by vLLM).")
     action_format: ActionFormat = "native"

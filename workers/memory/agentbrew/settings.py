@@ -79,9 +79,10 @@ class BrewSettings(BaseModel):
     # The paper's §2.4.2: the teacher's prompt names the student and its weaknesses and
     # follows the three-step synthesis. false: the plain prompt (the ablation).
     student_aware: bool = True
-    # The student's known weaknesses for that prompt. None: ours, the paper's own
-    # examples (§2.4.2: "limited multi-step arithmetic, brittle tool syntax") with the
-    # failures a small model commonly shows.
+    # The student's known weaknesses for that prompt. None: the student's model config's
+    # `known_weaknesses`; where that is unset too, ours: the paper's own examples
+    # (§2.4.2: "limited multi-step arithmetic, brittle tool syntax") with the failures a
+    # small model commonly shows.
     student_weaknesses: str | None = Field(default=None, max_length=2000)
     # What of the environment's verdict the teacher reads beside the trajectory (ours;
     # the paper: "the environment report", no format). type: the failure's category

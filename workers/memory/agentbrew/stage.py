@@ -48,7 +48,7 @@ class BrewStage(OrderedEpisodeStage):
         profile = StudentProfile(
             model=str(student.get("model", "")),
             params_b=student.get("params_b"),
-            weaknesses=settings.brew.student_weaknesses,
+            weaknesses=student.get("weaknesses"),
         )
         return BrewProgram(settings, profile, self.truths)
 
@@ -126,6 +126,17 @@ class BrewStage(OrderedEpisodeStage):
         }
         if cfg.memory.bounds.identity():
             identity["memory_bounds"] = cfg.memory.bounds.identity()
+        # Who the teacher writes for (student-aware prompts): the model's size and known
+        # weaknesses are not part of its own identity (they do not change its answers)
+        # but change the teacher's prompts here. The catalog's weaknesses override the
+        # model config's.
+        profile = {
+            "model": student.model or student.name,
+            "params_b": student.params_b,
+            "weaknesses": brew.student_weaknesses or student.known_weaknesses,
+        }
+        if brew.student_aware and (profile["params_b"] or profile["weaknesses"]):
+            identity["student_profile"] = {k: v for k, v in profile.items() if v}
         options = planner.memory_options
         played = f" ({options['split']} split)" if options else ""
         node = cls(
@@ -145,7 +156,7 @@ class BrewStage(OrderedEpisodeStage):
             order_seed=brew.order_seed,
             sweep_seed=0,  # every seed's evaluation reads the same brewed memory
             extra={
-                "student": {"model": student.model or student.name, "params_b": student.params_b},
+                "student": profile,
                 "options": dict(options if options is not None else cfg.benchmark.options),
             },
         )

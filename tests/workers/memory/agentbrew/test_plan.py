@@ -63,12 +63,34 @@ def test_who_brews_teaches_and_curates(tmp_path):
     by_method = {p.method_name: graph.stages[p.bank_stage] for p in graph.points.values()}
     strong = by_method["agentbrew_strong_student"]
     assert strong.model.name == "big" and strong.identity["agent"]["model"] == "org/big"
-    assert strong.extra["student"] == {"model": "org/big", "params_b": None}
+    assert strong.extra["student"] == {"model": "org/big", "params_b": None, "weaknesses": None}
     taught = by_method["agentbrew_self_taught"]
     assert taught.other_models["teacher"].name == "small"
     assert taught.other_models["curator"].name == "small"
     # The evaluated student is the point's student either way.
     assert {p.model.name for p in graph.points.values()} == {"small"}
+
+
+def test_the_students_size_and_weaknesses_reach_the_teacher_and_the_brews_identity(tmp_path):
+    def brew(*overrides):
+        (stage,) = _brews(_graph(tmp_path, "methods=[agentbrew]", *overrides)).values()
+        return stage
+
+    plain = brew()
+    assert plain.identity["student_profile"] == {"model": "org/small", "params_b": 4.0}
+    assert "of 4 billion parameters" in plain.program()._who()["student_size"]
+    from_model = brew("+student.known_weaknesses=drops units")
+    assert from_model.program()._who()["weaknesses"] == "drops units"
+    assert from_model.identity["student_profile"]["weaknesses"] == "drops units"
+    overridden = brew(
+        "+student.known_weaknesses=drops units",
+        "+method_catalog.agentbrew.retrieval.brew.student_weaknesses=skips steps",
+    )
+    assert overridden.program()._who()["weaknesses"] == "skips steps"
+    # Each profile is another brew (the teacher's prompts differ); the evaluated
+    # student's own episodes are not (its answers do not depend on them).
+    assert len({plain.key, from_model.key, overridden.key}) == 3
+    assert "known_weaknesses" not in from_model.identity["agent"]
 
 
 def test_a_teacher_that_writes_no_notes_or_an_unknown_model_is_refused(tmp_path):
