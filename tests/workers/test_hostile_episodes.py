@@ -14,7 +14,7 @@ import time
 import pytest
 
 from distillery.testing.scripted_server import run_stub_server
-from distillery.workers.agents.loop import MAX_HISTORY_CALLS, MAX_HISTORY_TEXT
+from distillery.workers.agents.reply_bounds import MAX_HISTORY_CALLS, MAX_HISTORY_TEXT
 from distillery.workers.episodes import AgentJob, EpisodeRunner
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.types import ChatResult, Usage
