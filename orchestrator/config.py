@@ -6,10 +6,11 @@ that names the key (e.g. ``student.base_url``).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -404,8 +405,6 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
             named, msg = msg.split(": ", 1)  # whole-config checks name their key first
             key = prefix + named
         if err["type"] == "extra_forbidden":
-            from distillery.orchestrator.hydra_flags import model_field_suggestion
-
             close = None if prefix else model_field_suggestion(tuple(err["loc"]))
             if close:
                 parent = ".".join(str(p) for p in err["loc"][:-1])
@@ -418,3 +417,28 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
     head = f"invalid config at {lines[0]}"
     rest = "".join(f"\n  also {line}" for line in lines[1:])
     return head + rest
+
+
+def model_field_suggestion(loc: tuple[Any, ...]) -> str | None:
+    """For a key the typed config refuses as unknown (at `loc`): the closest field the
+    config model has there, e.g. `limit` for benchmark.limt."""
+    model: Any = DistilleryConfig
+    for part in loc[:-1]:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        model = _model_of(fields[part].annotation)
+        if model is None or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    fields = getattr(model, "model_fields", {})
+    close = difflib.get_close_matches(str(loc[-1]), list(fields), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None

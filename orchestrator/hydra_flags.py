@@ -19,8 +19,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from distillery.orchestrator.config import DistilleryConfig
-
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 CFG_CHOICES = ("job", "hydra", "all")
 # Flags of a @hydra.main application that have no meaning here (distillery composes
@@ -298,34 +296,3 @@ def unknown_key_message(key: str, data: Any) -> str:
         listed = ", ".join(sorted(keys)[:20]) + (", ..." if len(keys) > 20 else "")
         return f"unknown key {key}; {where or 'the config'} has: {listed}"
     return f"unknown key {key}"
-
-
-def model_field_suggestion(loc: tuple[Any, ...]) -> str | None:
-    """For a key the typed config refuses as unknown (at `loc`): the closest field the
-    config model has there, e.g. `limit` for benchmark.limt."""
-    from pydantic import BaseModel
-
-    model: Any = DistilleryConfig
-    for part in loc[:-1]:
-        fields = getattr(model, "model_fields", None)
-        if not fields or part not in fields:
-            return None
-        model = _model_of(fields[part].annotation)
-        if model is None or not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-    fields = getattr(model, "model_fields", {})
-    close = difflib.get_close_matches(str(loc[-1]), list(fields), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-def _model_of(annotation: Any) -> Any:
-    from typing import get_args
-
-    from pydantic import BaseModel
-
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
