@@ -39,12 +39,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 import distillery.conf  # noqa: E402,F401  (registers the model schema with Hydra)
-from distillery.orchestrator.config import (  # noqa: E402
+from distillery.orchestrator.core.config import (  # noqa: E402
     ConfigError,
     DistilleryConfig,
     to_config,
 )
-from distillery.orchestrator.errors import UserError  # noqa: E402
+from distillery.orchestrator.core.errors import UserError  # noqa: E402
 from distillery.orchestrator.hydra_flags import (  # noqa: E402
     app_help,
     config_documents,

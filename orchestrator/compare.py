@@ -23,9 +23,9 @@ from typing import Any
 
 import pandas as pd
 
+from distillery.orchestrator.core.stats import McNemar, mcnemar
 from distillery.orchestrator.links import run_url
 from distillery.orchestrator.report import BASE_CELL_KEYS, ReportError, SweepData, load_sweep
-from distillery.orchestrator.stats import McNemar, mcnemar
 from distillery.orchestrator.sweep_tables import METHOD_COLUMNS_TAG
 from distillery.workers.storage import Location
 

@@ -61,7 +61,7 @@ class Key:
 
 def reference() -> str:
     """The whole reference page (Markdown)."""
-    from distillery.orchestrator.config import DistilleryConfig
+    from distillery.orchestrator.core.config import DistilleryConfig
     from distillery.workers.envs.registry import benchmark_class, known_benchmarks
     from distillery.workers.llm.config import ModelConfig
     from distillery.workers.memory.registry import known_methods, memory_method
@@ -100,7 +100,7 @@ def reference() -> str:
         "Each entry is one evaluated method (one MLflow child run); `methods=[...]` "
         "selects entries by name.",
     ]
-    from distillery.orchestrator.config import MethodConfig
+    from distillery.orchestrator.core.config import MethodConfig
 
     out += _table(_keys(MethodConfig, "method_catalog.NAME", {}, set()))
     out += [

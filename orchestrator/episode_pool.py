@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from distillery.orchestrator.config import ClusterConfig
+from distillery.orchestrator.core.config import ClusterConfig
 from distillery.orchestrator.dispatch import EpisodeWorkers
 from distillery.workers.episodes import AgentJob, PlayRequest
 from distillery.workers.trajectories import EpisodeSummary

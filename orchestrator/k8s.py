@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distillery.orchestrator.config import ConfigError, DistilleryConfig
+from distillery.orchestrator.core.config import ConfigError, DistilleryConfig
 from distillery.workers.llm.config import ModelConfig
 
 SWEEP_ID_KEY = "distillery.sweep_id"  # the RayJob's annotation (and the Jobs API metadata)

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from distillery.orchestrator.errors import UserError
+from distillery.orchestrator.core.errors import UserError
 from distillery.redaction import redact
 from distillery.workers.storage import Location
 

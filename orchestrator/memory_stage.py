@@ -36,7 +36,7 @@ from distillery.workers.trajectories import read_episode_file, record_from_row
 if TYPE_CHECKING:
     from ray.actor import ActorProxy
 
-    from distillery.orchestrator.config import DistilleryConfig
+    from distillery.orchestrator.core.config import DistilleryConfig
     from distillery.orchestrator.ledger import Ledger
     from distillery.orchestrator.server_pool import ServerPool
     from distillery.orchestrator.stages import MemoryRead, Stage

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from distillery.orchestrator.stats import percentile, wilson_interval
+from distillery.orchestrator.core.stats import percentile, wilson_interval
 from distillery.workers.trajectories import INFRA_TERMINATIONS
 
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from distillery.orchestrator.config import ConfigError, DistilleryConfig, MethodConfig
+from distillery.orchestrator.core.config import ConfigError, DistilleryConfig, MethodConfig
+from distillery.orchestrator.core.protocols import TaskSplit, ids_sha, split_apart, split_tasks
 from distillery.orchestrator.descriptors import SweepNames, name_sweep
 from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.protocols import TaskSplit, ids_sha, split_apart, split_tasks
 from distillery.orchestrator.stage_kinds import stage_type
 from distillery.orchestrator.stages import (
     BankSource,

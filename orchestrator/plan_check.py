@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO, cast
 
-from distillery.orchestrator.config import DistilleryConfig
+from distillery.orchestrator.core.config import DistilleryConfig
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.plan_totals import format_totals, plan_totals

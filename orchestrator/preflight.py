@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from distillery.orchestrator.config import DistilleryConfig
-from distillery.orchestrator.errors import UserError
+from distillery.orchestrator.core.config import DistilleryConfig
+from distillery.orchestrator.core.errors import UserError
 from distillery.orchestrator.plan import StageGraph, server_key
 from distillery.redaction import redact, url_secrets
 from distillery.workers.envs.registry import action_format_deviation, benchmark_options

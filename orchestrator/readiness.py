@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distillery.orchestrator.config import DistilleryConfig
-from distillery.orchestrator.errors import UserError
+from distillery.orchestrator.core.config import DistilleryConfig
+from distillery.orchestrator.core.errors import UserError
 from distillery.orchestrator.plan import StageGraph
 from distillery.orchestrator.preflight import (
     PreflightError,

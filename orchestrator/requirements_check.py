@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from distillery.orchestrator.config import DistilleryConfig
+from distillery.orchestrator.core.config import DistilleryConfig
 from distillery.redaction import redact
 from distillery.workers.envs.base import BenchmarkUnavailable
 from distillery.workers.envs.registry import BENCHMARKS, benchmark_class

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from distillery.orchestrator.config import MethodConfig
+from distillery.orchestrator.core.config import MethodConfig
+from distillery.orchestrator.core.protocols import TaskSplit
 from distillery.orchestrator.dispatch import INFRA_COUNTS
 from distillery.orchestrator.plan import EvalPoint
-from distillery.orchestrator.protocols import TaskSplit
 from distillery.orchestrator.server_pool import gpus_of
 from distillery.orchestrator.stages import StageKey, effective_seed
 from distillery.orchestrator.sweep_tables import (

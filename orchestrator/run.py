@@ -16,7 +16,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from distillery.orchestrator.config import ClusterConfig, DistilleryConfig
+from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
+from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.heartbeat import Heartbeat
 from distillery.orchestrator.ledger import Ledger, read_sweep_record
 from distillery.orchestrator.live_runs import LiveRuns
@@ -39,7 +40,6 @@ from distillery.orchestrator.results import (
     write_sweep_tables,
 )
 from distillery.orchestrator.stage_runs import log_stage_runs, stage_reports, write_stage_figures
-from distillery.orchestrator.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.sweep import Sweep
 from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
 from distillery.redaction import install as install_redaction

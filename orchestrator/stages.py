@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from distillery.orchestrator.config import DistilleryConfig
+    from distillery.orchestrator.core.config import DistilleryConfig
     from distillery.orchestrator.ledger import Ledger
     from distillery.orchestrator.sweep import Sweep
     from distillery.workers.memory.retrieval import Isolation

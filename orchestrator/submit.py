@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from distillery.orchestrator import k8s as kuberay
-from distillery.orchestrator.config import ConfigError, DistilleryConfig
-from distillery.orchestrator.errors import UserError
+from distillery.orchestrator.core.config import ConfigError, DistilleryConfig
+from distillery.orchestrator.core.errors import UserError
 from distillery.orchestrator.k8s import OUTPUT_DIR_KEY, SWEEP_ID_KEY, SWEEP_LABEL, checkout_root
 from distillery.workers.envs.base import BenchmarkUnavailable
 

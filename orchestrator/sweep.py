@@ -15,7 +15,7 @@ from collections import Counter
 
 from tqdm import tqdm
 
-from distillery.orchestrator.config import DistilleryConfig
+from distillery.orchestrator.core.config import DistilleryConfig
 from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.dispatch import run_agent
 from distillery.orchestrator.ledger import Ledger

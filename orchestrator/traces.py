@@ -26,7 +26,7 @@ from mlflow.entities import (  # noqa: E402
 from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey  # noqa: E402
 from mlflow.tracing.trace_manager import InMemoryTraceManager  # noqa: E402
 
-from distillery.orchestrator.stats import NO_SCORED_EPISODES  # noqa: E402
+from distillery.orchestrator.core.stats import NO_SCORED_EPISODES  # noqa: E402
 
 if TYPE_CHECKING:
     from distillery.workers.trajectories import EpisodeRecord

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
+from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.results import SweepResult
 from distillery.orchestrator.run import run_sweep
 from distillery.testing.scripted_server import run_stub_server

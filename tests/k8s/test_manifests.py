@@ -495,7 +495,7 @@ def test_each_replica_size_is_placed_on_its_own_gpu_group():
         _derive_autoscaling_config_from_ray_cr,
     )
 
-    from distillery.orchestrator.config import ClusterConfig
+    from distillery.orchestrator.core.config import ClusterConfig
     from distillery.orchestrator.k8s import gpu_groups
     from distillery.workers.llm.pool import placement_bundles
     from tests.k8s.kuberay_rules import ray_start_flag

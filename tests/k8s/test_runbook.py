@@ -16,7 +16,7 @@ import yaml
 
 from distillery.orchestrator import k8s
 from distillery.orchestrator.cli import run_cli
-from distillery.orchestrator.config import ConfigError
+from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.preflight import PreflightError, check_required_env
 from distillery.orchestrator.submit import PreparedSweep
 from distillery.orchestrator.submit import main as submit_main

@@ -2,7 +2,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from distillery.orchestrator.cli import rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
+from distillery.orchestrator.core.config import ConfigError, to_config
 
 
 def _compose(*overrides: str):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
+from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.stages import StageKey
 from distillery.testing.scripted_server import run_stub_server, stub_stats

@@ -22,7 +22,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
+from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.results import SweepResult
 from distillery.orchestrator.run import run_sweep
 from distillery.workers.trajectories import read_episodes

@@ -152,7 +152,7 @@ def test_table5_samples_and_shares_the_teacher_and_the_bank(graphs):
 
 def test_the_quickstart_keeps_the_offline_embedder():
     from distillery.orchestrator.cli import compose
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.config import to_config
 
     cfg = to_config(compose(rewrite_role_overrides([])))
     assert cfg.experiment.name == "quickstart"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.errors import UserError
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.core.errors import UserError
 from distillery.orchestrator.plan import plan_sweep
 from distillery.orchestrator.preflight import PreflightError, check_output_dir, check_run
 from distillery.orchestrator.run import run_sweep

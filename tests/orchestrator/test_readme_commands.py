@@ -234,8 +234,8 @@ def test_the_manual_builds_strictly(tmp_path):
 
 def test_the_configuration_reference_covers_every_key():
     """Every key of the typed config, with a type, a default and where it comes from."""
-    from distillery.orchestrator.config import DistilleryConfig
     from distillery.orchestrator.config_reference import reference
+    from distillery.orchestrator.core.config import DistilleryConfig
     from distillery.workers.llm.config import ModelConfig
 
     page = reference()
@@ -401,7 +401,7 @@ def _sweep_of(argv: list[str]) -> list:
 
 
 def _keys_valid(argv: list[str]) -> None:
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.config import to_config
 
     for _, composed in _sweep_of(argv):
         to_config(composed)  # raises ConfigError naming the key
@@ -410,7 +410,7 @@ def _keys_valid(argv: list[str]) -> None:
 def _needs_data_not_here(argv: list[str]) -> bool:
     """Whether the line's benchmark cannot list its tasks on this machine (its data is
     the user's to fetch); anything else it refuses is the line's own error."""
-    from distillery.orchestrator.config import ConfigError, to_config
+    from distillery.orchestrator.core.config import ConfigError, to_config
     from distillery.orchestrator.plan import resolve_tasks
     from distillery.workers.envs.base import BenchmarkUnavailable
 

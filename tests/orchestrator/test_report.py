@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from distillery.orchestrator import sweep_tables
+from distillery.orchestrator.core.stats import mcnemar, wilson_interval
 from distillery.orchestrator.costs import (
     PriceTable,
     cost_breakdown,
@@ -20,7 +21,6 @@ from distillery.orchestrator.costs import (
     unpriced_models,
 )
 from distillery.orchestrator.report import build_report, cell_label, main
-from distillery.orchestrator.stats import mcnemar, wilson_interval
 from distillery.workers.storage import Location
 
 T, F, N = True, False, None

@@ -15,7 +15,7 @@ import pytest
 
 from distillery.orchestrator import stage_kinds, stages, sweep
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import to_config
+from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.stages import (

@@ -6,7 +6,7 @@ import pytest
 
 from distillery.orchestrator import stages
 from distillery.orchestrator.cli import compose, expand_grid, rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import ConfigError, to_config
+from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.workers.episodes import EpisodeSummary

@@ -3,8 +3,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from distillery.orchestrator.core.stats import percentile, wilson_interval
 from distillery.orchestrator.metrics import agent_metrics
-from distillery.orchestrator.stats import percentile, wilson_interval
 from distillery.orchestrator.tracking import safe_params
 
 

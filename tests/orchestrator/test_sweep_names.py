@@ -8,7 +8,7 @@ import pytest
 
 from distillery.orchestrator.cli import rewrite_role_overrides, run_cli, validate_sweep
 from distillery.orchestrator.cli import sweep_points as _sweep_points
-from distillery.orchestrator.config import ConfigError
+from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.plan import plan_sweep
 from tests.orchestrator.test_stages import config
@@ -206,7 +206,7 @@ def test_cfg_and_plan_refuse_a_bad_task_id_with_the_same_message(capsys):
 
 
 def test_summary_names_each_point_once_with_its_descriptor(capsys):
-    from distillery.orchestrator.protocols import TaskSplit
+    from distillery.orchestrator.core.protocols import TaskSplit
     from distillery.orchestrator.results import MethodResult, RunResult, SweepResult
     from distillery.orchestrator.run import print_summary
 

@@ -15,7 +15,7 @@ from distillery.orchestrator.cli import (
     rewrite_role_overrides,
     run_cli,
 )
-from distillery.orchestrator.config import ConfigError, to_config
+from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.plan import plan_sweep
 from tests.plugins import ENTRY_POINTS, install_toy_plugin
 

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from distillery.orchestrator import sweep_tables
+from distillery.orchestrator.core.stats import mcnemar
 from distillery.orchestrator.report import build_report, main
-from distillery.orchestrator.stats import mcnemar
 from distillery.workers.storage import Location
 
 T, F = True, False

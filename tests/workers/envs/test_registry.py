@@ -15,7 +15,7 @@ import pytest
 
 from distillery.orchestrator import stages
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
+from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.plan import plan_sweep
 from distillery.workers.envs import registry
 from distillery.workers.envs.base import BenchmarkUnavailable

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
+from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.plan import plan_sweep
 from distillery.workers.memory import registry
 from distillery.workers.memory.method import MemoryMethod

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distillery.orchestrator.protocols import ProtocolConfig, split_tasks
+from distillery.orchestrator.core.protocols import ProtocolConfig, split_tasks
 from distillery.workers.envs import registry
 from distillery.workers.envs.appworld.adapter import (
     MAX_CODE_CHARS,
@@ -339,7 +339,7 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
 
 def test_a_run_says_before_it_starts_what_it_plays_off_the_authors_harness(tmp_path):
     from distillery.orchestrator.cli import compose, rewrite_role_overrides
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.config import to_config
     from distillery.orchestrator.preflight import run_notices
 
     root = _data(tmp_path / "aw")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.config import ConfigError
+from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.plan import plan_sweep
 from distillery.workers.memory.agentbrew import prompts
 from tests.support import REPO_ROOT

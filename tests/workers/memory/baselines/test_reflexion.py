@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from distillery.orchestrator.config import ConfigError
+from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.ordered_stage import Reply
 from distillery.orchestrator.plan import plan_sweep
 from distillery.workers.llm.config import ModelConfig

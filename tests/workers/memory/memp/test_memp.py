@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import to_config
+from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.plan import plan_sweep
 from distillery.workers.llm.types import ChatResult, RequestRejected, Usage
 from distillery.workers.memory.memp import prompts

@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import to_config
+from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.plan import plan_sweep
 from distillery.orchestrator.stages import agent_prompt_fingerprint
 from distillery.workers.memory.entries import MemorySource

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from distillery.orchestrator.protocols import ProtocolConfig
+from distillery.orchestrator.core.protocols import ProtocolConfig
 from distillery.workers.envs.registry import (
     BenchmarkLoadError,
     benchmark_deviations,
