@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from distillery.orchestrator.stages import RUNTIME_MODEL_FIELDS, StageKey
+from distillery.orchestrator.stages.stage import RUNTIME_MODEL_FIELDS, StageKey
 from distillery.workers.memory.registry import memory_method
 
 if TYPE_CHECKING:

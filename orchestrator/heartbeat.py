@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, TextIO
 
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.stages.stage import StageKey
 from distillery.workers.trajectories import EpisodeSummary
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from distillery.orchestrator.stages import Stage, StageKey
+from distillery.orchestrator.stages.stage import Stage, StageKey
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.storage import Location, sha256
 from distillery.workers.trajectories import (

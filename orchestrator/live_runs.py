@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from mlflow.entities import RunStatus
 
 from distillery.orchestrator.results import MethodResult, log_point, point_run
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.stages.stage import StageKey
 from distillery.workers.trajectories import EpisodeSummary
 
 if TYPE_CHECKING:

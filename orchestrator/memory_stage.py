@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from distillery.orchestrator.dispatch import ray_get
 from distillery.orchestrator.ledger import BankOutput
-from distillery.orchestrator.stages import (
+from distillery.orchestrator.stages.stage import (
     BankSource,
     BankStage,
     BuildStage,
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from distillery.orchestrator.core.config import DistilleryConfig
     from distillery.orchestrator.ledger import Ledger
     from distillery.orchestrator.server_pool import ServerPool
-    from distillery.orchestrator.stages import MemoryRead, Stage
+    from distillery.orchestrator.stages.stage import MemoryRead, Stage
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.retrieval import Isolation
 

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.stages.stage import StageKey
 from distillery.workers.trajectories import EpisodeSummary
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,7 @@ from distillery.orchestrator.ordered_stage import (
     Reply,
     StageStopped,
 )
-from distillery.orchestrator.stages import (
-    digest_of,
-    effective_seed,
-)
+from distillery.orchestrator.stages.stage import digest_of, effective_seed
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.bounds import bound_entry, delimiter_pattern, memory_delimiters

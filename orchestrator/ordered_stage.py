@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pydantic import BaseModel
 
 from distillery.orchestrator.journal import Journal
-from distillery.orchestrator.stages import (
+from distillery.orchestrator.stages.stage import (
     CostRow,
     EpisodeStage,
     StageKey,

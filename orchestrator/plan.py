@@ -21,8 +21,8 @@ from distillery.orchestrator.core.config import ConfigError, DistilleryConfig, M
 from distillery.orchestrator.core.protocols import TaskSplit, ids_sha, split_apart, split_tasks
 from distillery.orchestrator.descriptors import SweepNames, name_sweep
 from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.stage_kinds import stage_type
-from distillery.orchestrator.stages import (
+from distillery.orchestrator.stages.kinds import stage_type
+from distillery.orchestrator.stages.stage import (
     BankSource,
     BuildStage,
     CollectStage,

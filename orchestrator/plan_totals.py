@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.plan import PlannedStatus, StageGraph, server_key
-from distillery.orchestrator.stages import Stage
+from distillery.orchestrator.stages.stage import Stage
 from distillery.workers.envs.base import Task
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.trajectories import EpisodeSummary

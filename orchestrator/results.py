@@ -22,7 +22,7 @@ from distillery.orchestrator.core.protocols import TaskSplit
 from distillery.orchestrator.dispatch import INFRA_COUNTS
 from distillery.orchestrator.plan import EvalPoint
 from distillery.orchestrator.server_pool import gpus_of
-from distillery.orchestrator.stages import StageKey, effective_seed
+from distillery.orchestrator.stages.stage import StageKey, effective_seed
 from distillery.orchestrator.sweep_tables import (
     EPISODES,
     METHOD_COLUMNS_TAG,

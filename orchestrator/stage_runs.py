@@ -24,7 +24,7 @@ from distillery.orchestrator.sweep_tables import STAGE_FIGURES, write_sweep_tabl
 from distillery.redaction import redact_obj
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.stages import StageKey, StageReport
+    from distillery.orchestrator.stages.stage import StageKey, StageReport
     from distillery.orchestrator.sweep import Sweep
     from distillery.orchestrator.tracking import Tracker
     from distillery.workers.trajectories import EpisodeRecord

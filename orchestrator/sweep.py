@@ -24,7 +24,7 @@ from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.observers import StageObserver, notify
 from distillery.orchestrator.plan import EvalPoint, StageGraph, server_key, stage_line
 from distillery.orchestrator.server_pool import ServerPool
-from distillery.orchestrator.stages import (
+from distillery.orchestrator.stages.stage import (
     EpisodeStage,
     MemoryRead,
     Stage,

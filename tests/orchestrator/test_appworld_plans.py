@@ -26,7 +26,7 @@ from distillery.orchestrator.cli import (
     validate_sweep,
 )
 from distillery.orchestrator.plan import StageGraph, plan_sweep
-from distillery.orchestrator.stages import BuildStage, EvaluateStage
+from distillery.orchestrator.stages.stage import BuildStage, EvaluateStage
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.registry import memory_method
 from tests.workers.envs.appworld.conftest import appworld_data, appworld_ready  # noqa: F401

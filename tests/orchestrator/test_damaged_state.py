@@ -13,7 +13,7 @@ import pytest
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.stages.stage import StageKey
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.trajectories import EpisodeRecord, write_episode
@@ -89,7 +89,7 @@ def test_the_stage_cost_row_counts_only_the_tasks_the_sweep_needs(tmp_path, capl
     from types import SimpleNamespace
 
     from distillery.orchestrator.results import stage_rows
-    from distillery.orchestrator.stages import EvaluateStage
+    from distillery.orchestrator.stages.stage import EvaluateStage
     from distillery.workers.llm.config import ModelConfig
 
     ledger = Ledger(tmp_path)

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from distillery.orchestrator.ledger import BankOutput, Ledger, RunRecord
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.stages.stage import StageKey
 
 KEY = StageKey("build", "ab" * 32)
 

@@ -14,7 +14,7 @@ from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, va
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.core.protocols import ids_sha
 from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.stages import BuildStage, CollectStage, EvaluateStage
+from distillery.orchestrator.stages.stage import BuildStage, CollectStage, EvaluateStage
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.retrieval import Isolation

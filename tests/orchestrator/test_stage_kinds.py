@@ -13,12 +13,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from distillery.orchestrator import stage_kinds, stages, sweep
+from distillery.orchestrator import sweep
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
-from distillery.orchestrator.stages import (
+from distillery.orchestrator.stages import kinds as stage_kinds
+from distillery.orchestrator.stages import stage as stages
+from distillery.orchestrator.stages.stage import (
     BuildStage,
     CollectStage,
     CostRow,

@@ -27,8 +27,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator import stage_kinds
 from distillery.orchestrator.cli import route, run_cli
+from distillery.orchestrator.stages import kinds as stage_kinds
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.memory import registry
 from distillery.workers.trajectories import read_episode_file

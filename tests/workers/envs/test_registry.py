@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
-from distillery.orchestrator import stages
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.stages import stage as stages
 from distillery.workers.envs import registry
 from distillery.workers.envs.base import BenchmarkUnavailable
 from distillery.workers.envs.conventions import DEFAULT_CONVENTIONS, conventions_of

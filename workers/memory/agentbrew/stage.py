@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.core.protocols import ids_sha
 from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, stage_events
-from distillery.orchestrator.stages import StageFigure, StageReport
+from distillery.orchestrator.stages.stage import StageFigure, StageReport
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.agentbrew.program import BrewProgram, StudentProfile
 from distillery.workers.memory.agentbrew.settings import AgentBrewSettings

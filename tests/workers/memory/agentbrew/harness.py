@@ -26,7 +26,7 @@ import numpy as np
 from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.ordered_run import OrderedRun, _Memory
 from distillery.orchestrator.ordered_stage import Reply
-from distillery.orchestrator.stages import digest_of
+from distillery.orchestrator.stages.stage import digest_of
 from distillery.testing.scripted_server import word_vector
 from distillery.workers.envs.base import Task
 from distillery.workers.llm.config import ModelConfig

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from distillery.orchestrator.stages import Stage
+from distillery.orchestrator.stages.stage import Stage
 from distillery.workers.plugins import PluginLoadError, PluginRegistry, Registration
 
 ENTRY_POINT_GROUP = "distillery.stage_kinds"
@@ -30,10 +30,10 @@ STAGE_KINDS: dict[str, str] = {
     "reflexion": "distillery.workers.memory.reflexion.stage:ReflexionStage",
     "expel": "distillery.workers.memory.expel.stage:ExpelStage",
     "ace": "distillery.workers.memory.ace.stage:AceStage",
-    "collect": "distillery.orchestrator.stages:CollectStage",
-    "evaluate": "distillery.orchestrator.stages:EvaluateStage",
-    "build": "distillery.orchestrator.stages:BuildStage",
-    "render": "distillery.orchestrator.stages:RenderStage",
+    "collect": "distillery.orchestrator.stages.stage:CollectStage",
+    "evaluate": "distillery.orchestrator.stages.stage:EvaluateStage",
+    "build": "distillery.orchestrator.stages.stage:BuildStage",
+    "render": "distillery.orchestrator.stages.stage:RenderStage",
     "brew": "distillery.workers.memory.agentbrew.stage:BrewStage",  # AgentBrew's
     "combine": "distillery.workers.memory.agentbrew.combined:CombineStage",  # its + AMD's
 }
