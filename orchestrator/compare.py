@@ -26,7 +26,7 @@ import pandas as pd
 from distillery.orchestrator.core.stats import McNemar, mcnemar
 from distillery.orchestrator.links import run_url
 from distillery.orchestrator.report import BASE_CELL_KEYS, ReportError, SweepData, load_sweep
-from distillery.orchestrator.sweep_tables import METHOD_COLUMNS_TAG
+from distillery.orchestrator.state.sweep_tables import METHOD_COLUMNS_TAG
 from distillery.workers.storage import Location
 
 _MIN_PREFIX = 6

@@ -214,7 +214,7 @@ def _root_of(args: argparse.Namespace) -> str | None:
 def format_bank_list(entries: dict[str, str], prefixes: dict[str, str], root: str | None) -> str:
     """One line per bank: its id, method, whose trajectories, benchmark, the stage it was
     built from, and its entry counts per collection."""
-    from distillery.orchestrator.bank_origins import bank_origins
+    from distillery.orchestrator.state.bank_origins import bank_origins
 
     origins = {k[:16]: v for k, v in bank_origins(root).items()} if root else {}
     methods = _methods_by_prefix()

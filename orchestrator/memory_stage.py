@@ -13,7 +13,6 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from distillery.orchestrator.dispatch import ray_get
-from distillery.orchestrator.ledger import BankOutput
 from distillery.orchestrator.stages.stage import (
     BankSource,
     BankStage,
@@ -22,6 +21,7 @@ from distillery.orchestrator.stages.stage import (
     StageKey,
     digest_of,
 )
+from distillery.orchestrator.state.ledger import BankOutput
 from distillery.workers.memory.bounds import bound_bank, memory_delimiters
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import (
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from ray.actor import ActorProxy
 
     from distillery.orchestrator.core.config import DistilleryConfig
-    from distillery.orchestrator.ledger import Ledger
     from distillery.orchestrator.server_pool import ServerPool
     from distillery.orchestrator.stages.stage import MemoryRead, Stage
+    from distillery.orchestrator.state.ledger import Ledger
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.retrieval import Isolation
 

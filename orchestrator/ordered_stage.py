@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from distillery.orchestrator.journal import Journal
 from distillery.orchestrator.stages.stage import (
     CostRow,
     EpisodeStage,
@@ -48,6 +47,7 @@ from distillery.orchestrator.stages.stage import (
     StageStatus,
     digest_of,
 )
+from distillery.orchestrator.state.journal import Journal
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.retrieval import Isolation
@@ -57,7 +57,7 @@ from distillery.workers.trajectories import (
 )
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.ledger import Ledger
+    from distillery.orchestrator.state.ledger import Ledger
     from distillery.orchestrator.sweep import Sweep
 
 

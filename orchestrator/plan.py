@@ -20,7 +20,6 @@ from pydantic import BaseModel
 from distillery.orchestrator.core.config import ConfigError, DistilleryConfig, MethodConfig
 from distillery.orchestrator.core.protocols import TaskSplit, ids_sha, split_apart, split_tasks
 from distillery.orchestrator.descriptors import SweepNames, name_sweep
-from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.stages.kinds import stage_type
 from distillery.orchestrator.stages.stage import (
     BankSource,
@@ -35,6 +34,7 @@ from distillery.orchestrator.stages.stage import (
     digest_of,
     model_identity,
 )
+from distillery.orchestrator.state.ledger import Ledger
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.registry import (
     benchmark_class,

@@ -10,7 +10,6 @@ import sys
 from typing import TextIO, cast
 
 from distillery.orchestrator.core.config import DistilleryConfig
-from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.plan_totals import format_totals, plan_totals
 from distillery.orchestrator.preflight import (
@@ -19,6 +18,7 @@ from distillery.orchestrator.preflight import (
     check_output_dir_value,
 )
 from distillery.orchestrator.readiness import Problem, world_problems
+from distillery.orchestrator.state.ledger import Ledger
 
 
 def plan_command(

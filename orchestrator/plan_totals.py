@@ -23,9 +23,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.plan import PlannedStatus, StageGraph, server_key
 from distillery.orchestrator.stages.stage import Stage
+from distillery.orchestrator.state.ledger import Ledger
 from distillery.workers.envs.base import Task
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.trajectories import EpisodeSummary

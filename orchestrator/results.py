@@ -23,7 +23,7 @@ from distillery.orchestrator.dispatch import INFRA_COUNTS
 from distillery.orchestrator.plan import EvalPoint
 from distillery.orchestrator.server_pool import gpus_of
 from distillery.orchestrator.stages.stage import StageKey, effective_seed
-from distillery.orchestrator.sweep_tables import (
+from distillery.orchestrator.state.sweep_tables import (
     EPISODES,
     METHOD_COLUMNS_TAG,
     POINTS,

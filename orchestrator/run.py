@@ -19,9 +19,7 @@ from contextlib import contextmanager
 from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
 from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.heartbeat import Heartbeat
-from distillery.orchestrator.ledger import Ledger, read_sweep_record
 from distillery.orchestrator.live_runs import LiveRuns
-from distillery.orchestrator.locks import run_locks
 from distillery.orchestrator.observers import notify
 from distillery.orchestrator.plan import StageGraph, format_plan, plan_sweep, stage_status
 from distillery.orchestrator.preflight import check_run
@@ -40,6 +38,8 @@ from distillery.orchestrator.results import (
     write_sweep_tables,
 )
 from distillery.orchestrator.stage_runs import log_stage_runs, stage_reports, write_stage_figures
+from distillery.orchestrator.state.ledger import Ledger, read_sweep_record
+from distillery.orchestrator.state.locks import run_locks
 from distillery.orchestrator.sweep import Sweep
 from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
 from distillery.redaction import install as install_redaction

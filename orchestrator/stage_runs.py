@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from distillery.orchestrator.sweep_tables import STAGE_FIGURES, write_sweep_table
+from distillery.orchestrator.state.sweep_tables import STAGE_FIGURES, write_sweep_table
 from distillery.redaction import redact_obj
 
 if TYPE_CHECKING:

@@ -18,7 +18,6 @@ from tqdm import tqdm
 from distillery.orchestrator.core.config import DistilleryConfig
 from distillery.orchestrator.descriptors import name_sweep
 from distillery.orchestrator.dispatch import run_agent
-from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.memory_stage import MemoryStage
 from distillery.orchestrator.metrics import agent_metrics
 from distillery.orchestrator.observers import StageObserver, notify
@@ -32,6 +31,7 @@ from distillery.orchestrator.stages.stage import (
     digest_of,
     effective_seed,
 )
+from distillery.orchestrator.state.ledger import Ledger
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.registry import summed_benchmark_counters
 from distillery.workers.episodes import AgentJob, EpisodeSummary

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from distillery.orchestrator.costs import PriceTable
-from distillery.orchestrator.sweep_tables import (
+from distillery.orchestrator.state.sweep_tables import (
     METHOD_COLUMNS,
     POINTS,
     TABLES,

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from distillery.orchestrator.core.config import DistilleryConfig
-    from distillery.orchestrator.ledger import Ledger
+    from distillery.orchestrator.state.ledger import Ledger
     from distillery.orchestrator.sweep import Sweep
     from distillery.workers.memory.retrieval import Isolation
 

@@ -119,7 +119,7 @@ def test_a_run_read_from_mlflow_lists_its_methods_columns(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from distillery.orchestrator.compare import side_from_mlflow
-    from distillery.orchestrator.sweep_tables import METHOD_COLUMNS_TAG
+    from distillery.orchestrator.state.sweep_tables import METHOD_COLUMNS_TAG
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

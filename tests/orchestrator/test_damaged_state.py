@@ -12,8 +12,8 @@ import pytest
 
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
-from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.stages.stage import StageKey
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.trajectories import EpisodeRecord, write_episode

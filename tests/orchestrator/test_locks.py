@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.locks import LOCK_NAME, FileLock, LockHeld, run_locks
+from distillery.orchestrator.state.locks import LOCK_NAME, FileLock, LockHeld, run_locks
 from tests.support import REPO_ROOT
 
 _HOLD = """
 import sys, time
-from distillery.orchestrator.locks import run_locks
+from distillery.orchestrator.state.locks import run_locks
 with run_locks(sys.argv[1], None, None, sys.argv[2]):
     print("locked", flush=True)
     time.sleep(120)

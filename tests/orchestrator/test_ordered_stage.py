@@ -17,9 +17,9 @@ import pytest
 from pydantic import BaseModel
 
 from distillery.orchestrator import ordered_stage
-from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.ordered_run import OrderedRun
 from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, stage_events
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.envs.base import Task
 from distillery.workers.memory import registry
 from distillery.workers.memory.config import MemoryBounds

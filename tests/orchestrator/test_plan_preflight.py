@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from distillery.orchestrator.cli import run_cli
-from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.plan import plan_sweep, stage_status
 from distillery.orchestrator.plan_totals import plan_totals
+from distillery.orchestrator.state.ledger import Ledger
 from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.llm.servers import free_port
 from distillery.workers.trajectories import EpisodeSummary

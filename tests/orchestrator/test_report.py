@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distillery.orchestrator import sweep_tables
 from distillery.orchestrator.core.stats import mcnemar, wilson_interval
 from distillery.orchestrator.costs import (
     PriceTable,
@@ -21,6 +20,7 @@ from distillery.orchestrator.costs import (
     unpriced_models,
 )
 from distillery.orchestrator.report import build_report, cell_label, main
+from distillery.orchestrator.state import sweep_tables
 from distillery.workers.storage import Location
 
 T, F, N = True, False, None

@@ -16,7 +16,6 @@ import pytest
 from distillery.orchestrator import sweep
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
-from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.stages import kinds as stage_kinds
 from distillery.orchestrator.stages import stage as stages
@@ -29,6 +28,7 @@ from distillery.orchestrator.stages.stage import (
     RenderStage,
     StageStatus,
 )
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.memory import registry
 from distillery.workers.memory.method import BaseMemoryMethod
 from distillery.workers.plugins import PluginLoadError

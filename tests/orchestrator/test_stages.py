@@ -6,9 +6,9 @@ import pytest
 
 from distillery.orchestrator.cli import compose, expand_grid, rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import ConfigError, to_config
-from distillery.orchestrator.ledger import BankOutput, Ledger
 from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.stages import stage as stages
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.trajectories import write_episode
 from tests.workers.test_trajectories import _record

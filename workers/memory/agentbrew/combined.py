@@ -34,8 +34,8 @@ from distillery.workers.memory.entries import CollectionSpec
 from distillery.workers.memory.method import BaseMemoryMethod
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.ledger import Ledger
     from distillery.orchestrator.stages.stage import StageKey
+    from distillery.orchestrator.state.ledger import Ledger
     from distillery.orchestrator.sweep import Sweep
 
 

@@ -27,7 +27,7 @@ from distillery.workers.memory.agentbrew.settings import AgentBrewSettings
 from distillery.workers.memory.agentbrew.statistics import brew_figures, final_notes
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.ledger import Ledger
+    from distillery.orchestrator.state.ledger import Ledger
 
 TITLE = "Table 3: brew statistics (AgentBrew paper, training phase)"
 # Protocols under which a task would read notes certified on itself: its own plays'

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from distillery.orchestrator.ledger import read_json_record
+from distillery.orchestrator.state.ledger import read_json_record
 from distillery.workers.storage import Location
 
 BANK_STAGE_KINDS = ("build", "render")

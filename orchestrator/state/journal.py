@@ -20,7 +20,7 @@ import logging
 import re
 from typing import Any
 
-from distillery.orchestrator.ledger import read_json_record
+from distillery.orchestrator.state.ledger import read_json_record
 from distillery.workers.storage import Location
 
 log = logging.getLogger(__name__)
