@@ -52,7 +52,7 @@ from distillery.orchestrator.hydra_flags import (  # noqa: E402
     parse_flags,
     typo_hint,
 )
-from distillery.orchestrator.requirements_check import RequirementsError  # noqa: E402
+from distillery.orchestrator.planning.requirements_check import RequirementsError  # noqa: E402
 from distillery.workers.envs.base import BenchmarkUnavailable  # noqa: E402
 
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
@@ -274,7 +274,7 @@ def run_cli(argv: list[str]) -> int:
     except (RequirementsError, BenchmarkUnavailable) as exc:
         if not args.plan:
             return _refuse(exc)
-        from distillery.orchestrator.plan_check import plan_command
+        from distillery.orchestrator.planning.plan_check import plan_command
 
         return plan_command(validated_configs(points), unplanned=exc)
     except (ValueError, UserError) as exc:  # ConfigError, a bad split...
@@ -288,16 +288,16 @@ def run_cli(argv: list[str]) -> int:
         return 0
 
     from distillery import redaction
-    from distillery.orchestrator.requirements_check import check_requirements
+    from distillery.orchestrator.planning.requirements_check import check_requirements
     from distillery.orchestrator.run import print_summary, run_sweep, unscored_points
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
-    from distillery.orchestrator.preflight import run_notices
+    from distillery.orchestrator.planning.preflight import run_notices
 
     for notice in run_notices(configs):  # said before anything runs (and with --plan)
         print(f"distillery: note: {notice}", file=sys.stderr)
     if args.plan:
-        from distillery.orchestrator.plan_check import plan_command
+        from distillery.orchestrator.planning.plan_check import plan_command
 
         return plan_command(configs)
     try:  # the services a run talks to answer, before Ray starts
@@ -344,9 +344,9 @@ def validate_sweep(
     pass through here, so they accept and refuse the same configs with the same message.
     What needs I/O (folders writable, a bucket, key variables set, servers answering) is
     checked before a run only: `run_cli`'s service check and `preflight.check_run`."""
-    from distillery.orchestrator.plan import plan_sweep
-    from distillery.orchestrator.preflight import check_config
-    from distillery.orchestrator.requirements_check import check_requirements
+    from distillery.orchestrator.planning.plan import plan_sweep
+    from distillery.orchestrator.planning.preflight import check_config
+    from distillery.orchestrator.planning.requirements_check import check_requirements
 
     configs = validated_configs(points)
     # What is installed first (planning loads the benchmark's tasks); `models`: the
@@ -394,7 +394,7 @@ def _refuse_hydra(exc: BaseException, overrides: list[str]) -> int:
 
 
 def _refuse(exc: BaseException) -> int:
-    from distillery.orchestrator.requirements_check import RequirementsError
+    from distillery.orchestrator.planning.requirements_check import RequirementsError
 
     if isinstance(exc, RequirementsError):  # one line per missing piece
         for missing in exc.missing:

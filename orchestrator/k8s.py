@@ -145,7 +145,7 @@ def vllm_models(graph: Any) -> list[ModelConfig]:
 
 
 def plan_of(configs: list[DistilleryConfig]) -> Any:
-    from distillery.orchestrator.plan import plan_sweep
+    from distillery.orchestrator.planning.plan import plan_sweep
 
     return plan_sweep(configs)
 

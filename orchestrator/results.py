@@ -20,7 +20,7 @@ import pandas as pd
 from distillery.orchestrator.core.config import MethodConfig
 from distillery.orchestrator.core.protocols import TaskSplit
 from distillery.orchestrator.dispatch import INFRA_COUNTS
-from distillery.orchestrator.plan import EvalPoint
+from distillery.orchestrator.planning.plan import EvalPoint
 from distillery.orchestrator.server_pool import gpus_of
 from distillery.orchestrator.stages.stage import StageKey, effective_seed
 from distillery.orchestrator.state.sweep_tables import (

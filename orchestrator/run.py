@@ -21,8 +21,13 @@ from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.heartbeat import Heartbeat
 from distillery.orchestrator.live_runs import LiveRuns
 from distillery.orchestrator.observers import notify
-from distillery.orchestrator.plan import StageGraph, format_plan, plan_sweep, stage_status
-from distillery.orchestrator.preflight import check_run
+from distillery.orchestrator.planning.plan import (
+    StageGraph,
+    format_plan,
+    plan_sweep,
+    stage_status,
+)
+from distillery.orchestrator.planning.preflight import check_run
 from distillery.orchestrator.results import (
     MethodResult,
     RunResult,

@@ -90,7 +90,7 @@ def test_a_bare_checkout_imports_as_on_a_ray_working_dir(tmp_path: Path) -> None
     unpacked = tmp_path / "unpacked"
     unzip_package(str(package), str(unpacked), remove_top_level_directory=False, unlink_zip=False)
     probe = (
-        "import importlib.util, distillery.orchestrator.plan as p, "
+        "import importlib.util, distillery.orchestrator.planning.plan as p, "
         "distillery.workers.memory.amd.bank as b; "
         "print(p.__file__); print(b.__file__); print(importlib.util.find_spec('distillery.tests'))"
     )

@@ -17,7 +17,7 @@ import yaml
 from distillery.orchestrator import k8s
 from distillery.orchestrator.cli import run_cli
 from distillery.orchestrator.core.config import ConfigError
-from distillery.orchestrator.preflight import PreflightError, check_required_env
+from distillery.orchestrator.planning.preflight import PreflightError, check_required_env
 from distillery.orchestrator.submit import PreparedSweep
 from distillery.orchestrator.submit import main as submit_main
 from distillery.workers.llm.config import ModelConfig

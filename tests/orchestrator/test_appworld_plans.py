@@ -18,14 +18,14 @@ from collections import Counter
 
 import pytest
 
-from distillery.orchestrator import plan as plan_module
 from distillery.orchestrator.cli import (
     rewrite_role_overrides,
     run_cli,
     sweep_points,
     validate_sweep,
 )
-from distillery.orchestrator.plan import StageGraph, plan_sweep
+from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
 from distillery.orchestrator.stages.stage import BuildStage, EvaluateStage
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.registry import memory_method

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from distillery.orchestrator import preflight
-from distillery.orchestrator.preflight import PreflightError, check_output_dir
+from distillery.orchestrator.planning import preflight
+from distillery.orchestrator.planning.preflight import PreflightError, check_output_dir
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import yaml
 
 from distillery.orchestrator.cli import rewrite_role_overrides, run_cli, sweep_points
 from distillery.orchestrator.cli import validate_sweep as validate
-from distillery.orchestrator.plan import StageGraph, plan_sweep
-from distillery.orchestrator.preflight import PreflightError, check_benchmark_environment
+from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
+from distillery.orchestrator.planning.preflight import PreflightError, check_benchmark_environment
 from tests.orchestrator.test_appworld_plans import use_listing
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "conf" / "experiment"

@@ -13,8 +13,8 @@ import pytest
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.core.errors import UserError
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.preflight import PreflightError, check_output_dir, check_run
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.preflight import PreflightError, check_output_dir, check_run
 from distillery.orchestrator.run import run_sweep
 from tests.support import REPO_ROOT
 
@@ -177,7 +177,7 @@ def test_cluster_ray_never_guesses_which_ray_to_join(tmp_path, monkeypatch):
     """cluster=ray joins the address given (cluster.ray_address or RAY_ADDRESS); with
     neither, or with Ray's `auto` (whatever Ray runs on this host), the run refuses
     with one line naming both and cluster=local, before Ray or MLflow start."""
-    from distillery.orchestrator.preflight import check_cluster
+    from distillery.orchestrator.planning.preflight import check_cluster
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     said = _refused(tmp_path, "cluster=ray")

@@ -411,7 +411,7 @@ def _needs_data_not_here(argv: list[str]) -> bool:
     """Whether the line's benchmark cannot list its tasks on this machine (its data is
     the user's to fetch); anything else it refuses is the line's own error."""
     from distillery.orchestrator.core.config import ConfigError, to_config
-    from distillery.orchestrator.plan import resolve_tasks
+    from distillery.orchestrator.planning.plan import resolve_tasks
     from distillery.workers.envs.base import BenchmarkUnavailable
 
     try:

@@ -59,7 +59,9 @@ def test_the_cli_prints_one_message_and_exits_2(monkeypatch, capsys):
 
     monkeypatch.setattr("distillery.orchestrator.run.run_sweep", refuse)
     # No network here: api.openai.com is not reachable for the pre-Ray service check.
-    monkeypatch.setattr("distillery.orchestrator.requirements_check._reachable", lambda url: None)
+    monkeypatch.setattr(
+        "distillery.orchestrator.planning.requirements_check._reachable", lambda url: None
+    )
     assert cli.run_cli(["teacher=gpt5_mini", "student=oracle"]) == 2
     assert "distillery: gpt-5-mini refused the request" in capsys.readouterr().err
 

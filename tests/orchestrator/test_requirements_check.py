@@ -10,10 +10,13 @@ import sys
 
 from hydra import compose, initialize_config_module
 
-from distillery.orchestrator import requirements_check
 from distillery.orchestrator.cli import rewrite_role_overrides, run_cli
 from distillery.orchestrator.core.config import to_config
-from distillery.orchestrator.requirements_check import missing_requirements, models_in_use
+from distillery.orchestrator.planning import requirements_check
+from distillery.orchestrator.planning.requirements_check import (
+    missing_requirements,
+    models_in_use,
+)
 from distillery.workers.llm.servers import free_port
 from tests.support import REPO_ROOT
 

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from distillery.orchestrator import plan as plan_module
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.core.protocols import ids_sha
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.stages.stage import BuildStage, CollectStage, EvaluateStage
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.entries import MemorySource

@@ -16,7 +16,7 @@ import pytest
 from distillery.orchestrator import sweep
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
-from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.stages import kinds as stage_kinds
 from distillery.orchestrator.stages import stage as stages
 from distillery.orchestrator.stages.stage import (

@@ -6,7 +6,7 @@ import pytest
 
 from distillery.orchestrator.cli import compose, expand_grid, rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import ConfigError, to_config
-from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.stages import stage as stages
 from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.episodes import EpisodeSummary
@@ -247,7 +247,7 @@ def test_cli_rejects_a_grid_without_multirun(capsys):
 
 
 def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(monkeypatch):
-    from distillery.orchestrator.plan import server_key
+    from distillery.orchestrator.planning.plan import server_key
     from distillery.orchestrator.server_pool import ServerPool
     from distillery.workers.llm import pool as pools
     from distillery.workers.storage import Location

@@ -9,8 +9,8 @@ import pytest
 from distillery.orchestrator.cli import rewrite_role_overrides, run_cli, validate_sweep
 from distillery.orchestrator.cli import sweep_points as _sweep_points
 from distillery.orchestrator.core.config import ConfigError
-from distillery.orchestrator.descriptors import name_sweep
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning.descriptors import name_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from tests.orchestrator.test_stages import config
 
 

@@ -13,7 +13,7 @@ from distillery.orchestrator.cli import (
     sweep_points,
     validate_sweep,
 )
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.stages.stage import BuildStage, EvaluateStage
 
 STUDENTS = 4  # the paper's table 1: Qwen3-4B, Gemma4-E4B, Qwen3-8B, Llama3.1-8B

@@ -16,7 +16,7 @@ from distillery.orchestrator.cli import (
     run_cli,
 )
 from distillery.orchestrator.core.config import ConfigError, to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from tests.plugins import ENTRY_POINTS, install_toy_plugin
 
 TOY_TASKS = [f"toy_{i}" for i in range(6)]

@@ -13,7 +13,7 @@ import pytest
 
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import ConfigError, to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.method import MemoryMethod
 from distillery.workers.memory.registry import known_methods, memory_method

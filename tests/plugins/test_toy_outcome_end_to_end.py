@@ -120,7 +120,7 @@ def test_an_outcome_driven_plugin_method_plans_runs_resumes_after_sigkill_and_re
     # `--plan` here shows the stage lines, without the pre-flight's probe of the
     # endpoints: a probe would be one more request to the counting teacher.
     monkeypatch.setattr(
-        "distillery.orchestrator.plan_check.world_problems", lambda *args, **kwargs: []
+        "distillery.orchestrator.planning.plan_check.world_problems", lambda *args, **kwargs: []
     )
     env = {
         **os.environ,

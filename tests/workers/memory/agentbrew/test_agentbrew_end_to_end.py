@@ -91,7 +91,7 @@ def test_agentbrew_brews_on_bfcl_resumes_after_sigkill_serves_and_reports(
     # `--plan` here shows the stage lines, without the pre-flight's probe of the
     # endpoints: a probe would be one more request to the counting teacher.
     monkeypatch.setattr(
-        "distillery.orchestrator.plan_check.world_problems", lambda *args, **kwargs: []
+        "distillery.orchestrator.planning.plan_check.world_problems", lambda *args, **kwargs: []
     )
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "HF_HUB_OFFLINE": "1",
            "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip

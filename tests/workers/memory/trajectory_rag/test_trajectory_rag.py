@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.stages.stage import agent_prompt_fingerprint
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.method import MemoryMethod

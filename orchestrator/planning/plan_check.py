@@ -10,14 +10,14 @@ import sys
 from typing import TextIO, cast
 
 from distillery.orchestrator.core.config import DistilleryConfig
-from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
-from distillery.orchestrator.plan_totals import format_totals, plan_totals
-from distillery.orchestrator.preflight import (
+from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.planning.plan_totals import format_totals, plan_totals
+from distillery.orchestrator.planning.preflight import (
     PreflightError,
     check_output_dir,
     check_output_dir_value,
 )
-from distillery.orchestrator.readiness import Problem, world_problems
+from distillery.orchestrator.planning.readiness import Problem, world_problems
 from distillery.orchestrator.state.ledger import Ledger
 
 

@@ -18,7 +18,7 @@ from distillery.orchestrator.stages.stage import RUNTIME_MODEL_FIELDS, StageKey
 from distillery.workers.memory.registry import memory_method
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.plan import EvalPoint, StageGraph
+    from distillery.orchestrator.planning.plan import EvalPoint, StageGraph
     from distillery.workers.llm.config import ModelConfig
 
 # Shown first, in this order; the rest follow in the order facets were added.

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from distillery.orchestrator.core.config import ConfigError, DistilleryConfig, MethodConfig
 from distillery.orchestrator.core.protocols import TaskSplit, ids_sha, split_apart, split_tasks
-from distillery.orchestrator.descriptors import SweepNames, name_sweep
+from distillery.orchestrator.planning.descriptors import SweepNames, name_sweep
 from distillery.orchestrator.stages.kinds import stage_type
 from distillery.orchestrator.stages.stage import (
     BankSource,
