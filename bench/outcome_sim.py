@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from distillery.orchestrator.ordered_run import OrderedRun
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, Reply
+from distillery.orchestrator.execution.ordered_run import OrderedRun
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, Reply
 from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.config import MemoryBounds

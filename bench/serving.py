@@ -289,7 +289,7 @@ def bench_driver(args: argparse.Namespace) -> None:
     MLflow (SQLite) by the sweep's own Tracker.log_agent, as results.py's _log_points does,
     once per mark (the first 1,000 episodes, 2,000, ...): its time and MLflow calls."""
     from distillery.orchestrator.core.config import ClusterConfig
-    from distillery.orchestrator.dispatch import run_agent
+    from distillery.orchestrator.execution.dispatch import run_agent
     from distillery.orchestrator.run import ray_session
     from distillery.workers.envs.registry import make_benchmark
     from distillery.workers.episodes import AgentJob, EpisodeSummary
@@ -363,7 +363,7 @@ def log_to_mlflow(
 
     from distillery.orchestrator.cli import compose
     from distillery.orchestrator.core.config import to_config
-    from distillery.orchestrator.metrics import agent_metrics
+    from distillery.orchestrator.execution.metrics import agent_metrics
     from distillery.orchestrator.results import results_frame
     from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
     from distillery.workers.storage import Location

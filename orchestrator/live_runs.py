@@ -26,8 +26,8 @@ from distillery.orchestrator.stages.stage import StageKey
 from distillery.workers.trajectories import EpisodeSummary
 
 if TYPE_CHECKING:
+    from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.planning.plan import EvalPoint
-    from distillery.orchestrator.sweep import Sweep
     from distillery.orchestrator.tracking import Tracker
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ import pandas as pd
 
 from distillery.orchestrator.core.config import MethodConfig
 from distillery.orchestrator.core.protocols import TaskSplit
-from distillery.orchestrator.dispatch import INFRA_COUNTS
+from distillery.orchestrator.execution.dispatch import INFRA_COUNTS
+from distillery.orchestrator.execution.server_pool import gpus_of
 from distillery.orchestrator.planning.plan import EvalPoint
-from distillery.orchestrator.server_pool import gpus_of
 from distillery.orchestrator.stages.stage import StageKey, effective_seed
 from distillery.orchestrator.state.sweep_tables import (
     EPISODES,
@@ -43,7 +43,7 @@ from distillery.workers.storage import Location
 from distillery.workers.trajectories import EpisodeSummary
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.sweep import Sweep
+    from distillery.orchestrator.execution.sweep import Sweep
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,10 @@ from contextlib import contextmanager
 
 from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
 from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
-from distillery.orchestrator.heartbeat import Heartbeat
+from distillery.orchestrator.execution.heartbeat import Heartbeat
+from distillery.orchestrator.execution.observers import notify
+from distillery.orchestrator.execution.sweep import Sweep
 from distillery.orchestrator.live_runs import LiveRuns
-from distillery.orchestrator.observers import notify
 from distillery.orchestrator.planning.plan import (
     StageGraph,
     format_plan,
@@ -45,7 +46,6 @@ from distillery.orchestrator.results import (
 from distillery.orchestrator.stage_runs import log_stage_runs, stage_reports, write_stage_figures
 from distillery.orchestrator.state.ledger import Ledger, read_sweep_record
 from distillery.orchestrator.state.locks import run_locks
-from distillery.orchestrator.sweep import Sweep
 from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
 from distillery.redaction import install as install_redaction
 from distillery.redaction import redact, register_secrets, secrets_in

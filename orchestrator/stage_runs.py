@@ -24,8 +24,8 @@ from distillery.orchestrator.state.sweep_tables import STAGE_FIGURES, write_swee
 from distillery.redaction import redact_obj
 
 if TYPE_CHECKING:
+    from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.stages.stage import StageKey, StageReport
-    from distillery.orchestrator.sweep import Sweep
     from distillery.orchestrator.tracking import Tracker
     from distillery.workers.trajectories import EpisodeRecord
 

@@ -100,8 +100,8 @@ def _configs(overrides: list[str], multirun: bool) -> list[DistilleryConfig]:
 
 
 def sweep_id_of(configs: list[DistilleryConfig]) -> str:
+    from distillery.orchestrator.execution.sweep import sweep_id_for
     from distillery.orchestrator.planning.plan import plan_sweep
-    from distillery.orchestrator.sweep import sweep_id_for
 
     return sweep_id_for(plan_sweep(configs))
 

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from distillery.orchestrator.core.config import DistilleryConfig
+    from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.state.ledger import Ledger
-    from distillery.orchestrator.sweep import Sweep
     from distillery.workers.memory.retrieval import Isolation
 
 # A stage kind names one node type of the graph (registered in `stage_kinds`); the kind

@@ -192,7 +192,7 @@ def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monke
     without our metadata): entry counts against the build record."""
     from types import SimpleNamespace
 
-    from distillery.orchestrator import memory_stage
+    from distillery.orchestrator.execution import memory_stage
 
     class _Call:
         def __init__(self, value):

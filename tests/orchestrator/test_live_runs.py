@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator import heartbeat as heartbeat_module
 from distillery.orchestrator.cli import _sigterm_interrupts, rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.execution import heartbeat as heartbeat_module
 from distillery.orchestrator.live_runs import LiveRuns
 from distillery.orchestrator.run import run_sweep
 from distillery.testing.scripted_server import run_stub_server

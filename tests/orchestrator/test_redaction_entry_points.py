@@ -92,7 +92,7 @@ def test_no_subcommand_prints_a_key(tmp_path):
 
 
 def test_every_ray_worker_body_registers_its_environments_keys(monkeypatch):
-    from distillery.orchestrator import memory_stage
+    from distillery.orchestrator.execution import memory_stage
     from distillery.workers.episodes import AgentJob, EpisodeWorkerImpl
     from distillery.workers.llm.config import ModelConfig
 

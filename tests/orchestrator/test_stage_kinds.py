@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from distillery.orchestrator import sweep
 from distillery.orchestrator.cli import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.execution import sweep
 from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.stages import kinds as stage_kinds
 from distillery.orchestrator.stages import stage as stages

@@ -247,8 +247,8 @@ def test_cli_rejects_a_grid_without_multirun(capsys):
 
 
 def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(monkeypatch):
+    from distillery.orchestrator.execution.server_pool import ServerPool
     from distillery.orchestrator.planning.plan import server_key
-    from distillery.orchestrator.server_pool import ServerPool
     from distillery.workers.llm import pool as pools
     from distillery.workers.storage import Location
 

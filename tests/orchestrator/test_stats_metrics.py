@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 
 from distillery.orchestrator.core.stats import percentile, wilson_interval
-from distillery.orchestrator.metrics import agent_metrics
+from distillery.orchestrator.execution.metrics import agent_metrics
 from distillery.orchestrator.tracking import safe_params
 
 

@@ -34,9 +34,9 @@ from distillery.workers.memory.entries import CollectionSpec
 from distillery.workers.memory.method import BaseMemoryMethod
 
 if TYPE_CHECKING:
+    from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.stages.stage import StageKey
     from distillery.orchestrator.state.ledger import Ledger
-    from distillery.orchestrator.sweep import Sweep
 
 
 class CombinedSettings(BaseModel):
@@ -204,7 +204,7 @@ class CombineStage(BankStage):
         return sweep.memory.ensure(self, prefix, lambda: self._combine(sweep))
 
     def _combine(self, sweep: Sweep) -> Any:
-        from distillery.orchestrator.dispatch import ray_get
+        from distillery.orchestrator.execution.dispatch import ray_get
         from distillery.orchestrator.stages.stage import digest_of
         from distillery.workers.memory.bank import BuiltBank
         from distillery.workers.memory.registry import memory_method

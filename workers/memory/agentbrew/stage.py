@@ -1,5 +1,5 @@
 """The `brew` stage kind: AgentBrew's brew on the memory split, an outcome-driven stage
-(`orchestrator/ordered_stage.py`) whose program is `program.BrewProgram`.
+(`orchestrator/execution/ordered_stage.py`) whose program is `program.BrewProgram`.
 
 Its identity holds the memory split (benchmark, split options with the data digest,
 the task ids, their order), the brew student, teacher and curator models, every prompt
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.core.protocols import ids_sha
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, stage_events
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, stage_events
 from distillery.orchestrator.stages.stage import StageFigure, StageReport
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.agentbrew.program import BrewProgram, StudentProfile

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from distillery.orchestrator.core.config import ConfigError
-from distillery.orchestrator.ordered_stage import Reply
+from distillery.orchestrator.execution.ordered_stage import Reply
 from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.reflexion import prompts

@@ -14,7 +14,7 @@ from distillery.orchestrator.stages.stage import StageKey
 from distillery.workers.trajectories import EpisodeSummary
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.sweep import Sweep
+    from distillery.orchestrator.execution.sweep import Sweep
 
 HEARTBEAT_S = 30.0
 

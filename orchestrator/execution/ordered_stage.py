@@ -57,8 +57,8 @@ from distillery.workers.trajectories import (
 )
 
 if TYPE_CHECKING:
+    from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.state.ledger import Ledger
-    from distillery.orchestrator.sweep import Sweep
 
 
 # What a stage kind of another package may use (with `stages.CostRow`, `StageStatus`).
@@ -219,7 +219,9 @@ class OrderedEpisodeStage(EpisodeStage):
         return [CostRow(role, names[role], *counts) for role, counts in rows.items()]
 
     def run(self, sweep: Sweep, prefix: str) -> bool:
-        from distillery.orchestrator.ordered_run import OrderedRun  # the runtime needs this
+        from distillery.orchestrator.execution.ordered_run import (  # the runtime needs this
+            OrderedRun,
+        )
 
         return OrderedRun(sweep, self, prefix).run()
 

@@ -13,7 +13,7 @@ from typing import Any
 from tqdm import tqdm
 
 from distillery.orchestrator.core.config import ClusterConfig
-from distillery.orchestrator.dispatch import EpisodeWorkers
+from distillery.orchestrator.execution.dispatch import EpisodeWorkers
 from distillery.workers.episodes import AgentJob, PlayRequest
 from distillery.workers.trajectories import EpisodeSummary
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from distillery.orchestrator.dispatch import ray_get
+from distillery.orchestrator.execution.dispatch import ray_get
 from distillery.orchestrator.stages.stage import (
     BankSource,
     BankStage,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ray.actor import ActorProxy
 
     from distillery.orchestrator.core.config import DistilleryConfig
-    from distillery.orchestrator.server_pool import ServerPool
+    from distillery.orchestrator.execution.server_pool import ServerPool
     from distillery.orchestrator.stages.stage import MemoryRead, Stage
     from distillery.orchestrator.state.ledger import Ledger
     from distillery.workers.envs.base import Task

@@ -16,13 +16,13 @@ from collections import Counter
 from tqdm import tqdm
 
 from distillery.orchestrator.core.config import DistilleryConfig
-from distillery.orchestrator.dispatch import run_agent
-from distillery.orchestrator.memory_stage import MemoryStage
-from distillery.orchestrator.metrics import agent_metrics
-from distillery.orchestrator.observers import StageObserver, notify
+from distillery.orchestrator.execution.dispatch import run_agent
+from distillery.orchestrator.execution.memory_stage import MemoryStage
+from distillery.orchestrator.execution.metrics import agent_metrics
+from distillery.orchestrator.execution.observers import StageObserver, notify
+from distillery.orchestrator.execution.server_pool import ServerPool
 from distillery.orchestrator.planning.descriptors import name_sweep
 from distillery.orchestrator.planning.plan import EvalPoint, StageGraph, server_key, stage_line
-from distillery.orchestrator.server_pool import ServerPool
 from distillery.orchestrator.stages.stage import (
     EpisodeStage,
     MemoryRead,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from distillery.orchestrator.ordered_stage import (
+from distillery.orchestrator.execution.ordered_stage import (
     OrderedEpisodeStage,
     PlayResult,
     Reply,
@@ -33,7 +33,7 @@ from distillery.workers.trajectories import (
 )
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.sweep import Sweep
+    from distillery.orchestrator.execution.sweep import Sweep
 
 
 class _Memory:
@@ -354,7 +354,7 @@ class OrderedRun:
 
     def _episodes_pool(self) -> Any:
         if self._pool is None:
-            from distillery.orchestrator.episode_pool import EpisodePool
+            from distillery.orchestrator.execution.episode_pool import EpisodePool
 
             # The stage's own model (a brew may play another model than the point's
             # student), sampling with the stage's own seed; the oracle has no server.
@@ -414,7 +414,7 @@ class OrderedRun:
         return PlayResult(summary, record)
 
     async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
-        from distillery.orchestrator.dispatch import ray_get
+        from distillery.orchestrator.execution.dispatch import ray_get
 
         if not queries or not keys:
             return [[] for _ in queries]
