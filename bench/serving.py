@@ -364,8 +364,8 @@ def log_to_mlflow(
     from distillery.orchestrator.cli import compose
     from distillery.orchestrator.core.config import to_config
     from distillery.orchestrator.execution.metrics import agent_metrics
-    from distillery.orchestrator.results import results_frame
-    from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
+    from distillery.orchestrator.tracking.results import results_frame
+    from distillery.orchestrator.tracking.tracker import EvalDataset, Tracker, safe_params
     from distillery.workers.storage import Location
     from distillery.workers.trajectories import read_episode_file_bytes
 

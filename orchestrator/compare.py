@@ -24,9 +24,9 @@ from typing import Any
 import pandas as pd
 
 from distillery.orchestrator.core.stats import McNemar, mcnemar
-from distillery.orchestrator.links import run_url
 from distillery.orchestrator.report import BASE_CELL_KEYS, ReportError, SweepData, load_sweep
 from distillery.orchestrator.state.sweep_tables import METHOD_COLUMNS_TAG
+from distillery.orchestrator.tracking.links import run_url
 from distillery.workers.storage import Location
 
 _MIN_PREFIX = 6

@@ -21,7 +21,6 @@ from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.execution.heartbeat import Heartbeat
 from distillery.orchestrator.execution.observers import notify
 from distillery.orchestrator.execution.sweep import Sweep
-from distillery.orchestrator.live_runs import LiveRuns
 from distillery.orchestrator.planning.plan import (
     StageGraph,
     format_plan,
@@ -29,7 +28,10 @@ from distillery.orchestrator.planning.plan import (
     stage_status,
 )
 from distillery.orchestrator.planning.preflight import check_run
-from distillery.orchestrator.results import (
+from distillery.orchestrator.state.ledger import Ledger, read_sweep_record
+from distillery.orchestrator.state.locks import run_locks
+from distillery.orchestrator.tracking.live_runs import LiveRuns
+from distillery.orchestrator.tracking.results import (
     MethodResult,
     RunResult,
     SweepResult,
@@ -43,10 +45,12 @@ from distillery.orchestrator.results import (
     sweep_parent,
     write_sweep_tables,
 )
-from distillery.orchestrator.stage_runs import log_stage_runs, stage_reports, write_stage_figures
-from distillery.orchestrator.state.ledger import Ledger, read_sweep_record
-from distillery.orchestrator.state.locks import run_locks
-from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
+from distillery.orchestrator.tracking.stage_runs import (
+    log_stage_runs,
+    stage_reports,
+    write_stage_figures,
+)
+from distillery.orchestrator.tracking.tracker import Tracker, safe_params, ui_hint
 from distillery.redaction import install as install_redaction
 from distillery.redaction import redact, register_secrets, secrets_in
 

@@ -10,8 +10,8 @@ import pytest
 
 from distillery.orchestrator.compare import CompareError, compare, find_side, main
 from distillery.orchestrator.compare import _sweeps_under as sweeps_under
-from distillery.orchestrator.links import markdown_link, run_url
 from distillery.orchestrator.report import build_report
+from distillery.orchestrator.tracking.links import markdown_link, run_url
 from tests.orchestrator.test_report import sweep_rows, write_sweep, write_tables
 
 RUN_IDS = {"pZ0": "a" * 32, "pA0": "b" * 32, "pA1": "c" * 32, "pZ1": "d" * 32, "pA2": "e" * 32}

@@ -88,8 +88,8 @@ def test_the_stage_cost_row_counts_only_the_tasks_the_sweep_needs(tmp_path, capl
     is reported with its path and not counted: it used to inflate the stage's tokens."""
     from types import SimpleNamespace
 
-    from distillery.orchestrator.results import stage_rows
     from distillery.orchestrator.stages.stage import EvaluateStage
+    from distillery.orchestrator.tracking.results import stage_rows
     from distillery.workers.llm.config import ModelConfig
 
     ledger = Ledger(tmp_path)

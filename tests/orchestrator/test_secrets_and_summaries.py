@@ -68,7 +68,7 @@ def test_every_planted_key_is_collected_from_the_composed_config(tmp_path, monke
     key is found by value, and none reaches the MLflow params."""
     from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
     from distillery.orchestrator.core.config import to_config
-    from distillery.orchestrator.tracking import safe_params
+    from distillery.orchestrator.tracking.tracker import safe_params
     from distillery.redaction import secrets_in
 
     monkeypatch.setenv("DISTILLERY_CANARY_KEY", ENV_CANARY)

@@ -217,7 +217,7 @@ def test_a_method_asks_the_planner_for_a_stage_of_its_own_kind(
     assert stage_status(graph, ledger)[list(graph.stages).index(brew.key)].is_cached
 
     # Its cost rows: one per model and role, wall time on the first.
-    from distillery.orchestrator.results import stage_rows
+    from distillery.orchestrator.tracking.results import stage_rows
 
     rows = stage_rows(run_sweep, brew.key)
     assert [(r["role"], r["model"], r["tokens_in"]) for r in rows] == [

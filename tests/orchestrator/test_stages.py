@@ -94,7 +94,7 @@ def test_a_former_repair_of_bfcl_replies_renews_agent_stages_and_is_tagged(optio
 
 
 def _renews_and_is_tagged(option: str) -> None:
-    from distillery.orchestrator.results import point_descriptors
+    from distillery.orchestrator.tracking.results import point_descriptors
     from distillery.workers.envs.registry import known_deviations
 
     on = f"+benchmark.options.{option}=true"  # BFCL's deviations are BFCL's options

@@ -5,7 +5,7 @@ import pytest
 
 from distillery.orchestrator.core.stats import percentile, wilson_interval
 from distillery.orchestrator.execution.metrics import agent_metrics
-from distillery.orchestrator.tracking import safe_params
+from distillery.orchestrator.tracking.tracker import safe_params
 
 
 def test_wilson_matches_hand_computed_values():

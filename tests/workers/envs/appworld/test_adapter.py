@@ -299,7 +299,7 @@ def test_cross_split_keeps_a_scenarios_tasks_on_one_side():
 def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, monkeypatch):
     from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
     from distillery.orchestrator.planning import plan as plan_module
-    from distillery.orchestrator.results import point_descriptors
+    from distillery.orchestrator.tracking.results import point_descriptors
     from distillery.workers.envs.base import Task
 
     tasks = tuple(

@@ -30,7 +30,7 @@ from distillery.orchestrator.state.sweep_tables import (
     STAGES,
     write_sweep_table,
 )
-from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
+from distillery.orchestrator.tracking.tracker import EvalDataset, Tracker, safe_params
 from distillery.redaction import redact_obj
 from distillery.workers.envs.registry import (
     action_format_deviation,

@@ -26,7 +26,7 @@ from distillery.redaction import redact_obj
 if TYPE_CHECKING:
     from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.stages.stage import StageKey, StageReport
-    from distillery.orchestrator.tracking import Tracker
+    from distillery.orchestrator.tracking.tracker import Tracker
     from distillery.workers.trajectories import EpisodeRecord
 
 log = logging.getLogger(__name__)
@@ -80,8 +80,8 @@ def log_stage_runs(
 ) -> dict[StageKey, str]:
     """One child run of `parent_id` per reporting stage; their run ids. Tracking
     trouble is a warning: it never loses the sweep."""
-    from distillery.orchestrator.results import stage_rows
-    from distillery.orchestrator.tracking import flatten
+    from distillery.orchestrator.tracking.results import stage_rows
+    from distillery.orchestrator.tracking.tracker import flatten
 
     runs: dict[StageKey, str] = {}
     for key, report in reports.items():

@@ -52,7 +52,7 @@ from mlflow.utils.mlflow_tags import (  # noqa: E402
     MLFLOW_RUN_TYPE_GENAI_EVALUATE,
 )
 
-from distillery.orchestrator.traces import (  # noqa: E402
+from distillery.orchestrator.tracking.traces import (  # noqa: E402
     EPISODE_TAG,
     annotate_trace,
     episode_key,

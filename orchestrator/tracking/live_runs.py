@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING
 
 from mlflow.entities import RunStatus
 
-from distillery.orchestrator.results import MethodResult, log_point, point_run
 from distillery.orchestrator.stages.stage import StageKey
+from distillery.orchestrator.tracking.results import MethodResult, log_point, point_run
 from distillery.workers.trajectories import EpisodeSummary
 
 if TYPE_CHECKING:
     from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.planning.plan import EvalPoint
-    from distillery.orchestrator.tracking import Tracker
+    from distillery.orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
