@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from distillery.orchestrator.costs import PriceTable
+from distillery.orchestrator.report.costs import PriceTable
 from distillery.orchestrator.state.sweep_tables import (
     METHOD_COLUMNS,
     POINTS,
