@@ -289,8 +289,8 @@ def bench_driver(args: argparse.Namespace) -> None:
     MLflow (SQLite) by the sweep's own Tracker.log_agent, as results.py's _log_points does,
     once per mark (the first 1,000 episodes, 2,000, ...): its time and MLflow calls."""
     from distillery.orchestrator.core.config import ClusterConfig
+    from distillery.orchestrator.driver.run import ray_session
     from distillery.orchestrator.execution.dispatch import run_agent
-    from distillery.orchestrator.run import ray_session
     from distillery.workers.envs.registry import make_benchmark
     from distillery.workers.episodes import AgentJob, EpisodeSummary
 

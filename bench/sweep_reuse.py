@@ -26,7 +26,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points  # noqa: E402
 from distillery.orchestrator.core.config import to_config  # noqa: E402
-from distillery.orchestrator.run import ray_session, run_sweep  # noqa: E402
+from distillery.orchestrator.driver.run import ray_session, run_sweep  # noqa: E402
 from distillery.testing.scripted_server import run_stub_server, stub_stats  # noqa: E402
 
 

@@ -288,8 +288,8 @@ def run_cli(argv: list[str]) -> int:
         return 0
 
     from distillery import redaction
+    from distillery.orchestrator.driver.run import print_summary, run_sweep, unscored_points
     from distillery.orchestrator.planning.requirements_check import check_requirements
-    from distillery.orchestrator.run import print_summary, run_sweep, unscored_points
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
     from distillery.orchestrator.planning.preflight import run_notices

@@ -141,7 +141,7 @@ def _empty_collection(qdrant: Path, bank_id: str, memory_type: str) -> int:
 
 @pytest.mark.slow
 def test_a_damaged_output_root_is_reported_and_rebuilt_never_fatal(tmp_path, ray_local, caplog):
-    from distillery.orchestrator.run import run_sweep
+    from distillery.orchestrator.driver.run import run_sweep
 
     with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as url:
         first = run_sweep(_configs(tmp_path, url), progress=False)

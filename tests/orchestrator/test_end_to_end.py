@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.run import run_experiment, run_sweep
+from distillery.orchestrator.driver.run import run_experiment, run_sweep
 from distillery.testing.answer_scripts import REPLIES_VARIABLE
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.envs.mathgrade.answers import gsm8k_gold

@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator.cli import _sigterm_interrupts, rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.orchestrator.execution import heartbeat as heartbeat_module
-from distillery.orchestrator.run import run_sweep
 from distillery.orchestrator.tracking.live_runs import LiveRuns
 from distillery.testing.scripted_server import run_stub_server
 

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.orchestrator.tracking.results import SweepResult
 from distillery.workers.trajectories import read_episodes
 from tests.support import REPO_ROOT

@@ -13,9 +13,9 @@ import pytest
 from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.core.errors import UserError
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.planning.preflight import PreflightError, check_output_dir, check_run
-from distillery.orchestrator.run import run_sweep
 from tests.support import REPO_ROOT
 
 

@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from distillery.orchestrator import cli
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.llm.types import RequestConfigError
 from tests.support.sweep_config import scripted_student as _student
@@ -57,7 +57,7 @@ def test_the_cli_prints_one_message_and_exits_2(monkeypatch, capsys):
     def refuse(configs, progress=True):
         raise RequestConfigError("gpt-5-mini refused the request: HTTP 400: no. Change: x")
 
-    monkeypatch.setattr("distillery.orchestrator.run.run_sweep", refuse)
+    monkeypatch.setattr("distillery.orchestrator.driver.run.run_sweep", refuse)
     # No network here: api.openai.com is not reachable for the pre-Ray service check.
     monkeypatch.setattr(
         "distillery.orchestrator.planning.requirements_check._reachable", lambda url: None

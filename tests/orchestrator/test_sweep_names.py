@@ -207,7 +207,7 @@ def test_cfg_and_plan_refuse_a_bad_task_id_with_the_same_message(capsys):
 
 def test_summary_names_each_point_once_with_its_descriptor(capsys):
     from distillery.orchestrator.core.protocols import TaskSplit
-    from distillery.orchestrator.run import print_summary
+    from distillery.orchestrator.driver.run import print_summary
     from distillery.orchestrator.tracking.results import MethodResult, RunResult, SweepResult
 
     metrics = {
