@@ -434,7 +434,7 @@ def route(argv: list[str]) -> int:
 
         return compare_main(rest[1:])
     if command == "submit":
-        from distillery.orchestrator.submit import main as submit_main
+        from distillery.orchestrator.cluster.submit import main as submit_main
 
         return submit_main(rest[1:])
     return run_cli(argv)  # a sweep: run_cli reads -v itself (one of its flags)

@@ -38,7 +38,7 @@ def test_verbose_anywhere_still_routes_the_subcommand(argv, monkeypatch):
     [
         ("report", "distillery.orchestrator.report.main"),
         ("compare", "distillery.orchestrator.compare.main"),
-        ("submit", "distillery.orchestrator.submit.main"),
+        ("submit", "distillery.orchestrator.cluster.submit.main"),
     ],
 )
 def test_every_subcommand_is_routed_after_v(name, target, monkeypatch):

@@ -346,7 +346,7 @@ def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
         argv = argv[: argv.index("|")]
     if argv[0] == "submit":
         if "--k8s" in argv:  # renders a RayJob: runs as it is
-            from distillery.orchestrator.submit import main as submit_main
+            from distillery.orchestrator.cluster.submit import main as submit_main
 
             assert submit_main(argv[1:]) == 0, capsys.readouterr().err
             assert "kind: RayJob" in capsys.readouterr().out

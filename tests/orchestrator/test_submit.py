@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.submit import (
+from distillery.orchestrator.cluster.submit import (
     SWEEP_ID_KEY,
     AlreadyRunning,
     merge_overrides,

@@ -48,7 +48,7 @@ _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 def checkout_root() -> Path | None:
     """The distillery checkout this module runs from, if it runs from one."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # orchestrator/cluster/k8s.py
     pyproject = root / "pyproject.toml"
     if pyproject.is_file() and 'name = "distillery"' in pyproject.read_text():
         return root

@@ -30,10 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distillery.orchestrator import k8s as kuberay
+from distillery.orchestrator.cluster import k8s as kuberay
+from distillery.orchestrator.cluster.k8s import (
+    OUTPUT_DIR_KEY,
+    SWEEP_ID_KEY,
+    SWEEP_LABEL,
+    checkout_root,
+)
 from distillery.orchestrator.core.config import ConfigError, DistilleryConfig
 from distillery.orchestrator.core.errors import UserError
-from distillery.orchestrator.k8s import OUTPUT_DIR_KEY, SWEEP_ID_KEY, SWEEP_LABEL, checkout_root
 from distillery.workers.envs.base import BenchmarkUnavailable
 
 __all__ = ["OUTPUT_DIR_KEY", "SWEEP_ID_KEY", "SWEEP_LABEL", "checkout_root", "main"]
