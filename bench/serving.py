@@ -361,7 +361,7 @@ def log_to_mlflow(
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.cli import compose
+    from distillery.orchestrator.core.compose import compose
     from distillery.orchestrator.core.config import to_config
     from distillery.orchestrator.execution.metrics import agent_metrics
     from distillery.orchestrator.tracking.results import results_frame

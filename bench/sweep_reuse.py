@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points  # noqa: E402
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points  # noqa: E402
 from distillery.orchestrator.core.config import to_config  # noqa: E402
 from distillery.orchestrator.driver.run import ray_session, run_sweep  # noqa: E402
 from distillery.testing.scripted_server import run_stub_server, stub_stats  # noqa: E402

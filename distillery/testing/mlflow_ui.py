@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.driver.run import run_sweep
 from distillery.orchestrator.tracking.results import SweepResult

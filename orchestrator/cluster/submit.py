@@ -83,7 +83,7 @@ class PreparedSweep:
 
     @property
     def entrypoint(self) -> str:
-        return shlex.join(["python", "-m", "distillery.orchestrator.cli", *self.argv])
+        return shlex.join(["python", "-m", "distillery.orchestrator.cli.app", *self.argv])
 
 
 def override_key(override: str) -> str:
@@ -99,7 +99,11 @@ def merge_overrides(defaults: Sequence[str], user: Sequence[str]) -> list[str]:
 
 
 def _configs(overrides: list[str], multirun: bool) -> list[DistilleryConfig]:
-    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validated_configs
+    from distillery.orchestrator.core.compose import (
+        rewrite_role_overrides,
+        sweep_points,
+        validated_configs,
+    )
 
     return validated_configs(sweep_points(rewrite_role_overrides(overrides), multirun))
 

@@ -362,7 +362,11 @@ def test_rayjob_shuts_down_retries_and_ends():
     (submitter,) = spec["submitterPodTemplate"]["spec"]["containers"]
     assert submitter["image"] == head["image"]
     assert job["metadata"]["namespace"] == "distillery"
-    assert shlex.split(spec["entrypoint"])[:3] == ["python", "-m", "distillery.orchestrator.cli"]
+    assert shlex.split(spec["entrypoint"])[:3] == [
+        "python",
+        "-m",
+        "distillery.orchestrator.cli.app",
+    ]
 
 
 def ray_version() -> str:

@@ -14,7 +14,7 @@ import shutil
 import pytest
 import yaml
 
-from distillery.orchestrator.cli import run_cli
+from distillery.orchestrator.cli.app import run_cli
 from distillery.orchestrator.cluster import k8s
 from distillery.orchestrator.cluster.submit import PreparedSweep
 from distillery.orchestrator.cluster.submit import main as submit_main

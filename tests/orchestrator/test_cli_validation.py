@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import run_cli
+from distillery.orchestrator.cli.app import run_cli
 
 BAD = {
     "tracking.uri scheme": (

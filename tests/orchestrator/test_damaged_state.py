@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.stages.stage import StageKey
 from distillery.orchestrator.state.ledger import BankOutput, Ledger

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.cli import _sigterm_interrupts, rewrite_role_overrides, sweep_points
+from distillery.orchestrator.cli.app import _sigterm_interrupts
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.driver.run import run_sweep
 from distillery.orchestrator.execution import heartbeat as heartbeat_module

@@ -84,7 +84,7 @@ def test_a_shared_sqlite_store_or_embedded_qdrant_folder_is_locked_too(tmp_path)
 
 
 def _cli(argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "distillery.orchestrator.cli", *argv]
+    return [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv]
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.tracking.results import point_descriptors

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import run_cli
+from distillery.orchestrator.cli.app import run_cli
 from distillery.orchestrator.planning.plan import plan_sweep, stage_status
 from distillery.orchestrator.planning.plan_totals import plan_totals
 from distillery.orchestrator.state.ledger import Ledger

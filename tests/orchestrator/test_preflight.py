@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.core.errors import UserError
 from distillery.orchestrator.driver.run import run_sweep
@@ -144,7 +144,7 @@ def test_the_cli_prints_one_message_and_no_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "distillery.orchestrator.cli",
+            "distillery.orchestrator.cli.app",
             f"output_dir={tmp_path / 'afile'}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
         ],

@@ -34,7 +34,7 @@ CANARIES = (
 SCRIPT = textwrap.dedent(
     """
     import logging, os, sys
-    from distillery.orchestrator.cli import route
+    from distillery.orchestrator.cli.app import route
     url = "http://user:{url}@127.0.0.1:9"
     for argv in (
         ["report", sys.argv[1], "--out", sys.argv[2]],

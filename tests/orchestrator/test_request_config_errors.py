@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator import cli
+from distillery.orchestrator.cli import app as cli
 from distillery.orchestrator.driver.run import run_sweep
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.llm.types import RequestConfigError

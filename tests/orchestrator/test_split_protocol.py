@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
+from distillery.orchestrator.cli.app import validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.core.protocols import ids_sha
 from distillery.orchestrator.planning import plan as plan_module

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.execution import sweep
 from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status

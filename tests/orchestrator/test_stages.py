@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import compose, expand_grid, rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.compose import (
+    compose,
+    expand_grid,
+    rewrite_role_overrides,
+    sweep_points,
+)
 from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
 from distillery.orchestrator.stages import stage as stages
@@ -229,7 +234,7 @@ def test_sweep_list_selects_models_by_group():
 
 
 def test_cli_plan_prints_the_graph_and_runs_nothing(tmp_path, capsys):
-    from distillery.orchestrator.cli import run_cli
+    from distillery.orchestrator.cli.app import run_cli
 
     code = run_cli(["benchmark.limit=2", f"output_dir={tmp_path}", "--plan"])
     out = capsys.readouterr().out
@@ -240,7 +245,7 @@ def test_cli_plan_prints_the_graph_and_runs_nothing(tmp_path, capsys):
 
 
 def test_cli_rejects_a_grid_without_multirun(capsys):
-    from distillery.orchestrator.cli import run_cli
+    from distillery.orchestrator.cli.app import run_cli
 
     assert run_cli(["seed=0,1", "--plan"]) == 2
     assert "distillery -m seed=0,1" in capsys.readouterr().err

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import rewrite_role_overrides, run_cli, validate_sweep
-from distillery.orchestrator.cli import sweep_points as _sweep_points
+from distillery.orchestrator.cli.app import run_cli, validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides
+from distillery.orchestrator.core.compose import sweep_points as _sweep_points
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.planning.descriptors import name_sweep
 from distillery.orchestrator.planning.plan import plan_sweep

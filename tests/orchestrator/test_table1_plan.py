@@ -7,12 +7,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from distillery.orchestrator.cli import (
-    rewrite_role_overrides,
-    run_cli,
-    sweep_points,
-    validate_sweep,
-)
+from distillery.orchestrator.cli.app import run_cli, validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.stages.stage import BuildStage, EvaluateStage
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from hydra.errors import MissingConfigException
 
-from distillery.orchestrator.cli import (
+from distillery.orchestrator.cli.app import run_cli
+from distillery.orchestrator.core.compose import (
     PluginConfigError,
     compose,
     plugin_config_paths,
     rewrite_role_overrides,
-    run_cli,
 )
 from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.planning.plan import plan_sweep

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.cli import route, run_cli
+from distillery.orchestrator.cli.app import route, run_cli
 from distillery.orchestrator.stages import kinds as stage_kinds
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.memory import registry
@@ -68,7 +68,9 @@ EXPECTED_LOG = [
 def _distillery() -> list[str]:
     script = Path(sys.executable).with_name("distillery")
     return (
-        [str(script)] if script.is_file() else [sys.executable, "-m", "distillery.orchestrator.cli"]
+        [str(script)]
+        if script.is_file()
+        else [sys.executable, "-m", "distillery.orchestrator.cli.app"]
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import DistilleryConfig, to_config
 
 

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import ConfigError, to_config
 from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.stages import stage as stages

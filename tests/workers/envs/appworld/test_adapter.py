@@ -297,7 +297,8 @@ def test_cross_split_keeps_a_scenarios_tasks_on_one_side():
 
 
 def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, monkeypatch):
-    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
+    from distillery.orchestrator.cli.app import validate_sweep
+    from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
     from distillery.orchestrator.planning import plan as plan_module
     from distillery.orchestrator.tracking.results import point_descriptors
     from distillery.workers.envs.base import Task
@@ -338,7 +339,7 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
 
 
 def test_a_run_says_before_it_starts_what_it_plays_off_the_authors_harness(tmp_path):
-    from distillery.orchestrator.cli import compose, rewrite_role_overrides
+    from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
     from distillery.orchestrator.core.config import to_config
     from distillery.orchestrator.planning.preflight import run_notices
 

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.cli import route, run_cli
+from distillery.orchestrator.cli.app import route, run_cli
 from distillery.testing.agentbrew_scripts import EASY, note_key
 from distillery.testing.bfcl_scripts import _tasks_by_first_turn
 from distillery.testing.scripted_server import run_stub_server, stub_stats
@@ -53,7 +53,9 @@ EXPECTED_LOG = [
 def _distillery() -> list[str]:
     script = Path(sys.executable).with_name("distillery")
     return (
-        [str(script)] if script.is_file() else [sys.executable, "-m", "distillery.orchestrator.cli"]
+        [str(script)]
+        if script.is_file()
+        else [sys.executable, "-m", "distillery.orchestrator.cli.app"]
     )
 
 

@@ -15,7 +15,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.llm.types import ChatResult, ContextOverflow, Usage

@@ -1,8 +1,8 @@
 """The configuration reference, generated from the typed config models: every key, its
 type, its default and where that default comes from, as Markdown.
 
-    python -m distillery.orchestrator.config_reference            # print it
-    python -m distillery.orchestrator.config_reference --out FILE # write it
+    python -m distillery.orchestrator.cli.config_reference            # print it
+    python -m distillery.orchestrator.cli.config_reference --out FILE # write it
 
 The manual (MkDocs) builds its "Configuration reference" page from this at build time
 (scripts/mkdocs_hooks.py), so the page can never disagree with the code.
@@ -71,7 +71,7 @@ def reference() -> str:
         "# Configuration reference",
         "",
         "Every key of a run's config, generated from the typed models that validate it "
-        "(`python -m distillery.orchestrator.config_reference` prints this page). "
+        "(`python -m distillery.orchestrator.cli.config_reference` prints this page). "
         "**Default** is what `distillery` with no arguments runs with; **from** says "
         "where that value is set: a file of `conf/` (the last one composed wins, as in "
         "Hydra; the model's own default is given too where it differs) or the typed "

@@ -133,7 +133,7 @@ def config_documents(
     """The composed config of every sweep point as one labelled YAML document each
     (`---` between them, a comment saying which point it is), as `--cfg` prints them:
     `job` the config, `hydra` Hydra's own, `all` both."""
-    from distillery.orchestrator.cli import compose
+    from distillery.orchestrator.core.compose import compose
 
     docs = []
     total = len(points)
@@ -170,7 +170,7 @@ def config_documents(
 def app_help() -> str:
     """`distillery --help`: the usage, distillery's flags and the config groups with
     their options (as a Hydra application's help lists them)."""
-    from distillery.orchestrator import cli
+    from distillery.orchestrator.cli import app as cli
 
     lines = [(cli.__doc__ or "").rstrip(), "", "Flags:"]
     lines += [
@@ -191,7 +191,7 @@ def app_help() -> str:
     lines.append("")
     lines.append("Every key, its type, default and where the default comes from: the manual's")
     lines.append("configuration reference (mkdocs serve), or")
-    lines.append("python -m distillery.orchestrator.config_reference")
+    lines.append("python -m distillery.orchestrator.cli.config_reference")
     return "\n".join(lines)
 
 
@@ -215,7 +215,7 @@ def config_groups() -> dict[str, list[str]]:
 
 def hydra_tool(overrides: list[str], args: Flags) -> int:
     """`--hydra-help` and `--info`: Hydra's own, on distillery's config as composed."""
-    from distillery.orchestrator.cli import prepared_overrides
+    from distillery.orchestrator.core.compose import prepared_overrides
 
     full = prepared_overrides(overrides)
     # Hydra's --info configures the root logger (DEBUG, to stdout): give it back after.
@@ -264,7 +264,7 @@ def typo_hint(message: str, overrides: list[str]) -> str | None:
     if not found:
         return None
     key = found.group(1)
-    from distillery.orchestrator.cli import compose
+    from distillery.orchestrator.core.compose import compose
 
     others = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key]
     try:
