@@ -28,9 +28,9 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import pandas as pd  # noqa: E402
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points  # noqa: E402
-from distillery.orchestrator.config import to_config  # noqa: E402
-from distillery.orchestrator.run import run_sweep  # noqa: E402
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points  # noqa: E402
+from distillery.orchestrator.core.config import to_config  # noqa: E402
+from distillery.orchestrator.driver.run import run_sweep  # noqa: E402
 from distillery.testing.scripted_server import run_stub_server  # noqa: E402
 
 FIGURES = {

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
-from distillery.orchestrator.config import ClusterConfig  # noqa: E402
-from distillery.orchestrator.dispatch import run_agent  # noqa: E402
-from distillery.orchestrator.run import ray_session  # noqa: E402
-from distillery.orchestrator.sweep import longest_first  # noqa: E402
+from distillery.orchestrator.core.config import ClusterConfig  # noqa: E402
+from distillery.orchestrator.driver.run import ray_session  # noqa: E402
+from distillery.orchestrator.execution.dispatch import run_agent  # noqa: E402
+from distillery.orchestrator.execution.sweep import longest_first  # noqa: E402
 from distillery.testing.scripted_server import run_stub_server  # noqa: E402
 from distillery.workers.envs.registry import make_benchmark  # noqa: E402
 from distillery.workers.episodes import AgentJob, EpisodeRunner  # noqa: E402

@@ -58,8 +58,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides  # noqa: E402
-from distillery.orchestrator.config import to_config  # noqa: E402
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides  # noqa: E402
+from distillery.orchestrator.core.config import to_config  # noqa: E402
 from distillery.workers.llm.types import ChatResult  # noqa: E402
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig  # noqa: E402
 from distillery.workers.memory.registry import MEMORY_METHODS, bank_origin, memory_method  # noqa: E402

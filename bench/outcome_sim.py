@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.ordered_run import OrderedRun
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, Reply
+from distillery.orchestrator.execution.ordered_run import OrderedRun
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, Reply
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.config import MemoryBounds
 from distillery.workers.trajectories import EpisodeRecord, EpisodeSummary, write_episode

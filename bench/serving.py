@@ -288,9 +288,9 @@ def bench_driver(args: argparse.Namespace) -> None:
     """Episodes through run_agent (the sweep's dispatcher), then the point logged to
     MLflow (SQLite) by the sweep's own Tracker.log_agent, as results.py's _log_points does,
     once per mark (the first 1,000 episodes, 2,000, ...): its time and MLflow calls."""
-    from distillery.orchestrator.config import ClusterConfig
-    from distillery.orchestrator.dispatch import run_agent
-    from distillery.orchestrator.run import ray_session
+    from distillery.orchestrator.core.config import ClusterConfig
+    from distillery.orchestrator.driver.run import ray_session
+    from distillery.orchestrator.execution.dispatch import run_agent
     from distillery.workers.envs.registry import make_benchmark
     from distillery.workers.episodes import AgentJob, EpisodeSummary
 
@@ -361,11 +361,11 @@ def log_to_mlflow(
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.cli import compose
-    from distillery.orchestrator.config import to_config
-    from distillery.orchestrator.metrics import agent_metrics
-    from distillery.orchestrator.results import results_frame
-    from distillery.orchestrator.tracking import EvalDataset, Tracker, safe_params
+    from distillery.orchestrator.core.compose import compose
+    from distillery.orchestrator.core.config import to_config
+    from distillery.orchestrator.execution.metrics import agent_metrics
+    from distillery.orchestrator.tracking.results import results_frame
+    from distillery.orchestrator.tracking.tracker import EvalDataset, Tracker, safe_params
     from distillery.workers.storage import Location
     from distillery.workers.trajectories import read_episode_file_bytes
 

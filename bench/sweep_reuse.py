@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points  # noqa: E402
-from distillery.orchestrator.config import to_config  # noqa: E402
-from distillery.orchestrator.run import ray_session, run_sweep  # noqa: E402
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points  # noqa: E402
+from distillery.orchestrator.core.config import to_config  # noqa: E402
+from distillery.orchestrator.driver.run import ray_session, run_sweep  # noqa: E402
 from distillery.testing.scripted_server import run_stub_server, stub_stats  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     ks = list(range(1, args.points + 1))
 
-    from distillery.orchestrator.config import ClusterConfig
+    from distillery.orchestrator.core.config import ClusterConfig
 
     with (
         tempfile.TemporaryDirectory() as tmp,

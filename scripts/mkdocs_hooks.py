@@ -1,7 +1,7 @@
 """MkDocs hooks of the manual (mkdocs.yml `hooks:`).
 
 - The configuration reference (`reference/configuration.md`) is generated from the
-  typed config models at build time (`distillery.orchestrator.config_reference`), so it
+  typed config models at build time (`distillery.orchestrator.cli.config_reference`), so it
   can never disagree with the code.
 - A nav entry whose page is not in docs/ (a page another branch adds) is dropped rather
   than failing a strict build, and a page of docs/ the nav does not list is added under
@@ -18,7 +18,7 @@ REFERENCE = "reference/configuration.md"
 
 
 def on_files(files: Files, config: Any) -> Files:
-    from distillery.orchestrator.config_reference import reference
+    from distillery.orchestrator.cli.config_reference import reference
 
     if files.get_file_from_path(REFERENCE) is None:
         files.append(File.generated(config, REFERENCE, content=reference()))

@@ -59,7 +59,7 @@ def test_a_wheel_claims_only_distillery_and_finds_its_configs(tmp_path: Path) ->
         check=True,
     )  # fmt: skip
     probe = (
-        "import distillery.orchestrator.cli as c, distillery.conf as conf; "
+        "import distillery.orchestrator.cli.app as c, distillery.conf as conf; "
         "cfg = c.compose(['benchmark.limit=2']); "
         "print(conf.__file__); print(cfg.benchmark.name, cfg.benchmark.limit)"
     )
@@ -90,7 +90,7 @@ def test_a_bare_checkout_imports_as_on_a_ray_working_dir(tmp_path: Path) -> None
     unpacked = tmp_path / "unpacked"
     unzip_package(str(package), str(unpacked), remove_top_level_directory=False, unlink_zip=False)
     probe = (
-        "import importlib.util, distillery.orchestrator.plan as p, "
+        "import importlib.util, distillery.orchestrator.planning.plan as p, "
         "distillery.workers.memory.amd.bank as b; "
         "print(p.__file__); print(b.__file__); print(importlib.util.find_spec('distillery.tests'))"
     )

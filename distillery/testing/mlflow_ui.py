@@ -25,10 +25,10 @@ from typing import Any
 
 import httpx
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.results import SweepResult
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.driver.run import run_sweep
+from distillery.orchestrator.tracking.results import SweepResult
 from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.llm.servers import free_port
 

@@ -16,7 +16,7 @@ Reads only the files a finished sweep leaves in `<output_root>/sweeps/<sweep_id>
 - `stages.parquet`: one row per distinct stage: kind, model, tokens, embed_tokens,
   wall_s, gpu_s, ran (see `costs.py`).
 
-Their columns are stated once, in `orchestrator/sweep_tables.py`: the runner writes the
+Their columns are stated once, in `orchestrator/state/sweep_tables.py`: the runner writes the
 tables with it and the report checks what it reads against it (a file of another
 version names the column it lacks or does not know).
 

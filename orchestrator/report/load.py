@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from distillery.orchestrator.costs import PriceTable
-from distillery.orchestrator.sweep_tables import (
+from distillery.orchestrator.report.costs import PriceTable
+from distillery.orchestrator.state.sweep_tables import (
     METHOD_COLUMNS,
     POINTS,
     TABLES,

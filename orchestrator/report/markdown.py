@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pandas as pd
 
-from distillery.orchestrator.costs import CATEGORIES
+from distillery.orchestrator.report.costs import CATEGORIES
 from distillery.orchestrator.report.load import SweepData
 from distillery.orchestrator.report.scenarios import scenario_labels
 from distillery.orchestrator.report.stats import _NA

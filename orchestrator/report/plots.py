@@ -12,7 +12,7 @@ import pandas as pd
 
 from distillery.orchestrator.report.load import cell_keys
 from distillery.orchestrator.report.tables import _display, disambiguators, distinguishing
-from distillery.orchestrator.sweep_tables import MethodColumns
+from distillery.orchestrator.state.sweep_tables import MethodColumns
 
 
 def _figure(ncols: int = 1, width: float = 6.0, height: float = 4.2) -> Any:

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distillery.orchestrator.core.stats import mcnemar
 from distillery.orchestrator.report.load import kind_rank
 from distillery.orchestrator.report.tables import Table, _pivots
-from distillery.orchestrator.stats import mcnemar
 
 # A sweep that recorded no `report.references` (written before the setting existed).
 FALLBACK_REFERENCES: tuple[str, ...] = ("zero_shot",)

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from distillery.orchestrator.report.load import SweepData
-from distillery.orchestrator.sweep_tables import STAGE_FIGURES, SweepTableError, read_sweep_table
+from distillery.orchestrator.state.sweep_tables import (
+    STAGE_FIGURES,
+    SweepTableError,
+    read_sweep_table,
+)
 
 
 @dataclass(frozen=True)

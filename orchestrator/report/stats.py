@@ -9,8 +9,8 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from distillery.orchestrator.core.stats import NO_SCORED_EPISODES, mcnemar, wilson_interval
 from distillery.orchestrator.report.load import BASE_CELL_KEYS, kind_rank
-from distillery.orchestrator.stats import NO_SCORED_EPISODES, mcnemar, wilson_interval
 
 _NA = "–"  # a missing number or descriptor in tables
 

@@ -8,10 +8,10 @@ from typing import Any, cast
 
 import pandas as pd
 
-from distillery.orchestrator.links import markdown_link, run_url
 from distillery.orchestrator.report.load import _text, kind_rank
 from distillery.orchestrator.report.stats import _NA
-from distillery.orchestrator.sweep_tables import MethodColumns
+from distillery.orchestrator.state.sweep_tables import MethodColumns
+from distillery.orchestrator.tracking.links import markdown_link, run_url
 
 # Keys a table may add to its rows to tell apart cells that its focus keys would merge;
 # a sweep's memory methods' columns go after the student (`disambiguators`).

@@ -14,12 +14,12 @@ import shutil
 import pytest
 import yaml
 
-from distillery.orchestrator import k8s
-from distillery.orchestrator.cli import run_cli
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.preflight import PreflightError, check_required_env
-from distillery.orchestrator.submit import PreparedSweep
-from distillery.orchestrator.submit import main as submit_main
+from distillery.orchestrator.cli.app import run_cli
+from distillery.orchestrator.cluster import k8s
+from distillery.orchestrator.cluster.submit import PreparedSweep
+from distillery.orchestrator.cluster.submit import main as submit_main
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.planning.preflight import PreflightError, check_required_env
 from distillery.workers.llm.config import ModelConfig
 from tests.k8s.kuberay_rules import rayjob_errors
 from tests.k8s.validation import REPO_ROOT, core_errors, crd_errors

@@ -21,5 +21,5 @@ def plan_offline(monkeypatch):
     and GPUs here): for tests of what a plan shows of a paper experiment on a machine
     that has none of those (the pre-flight itself: test_plan_preflight.py)."""
     monkeypatch.setattr(
-        "distillery.orchestrator.plan_check.world_problems", lambda *args, **kwargs: []
+        "distillery.orchestrator.planning.plan_check.world_problems", lambda *args, **kwargs: []
     )

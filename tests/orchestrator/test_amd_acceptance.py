@@ -31,7 +31,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.run import run_experiment
+from distillery.orchestrator.driver.run import run_experiment
 from distillery.testing.bfcl_scripts import (
     NO_MEMORY_REPLY,
     QUOTED,

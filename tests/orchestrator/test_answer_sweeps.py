@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from tests.support.sweep_config import sweep_config as _config
 
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.cli import route
+from distillery.orchestrator.cli.app import route
 from distillery.workers.memory.store import MemoryStore
 from tests.orchestrator.test_report import write_sweep
 from tests.workers.memory.test_store_retrieval import WFS, WordHashEmbedder, write_amd

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from distillery.orchestrator import cli
+from distillery.orchestrator.cli import app as cli
 from tests.support import REPO_ROOT
 
 
@@ -26,7 +26,7 @@ from tests.support import REPO_ROOT
 def test_verbose_anywhere_still_routes_the_subcommand(argv, monkeypatch):
     seen = []
     monkeypatch.setattr(
-        "distillery.orchestrator.memory_cli.main", lambda args: seen.append(args) or 0
+        "distillery.orchestrator.cli.memory_cli.main", lambda args: seen.append(args) or 0
     )
     monkeypatch.setattr(cli, "run_cli", lambda args: pytest.fail(f"run_cli({args})"))
     assert cli.route(argv) == 0
@@ -37,8 +37,8 @@ def test_verbose_anywhere_still_routes_the_subcommand(argv, monkeypatch):
     ("name", "target"),
     [
         ("report", "distillery.orchestrator.report.main"),
-        ("compare", "distillery.orchestrator.compare.main"),
-        ("submit", "distillery.orchestrator.submit.main"),
+        ("compare", "distillery.orchestrator.cli.compare.main"),
+        ("submit", "distillery.orchestrator.cluster.submit.main"),
     ],
 )
 def test_every_subcommand_is_routed_after_v(name, target, monkeypatch):
@@ -69,7 +69,7 @@ def test_distillery_v_memory_list_end_to_end(tmp_path):
         [
             sys.executable,
             "-c",
-            "from distillery.orchestrator.cli import main; main()",
+            "from distillery.orchestrator.cli.app import main; main()",
             "-v",
             "memory",
             "list",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import run_cli
+from distillery.orchestrator.cli.app import run_cli
 
 BAD = {
     "tracking.uri scheme": (
@@ -68,8 +68,8 @@ def test_a_bad_config_is_refused_identically_by_cfg_plan_and_run(
     def must_not_run(*args, **kwargs):
         raise AssertionError("the run started: validation let the config through")
 
-    monkeypatch.setattr("distillery.orchestrator.run.run_sweep", must_not_run)
-    monkeypatch.setattr("distillery.orchestrator.run.plan", must_not_run)
+    monkeypatch.setattr("distillery.orchestrator.driver.run.run_sweep", must_not_run)
+    monkeypatch.setattr("distillery.orchestrator.driver.run.plan", must_not_run)
     overrides, starts = BAD[case]
     said = []
     for flag in (["--cfg", "job"], ["--plan"], []):

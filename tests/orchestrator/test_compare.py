@@ -8,10 +8,10 @@ import json
 import pandas as pd
 import pytest
 
-from distillery.orchestrator.compare import CompareError, compare, find_side, main
-from distillery.orchestrator.compare import _sweeps_under as sweeps_under
-from distillery.orchestrator.links import markdown_link, run_url
+from distillery.orchestrator.cli.compare import CompareError, compare, find_side, main
+from distillery.orchestrator.cli.compare import _sweeps_under as sweeps_under
 from distillery.orchestrator.report import build_report
+from distillery.orchestrator.tracking.links import markdown_link, run_url
 from tests.orchestrator.test_report import sweep_rows, write_sweep, write_tables
 
 RUN_IDS = {"pZ0": "a" * 32, "pA0": "b" * 32, "pA1": "c" * 32, "pZ1": "d" * 32, "pA2": "e" * 32}
@@ -118,8 +118,8 @@ def test_a_methods_own_columns_describe_and_tell_points_apart(root):
 def test_a_run_read_from_mlflow_lists_its_methods_columns(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.compare import side_from_mlflow
-    from distillery.orchestrator.sweep_tables import METHOD_COLUMNS_TAG
+    from distillery.orchestrator.cli.compare import side_from_mlflow
+    from distillery.orchestrator.state.sweep_tables import METHOD_COLUMNS_TAG
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

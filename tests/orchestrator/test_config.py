@@ -1,8 +1,8 @@
 import pytest
 from hydra import compose, initialize_config_module
 
-from distillery.orchestrator.cli import rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
+from distillery.orchestrator.core.compose import rewrite_role_overrides
+from distillery.orchestrator.core.config import ConfigError, to_config
 
 
 def _compose(*overrides: str):
@@ -148,7 +148,7 @@ def test_a_plugin_package_ships_its_own_catalog_entries(tmp_path, monkeypatch):
     (method_catalog/<method>.yaml), found through its distillery.conf entry point."""
     import sys
 
-    from distillery.orchestrator.cli import compose as cli_compose
+    from distillery.orchestrator.core.compose import compose as cli_compose
     from distillery.workers.memory import registry
     from tests.plugins import ENTRY_POINTS, install_toy_plugin
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.stages.stage import StageKey
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.trajectories import EpisodeRecord, write_episode
@@ -88,8 +88,8 @@ def test_the_stage_cost_row_counts_only_the_tasks_the_sweep_needs(tmp_path, capl
     is reported with its path and not counted: it used to inflate the stage's tokens."""
     from types import SimpleNamespace
 
-    from distillery.orchestrator.results import stage_rows
-    from distillery.orchestrator.stages import EvaluateStage
+    from distillery.orchestrator.stages.stage import EvaluateStage
+    from distillery.orchestrator.tracking.results import stage_rows
     from distillery.workers.llm.config import ModelConfig
 
     ledger = Ledger(tmp_path)
@@ -141,7 +141,7 @@ def _empty_collection(qdrant: Path, bank_id: str, memory_type: str) -> int:
 
 @pytest.mark.slow
 def test_a_damaged_output_root_is_reported_and_rebuilt_never_fatal(tmp_path, ray_local, caplog):
-    from distillery.orchestrator.run import run_sweep
+    from distillery.orchestrator.driver.run import run_sweep
 
     with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as url:
         first = run_sweep(_configs(tmp_path, url), progress=False)
@@ -192,7 +192,7 @@ def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monke
     without our metadata): entry counts against the build record."""
     from types import SimpleNamespace
 
-    from distillery.orchestrator import memory_stage
+    from distillery.orchestrator.execution import memory_stage
 
     class _Call:
         def __init__(self, value):

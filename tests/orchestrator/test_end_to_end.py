@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.run import run_experiment, run_sweep
+from distillery.orchestrator.driver.run import run_experiment, run_sweep
 from distillery.testing.answer_scripts import REPLIES_VARIABLE
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.envs.mathgrade.answers import gsm8k_gold
@@ -147,7 +147,7 @@ def test_replies_that_used_to_abort_the_sweep_are_scored_and_the_run_finishes(
     aborted the whole sweep (parent run FAILED, the same crash on every re-run); the
     script bends the preflight request too, so an odd first reply is among them. A
     zero-shot sweep never starts the memory service (no stage of it needs memory)."""
-    from distillery.orchestrator.memory_stage import MemoryStage
+    from distillery.orchestrator.execution.memory_stage import MemoryStage
 
     def no_service(self):
         raise AssertionError("a zero-shot sweep started the memory service")

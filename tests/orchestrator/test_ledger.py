@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from distillery.orchestrator.ledger import BankOutput, Ledger, RunRecord
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.stages.stage import StageKey
+from distillery.orchestrator.state.ledger import BankOutput, Ledger, RunRecord
 
 KEY = StageKey("build", "ab" * 32)
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator import heartbeat as heartbeat_module
-from distillery.orchestrator.cli import _sigterm_interrupts, rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.live_runs import LiveRuns
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.cli.app import _sigterm_interrupts
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.driver.run import run_sweep
+from distillery.orchestrator.execution import heartbeat as heartbeat_module
+from distillery.orchestrator.tracking.live_runs import LiveRuns
 from distillery.testing.scripted_server import run_stub_server
 
 

@@ -37,7 +37,7 @@ _real = time.time
 time.time = lambda: _real() + float(skew)
 if no_flock == "1":  # this host's flock does not reach the other's
     fcntl.flock = lambda *args, **kwargs: None
-from distillery.orchestrator.locks import LockHeld, LockLost, run_locks
+from distillery.orchestrator.state.locks import LockHeld, LockLost, run_locks
 started = time.monotonic()
 try:
     with run_locks(target, None, None, "file:///unused", lease_s=float(lease_s)):
@@ -174,7 +174,7 @@ def test_lease_takeover_across_hosts_dead_hung_and_skewed(tmp_path):
 def test_a_hung_holder_of_a_running_sweep_stops_with_lock_lost(tmp_path):
     """In-process: the renewal thread's SIGINT reaches a main thread blocked in a wait,
     and run_locks reports the lost lease rather than an interrupt."""
-    from distillery.orchestrator import locks
+    from distillery.orchestrator.state import locks
 
     root = tmp_path / "root"
     started = time.monotonic()

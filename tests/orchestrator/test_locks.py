@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.locks import LOCK_NAME, FileLock, LockHeld, run_locks
+from distillery.orchestrator.state.locks import LOCK_NAME, FileLock, LockHeld, run_locks
 from tests.support import REPO_ROOT
 
 _HOLD = """
 import sys, time
-from distillery.orchestrator.locks import run_locks
+from distillery.orchestrator.state.locks import run_locks
 with run_locks(sys.argv[1], None, None, sys.argv[2]):
     print("locked", flush=True)
     time.sleep(120)
@@ -84,7 +84,7 @@ def test_a_shared_sqlite_store_or_embedded_qdrant_folder_is_locked_too(tmp_path)
 
 
 def _cli(argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "distillery.orchestrator.cli", *argv]
+    return [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv]
 
 
 @pytest.mark.slow

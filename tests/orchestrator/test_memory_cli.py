@@ -2,7 +2,7 @@ import json
 
 import pyarrow.parquet as pq
 
-from distillery.orchestrator.memory_cli import main
+from distillery.orchestrator.cli.memory_cli import main
 from distillery.workers.memory.store import MemoryStore
 from tests.workers.memory.test_store_retrieval import FNS, SEGS, WFS, WordHashEmbedder, write_amd
 

@@ -19,7 +19,7 @@ import httpx
 import pandas as pd
 import pytest
 
-from distillery.orchestrator.compare import main as compare_main
+from distillery.orchestrator.cli.compare import main as compare_main
 from distillery.testing.mlflow_ui import (
     COMPARISON_TASKS,
     Chromium,

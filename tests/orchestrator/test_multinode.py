@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.results import SweepResult
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.driver.run import run_sweep
+from distillery.orchestrator.tracking.results import SweepResult
 from distillery.workers.trajectories import read_episodes
 from tests.support import REPO_ROOT
 from tests.support.ray_auth import ray_auth_env
@@ -251,7 +251,7 @@ def test_losing_the_head_node_then_resubmitting_finishes_every_task_once(cluster
         return [
             sys.executable,
             "-m",
-            "distillery.orchestrator.cli",
+            "distillery.orchestrator.cli.app",
             f"output_dir={tmp_path / 'runs'}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
             f"benchmark.limit={N_TASKS}",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
+from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.report.stats import cell_label
-from distillery.orchestrator.stats import NO_SCORED_EPISODES
-from distillery.orchestrator.traces import success_label
+from distillery.orchestrator.tracking.traces import success_label
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory_service import MemoryServiceImpl
 

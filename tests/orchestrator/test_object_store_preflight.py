@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from distillery.orchestrator import preflight
-from distillery.orchestrator.preflight import PreflightError, check_output_dir
+from distillery.orchestrator.planning import preflight
+from distillery.orchestrator.planning.preflight import PreflightError, check_output_dir
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_plan_with_a_root_that_never_answers_says_so_once_instead_of_hanging(
 ):
     # What is cached is read from the output root: `--plan` checks it first, within the
     # bound, and reports it as the pre-flight's problem (not twice, not after minutes).
-    from distillery.orchestrator.cli import run_cli
+    from distillery.orchestrator.cli.app import run_cli
 
     monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 3.0)
     monkeypatch.chdir(tmp_path)

@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel
 
-from distillery.orchestrator import ordered_stage
-from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.ordered_run import OrderedRun
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, stage_events
+from distillery.orchestrator.execution import ordered_stage
+from distillery.orchestrator.execution.ordered_run import OrderedRun
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, stage_events
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.envs.base import Task
 from distillery.workers.memory import registry
 from distillery.workers.memory.config import MemoryBounds

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.results import point_descriptors
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import ConfigError, to_config
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.tracking.results import point_descriptors
 from distillery.workers.llm.servers import vllm_command
 
 STUDENTS = {  # config -> (served model, tool parser, reasoning parser, thinking)

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distillery.orchestrator.cli import rewrite_role_overrides, run_cli, sweep_points
-from distillery.orchestrator.cli import validate_sweep as validate
-from distillery.orchestrator.plan import StageGraph, plan_sweep
-from distillery.orchestrator.preflight import PreflightError, check_benchmark_environment
+from distillery.orchestrator.cli.app import run_cli
+from distillery.orchestrator.cli.app import validate_sweep as validate
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
+from distillery.orchestrator.planning.preflight import PreflightError, check_benchmark_environment
 from tests.orchestrator.test_appworld_plans import use_listing
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "conf" / "experiment"
@@ -151,8 +152,8 @@ def test_table5_samples_and_shares_the_teacher_and_the_bank(graphs):
 
 
 def test_the_quickstart_keeps_the_offline_embedder():
-    from distillery.orchestrator.cli import compose
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.compose import compose
+    from distillery.orchestrator.core.config import to_config
 
     cfg = to_config(compose(rewrite_role_overrides([])))
     assert cfg.experiment.name == "quickstart"

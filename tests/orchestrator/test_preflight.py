@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.errors import UserError
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.preflight import PreflightError, check_output_dir, check_run
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.core.errors import UserError
+from distillery.orchestrator.driver.run import run_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.preflight import PreflightError, check_output_dir, check_run
 from tests.support import REPO_ROOT
 
 
@@ -144,7 +144,7 @@ def test_the_cli_prints_one_message_and_no_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "distillery.orchestrator.cli",
+            "distillery.orchestrator.cli.app",
             f"output_dir={tmp_path / 'afile'}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
         ],
@@ -177,7 +177,7 @@ def test_cluster_ray_never_guesses_which_ray_to_join(tmp_path, monkeypatch):
     """cluster=ray joins the address given (cluster.ray_address or RAY_ADDRESS); with
     neither, or with Ray's `auto` (whatever Ray runs on this host), the run refuses
     with one line naming both and cluster=local, before Ray or MLflow start."""
-    from distillery.orchestrator.preflight import check_cluster
+    from distillery.orchestrator.planning.preflight import check_cluster
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     said = _refused(tmp_path, "cluster=ray")

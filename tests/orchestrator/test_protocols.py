@@ -1,6 +1,6 @@
 import pytest
 
-from distillery.orchestrator.protocols import ProtocolConfig, split_tasks
+from distillery.orchestrator.core.protocols import ProtocolConfig, split_tasks
 
 IDS = [f"t{i}" for i in range(20)]
 

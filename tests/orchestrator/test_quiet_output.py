@@ -36,7 +36,7 @@ def _distillery(tmp_path, *extra: str) -> str:
         k: v for k, v in os.environ.items() if k not in ("RAY_LOGGER_LEVEL", "MLFLOW_LOGGING_LEVEL")
     }
     done = subprocess.run(
-        [sys.executable, "-m", "distillery.orchestrator.cli", *argv],
+        [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

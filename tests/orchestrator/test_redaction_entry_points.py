@@ -34,7 +34,7 @@ CANARIES = (
 SCRIPT = textwrap.dedent(
     """
     import logging, os, sys
-    from distillery.orchestrator.cli import route
+    from distillery.orchestrator.cli.app import route
     url = "http://user:{url}@127.0.0.1:9"
     for argv in (
         ["report", sys.argv[1], "--out", sys.argv[2]],
@@ -92,7 +92,7 @@ def test_no_subcommand_prints_a_key(tmp_path):
 
 
 def test_every_ray_worker_body_registers_its_environments_keys(monkeypatch):
-    from distillery.orchestrator import memory_stage
+    from distillery.orchestrator.execution import memory_stage
     from distillery.workers.episodes import AgentJob, EpisodeWorkerImpl
     from distillery.workers.llm.config import ModelConfig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from distillery.orchestrator.repeats import repeat_notes
+from distillery.orchestrator.report.repeats import repeat_notes
 
 KEYS = ("method", "student", "protocol", "benchmark", "role")
 

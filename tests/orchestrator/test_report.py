@@ -11,16 +11,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distillery.orchestrator import sweep_tables
-from distillery.orchestrator.costs import (
+from distillery.orchestrator.core.stats import mcnemar, wilson_interval
+from distillery.orchestrator.report import build_report, cell_label, main
+from distillery.orchestrator.report.costs import (
     PriceTable,
     cost_breakdown,
     point_costs,
     stage_costs,
     unpriced_models,
 )
-from distillery.orchestrator.report import build_report, cell_label, main
-from distillery.orchestrator.stats import mcnemar, wilson_interval
+from distillery.orchestrator.state import sweep_tables
 from distillery.workers.storage import Location
 
 T, F, N = True, False, None

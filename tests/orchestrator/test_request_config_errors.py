@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator import cli
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.cli import app as cli
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.llm.types import RequestConfigError
 from tests.support.sweep_config import scripted_student as _student
@@ -57,9 +57,11 @@ def test_the_cli_prints_one_message_and_exits_2(monkeypatch, capsys):
     def refuse(configs, progress=True):
         raise RequestConfigError("gpt-5-mini refused the request: HTTP 400: no. Change: x")
 
-    monkeypatch.setattr("distillery.orchestrator.run.run_sweep", refuse)
+    monkeypatch.setattr("distillery.orchestrator.driver.run.run_sweep", refuse)
     # No network here: api.openai.com is not reachable for the pre-Ray service check.
-    monkeypatch.setattr("distillery.orchestrator.requirements_check._reachable", lambda url: None)
+    monkeypatch.setattr(
+        "distillery.orchestrator.planning.requirements_check._reachable", lambda url: None
+    )
     assert cli.run_cli(["teacher=gpt5_mini", "student=oracle"]) == 2
     assert "distillery: gpt-5-mini refused the request" in capsys.readouterr().err
 

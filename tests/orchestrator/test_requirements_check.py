@@ -10,10 +10,14 @@ import sys
 
 from hydra import compose, initialize_config_module
 
-from distillery.orchestrator import requirements_check
-from distillery.orchestrator.cli import rewrite_role_overrides, run_cli
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.requirements_check import missing_requirements, models_in_use
+from distillery.orchestrator.cli.app import run_cli
+from distillery.orchestrator.core.compose import rewrite_role_overrides
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.planning import requirements_check
+from distillery.orchestrator.planning.requirements_check import (
+    missing_requirements,
+    models_in_use,
+)
 from distillery.workers.llm.servers import free_port
 from tests.support import REPO_ROOT
 
@@ -108,7 +112,7 @@ def test_plain_pip_install_without_setup_script_is_one_line_per_piece():
     """`pip install -e .` alone: no llama-cpp-python, no bfcl-eval (the setup script adds
     both). The default quickstart stops in seconds, naming both, with no traceback."""
     blocked = "import sys; sys.modules.update(llama_cpp=None, bfcl_eval=None)"
-    run = "from distillery.orchestrator.cli import main; main()"
+    run = "from distillery.orchestrator.cli.app import main; main()"
     done = subprocess.run(
         [sys.executable, "-c", f"{blocked}; sys.argv = ['distillery']; {run}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
@@ -128,7 +132,7 @@ def test_plan_needs_only_the_benchmark_package():
     pre-flight says what a run here would lack); without the benchmark's package there
     are no tasks to plan, which it says with the rest."""
     blocked = "import sys; sys.modules.update(llama_cpp=None, vllm=None)"
-    run = "from distillery.orchestrator.cli import main; main()"
+    run = "from distillery.orchestrator.cli.app import main; main()"
     argv = "['distillery', 'student=qwen3_4b', 'methods=[zero_shot]', '--plan']"
     done = subprocess.run(
         [sys.executable, "-c", f"{blocked}; sys.argv = {argv}; {run}"],
@@ -176,7 +180,7 @@ def test_an_mlflow_tracking_server_is_reached_before_the_run():
 def test_a_closed_tracking_port_is_one_line_exit_2_and_no_traceback(tmp_path):
     """As a user runs it: before Ray starts, no MLflow retry traceback."""
     port = free_port()
-    run = "from distillery.orchestrator.cli import main; main()"
+    run = "from distillery.orchestrator.cli.app import main; main()"
     argv = ["methods=[teacher]", f"output_dir={tmp_path}", f"tracking.uri=http://127.0.0.1:{port}"]
     done = subprocess.run(
         [sys.executable, "-c", run, *argv],

@@ -2,7 +2,7 @@
 
 from importlib.metadata import version
 
-from distillery.orchestrator.results import package_versions
+from distillery.orchestrator.tracking.results import package_versions
 
 
 def test_package_versions_include_the_benchmarks_own_packages() -> None:

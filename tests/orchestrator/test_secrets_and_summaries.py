@@ -66,9 +66,9 @@ def _canary_overrides(student_host: str) -> list[str]:
 def test_every_planted_key_is_collected_from_the_composed_config(tmp_path, monkeypatch):
     """The places planted below, and `tracking.uri`, as the CLI composes them: every
     key is found by value, and none reaches the MLflow params."""
-    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-    from distillery.orchestrator.config import to_config
-    from distillery.orchestrator.tracking import safe_params
+    from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+    from distillery.orchestrator.core.config import to_config
+    from distillery.orchestrator.tracking.tracker import safe_params
     from distillery.redaction import secrets_in
 
     monkeypatch.setenv("DISTILLERY_CANARY_KEY", ENV_CANARY)
@@ -140,7 +140,7 @@ def test_canaries_never_leave_and_an_all_infra_point_has_no_rate(tmp_path):
                 *_canary_overrides(host),
             ]
             out = subprocess.run(
-                [sys.executable, "-m", "distillery.orchestrator.cli", *argv],
+                [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv],
                 cwd=tmp_path,
                 env=env,
                 capture_output=True,

@@ -110,7 +110,7 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path, mon
         argv = [
             sys.executable,
             "-m",
-            "distillery.orchestrator.cli",
+            "distillery.orchestrator.cli.app",
             "output_dir=s3://distillery/runs",
             f"tracking.uri={tracking}",
             f"benchmark.limit={TASKS}",
@@ -223,7 +223,7 @@ def test_a_sweep_on_servers_survives_sigkill_and_reads_back(store, tmp_path, mon
         # -- docs/cluster.md: the report from the object store, on a "laptop" --------
         argv = shlex.split(runbook_report_line())
         report = subprocess.run(
-            [sys.executable, "-m", "distillery.orchestrator.cli", *argv[1:]],
+            [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv[1:]],
             cwd=tmp_path,
             env=env,
             capture_output=True,

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator import plan as plan_module
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.cli.app import validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning.plan import plan_sweep
 from tests.orchestrator.test_appworld_plans import use_listing
 from tests.support import REPO_ROOT
 

@@ -9,12 +9,13 @@ import json
 
 import pytest
 
-from distillery.orchestrator import plan as plan_module
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.protocols import ids_sha
-from distillery.orchestrator.stages import BuildStage, CollectStage, EvaluateStage
+from distillery.orchestrator.cli.app import validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.core.protocols import ids_sha
+from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.stages.stage import BuildStage, CollectStage, EvaluateStage
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.retrieval import Isolation

@@ -13,12 +13,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from distillery.orchestrator import stage_kinds, stages, sweep
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
-from distillery.orchestrator.stages import (
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.execution import sweep
+from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.stages import kinds as stage_kinds
+from distillery.orchestrator.stages import stage as stages
+from distillery.orchestrator.stages.stage import (
     BuildStage,
     CollectStage,
     CostRow,
@@ -27,6 +28,7 @@ from distillery.orchestrator.stages import (
     RenderStage,
     StageStatus,
 )
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.memory import registry
 from distillery.workers.memory.method import BaseMemoryMethod
 from distillery.workers.plugins import PluginLoadError
@@ -215,7 +217,7 @@ def test_a_method_asks_the_planner_for_a_stage_of_its_own_kind(
     assert stage_status(graph, ledger)[list(graph.stages).index(brew.key)].is_cached
 
     # Its cost rows: one per model and role, wall time on the first.
-    from distillery.orchestrator.results import stage_rows
+    from distillery.orchestrator.tracking.results import stage_rows
 
     rows = stage_rows(run_sweep, brew.key)
     assert [(r["role"], r["model"], r["tokens_in"]) for r in rows] == [

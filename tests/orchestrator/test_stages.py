@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator import stages
-from distillery.orchestrator.cli import compose, expand_grid, rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import ConfigError, to_config
-from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.core.compose import (
+    compose,
+    expand_grid,
+    rewrite_role_overrides,
+    sweep_points,
+)
+from distillery.orchestrator.core.config import ConfigError, to_config
+from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.stages import stage as stages
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.episodes import EpisodeSummary
 from distillery.workers.trajectories import write_episode
 from tests.workers.test_trajectories import _record
@@ -94,7 +99,7 @@ def test_a_former_repair_of_bfcl_replies_renews_agent_stages_and_is_tagged(optio
 
 
 def _renews_and_is_tagged(option: str) -> None:
-    from distillery.orchestrator.results import point_descriptors
+    from distillery.orchestrator.tracking.results import point_descriptors
     from distillery.workers.envs.registry import known_deviations
 
     on = f"+benchmark.options.{option}=true"  # BFCL's deviations are BFCL's options
@@ -229,7 +234,7 @@ def test_sweep_list_selects_models_by_group():
 
 
 def test_cli_plan_prints_the_graph_and_runs_nothing(tmp_path, capsys):
-    from distillery.orchestrator.cli import run_cli
+    from distillery.orchestrator.cli.app import run_cli
 
     code = run_cli(["benchmark.limit=2", f"output_dir={tmp_path}", "--plan"])
     out = capsys.readouterr().out
@@ -240,15 +245,15 @@ def test_cli_plan_prints_the_graph_and_runs_nothing(tmp_path, capsys):
 
 
 def test_cli_rejects_a_grid_without_multirun(capsys):
-    from distillery.orchestrator.cli import run_cli
+    from distillery.orchestrator.cli.app import run_cli
 
     assert run_cli(["seed=0,1", "--plan"]) == 2
     assert "distillery -m seed=0,1" in capsys.readouterr().err
 
 
 def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(monkeypatch):
-    from distillery.orchestrator.plan import server_key
-    from distillery.orchestrator.server_pool import ServerPool
+    from distillery.orchestrator.execution.server_pool import ServerPool
+    from distillery.orchestrator.planning.plan import server_key
     from distillery.workers.llm import pool as pools
     from distillery.workers.storage import Location
 

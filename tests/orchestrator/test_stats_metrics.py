@@ -3,9 +3,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from distillery.orchestrator.metrics import agent_metrics
-from distillery.orchestrator.stats import percentile, wilson_interval
-from distillery.orchestrator.tracking import safe_params
+from distillery.orchestrator.core.stats import percentile, wilson_interval
+from distillery.orchestrator.execution.metrics import agent_metrics
+from distillery.orchestrator.tracking.tracker import safe_params
 
 
 def test_wilson_matches_hand_computed_values():

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.submit import (
+from distillery.orchestrator.cluster.submit import (
     SWEEP_ID_KEY,
     AlreadyRunning,
     merge_overrides,
@@ -48,7 +48,7 @@ def _auth(head) -> dict[str, str]:
 
 def _submit(head, *argv: str, env: dict[str, str] | None = None, timeout: float = 600):
     return subprocess.run(
-        [sys.executable, "-m", "distillery.orchestrator.cli", "submit", *argv],
+        [sys.executable, "-m", "distillery.orchestrator.cli.app", "submit", *argv],
         cwd=REPO_ROOT,
         env=env or head.env,
         capture_output=True,
@@ -120,7 +120,7 @@ def test_prepare_pins_local_paths_and_joins_the_cluster(tmp_path, monkeypatch):
     assert sweep.overrides[0] == "cluster=ray"
     assert len(sweep.notes) == 2  # both are local to the head node: said so
     words = shlex.split(sweep.entrypoint)
-    assert words[:3] == ["python", "-m", "distillery.orchestrator.cli"]
+    assert words[:3] == ["python", "-m", "distillery.orchestrator.cli.app"]
     assert words[3:] == sweep.overrides
     # The sweep id is the one `distillery` computes for the same points: runtime knobs
     # (cluster, output root, tracking) are not part of it.

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import rewrite_role_overrides, run_cli, validate_sweep
-from distillery.orchestrator.cli import sweep_points as _sweep_points
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.descriptors import name_sweep
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.cli.app import run_cli, validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides
+from distillery.orchestrator.core.compose import sweep_points as _sweep_points
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.planning.descriptors import name_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from tests.orchestrator.test_stages import config
 
 
@@ -206,9 +207,9 @@ def test_cfg_and_plan_refuse_a_bad_task_id_with_the_same_message(capsys):
 
 
 def test_summary_names_each_point_once_with_its_descriptor(capsys):
-    from distillery.orchestrator.protocols import TaskSplit
-    from distillery.orchestrator.results import MethodResult, RunResult, SweepResult
-    from distillery.orchestrator.run import print_summary
+    from distillery.orchestrator.core.protocols import TaskSplit
+    from distillery.orchestrator.driver.run import print_summary
+    from distillery.orchestrator.tracking.results import MethodResult, RunResult, SweepResult
 
     metrics = {
         "success_rate": 0.5,

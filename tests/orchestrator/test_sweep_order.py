@@ -1,6 +1,6 @@
 """Dispatch follows the benchmark's own task order, whatever its ids look like."""
 
-from distillery.orchestrator.sweep import in_benchmark_order
+from distillery.orchestrator.execution.sweep import in_benchmark_order
 
 
 def test_tasks_are_dispatched_in_the_order_the_benchmark_loaded_them() -> None:

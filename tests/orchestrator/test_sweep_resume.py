@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.trajectories import read_episodes
 from tests.support import REPO_ROOT
@@ -144,7 +144,7 @@ def test_sweep_runs_each_distinct_stage_once_and_reuses_it(tmp_path, ray_local):
 
 
 def _cli(argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "distillery.orchestrator.cli", *argv]
+    return [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv]
 
 
 def _done_records(root: Path) -> int:

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distillery.orchestrator import sweep_tables
 from distillery.orchestrator.report import ReportError, build_report, load_sweep
-from distillery.orchestrator.sweep_tables import (
+from distillery.orchestrator.state import sweep_tables
+from distillery.orchestrator.state.sweep_tables import (
     EPISODES,
     POINTS,
     MethodColumns,

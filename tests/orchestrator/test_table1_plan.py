@@ -7,14 +7,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from distillery.orchestrator.cli import (
-    rewrite_role_overrides,
-    run_cli,
-    sweep_points,
-    validate_sweep,
-)
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.stages import BuildStage, EvaluateStage
+from distillery.orchestrator.cli.app import run_cli, validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.stages.stage import BuildStage, EvaluateStage
 
 STUDENTS = 4  # the paper's table 1: Qwen3-4B, Gemma4-E4B, Qwen3-8B, Llama3.1-8B
 MEMORY = ["reasoning_bank", "memp", "sasm", "trajectory_rag", "amd_wf_st_fn"]

@@ -13,8 +13,8 @@ import pytest
 from mlflow.entities import SpanType
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.traces import episode_trace, sample_episodes
-from distillery.orchestrator.tracking import (
+from distillery.orchestrator.tracking.traces import episode_trace, sample_episodes
+from distillery.orchestrator.tracking.tracker import (
     CHANGED_PARAM_TAG,
     POINT_ID_TAG,
     EvalDataset,
@@ -145,7 +145,7 @@ def test_child_logged_twice_for_a_point_is_one_run_with_latest_metrics(
             tracker, {"success_rate": 0.5}, point_id="p1", run_id=tracker.find_child(pid, "p1")
         )
         # Without run_id the point id alone finds it too; a changed param must not crash.
-        with caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking"):
+        with caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking.tracker"):
             third = _log(tracker, {"success_rate": 0.75}, point_id="p1", params={"method": "amd2"})
         other = _log(tracker, {"success_rate": 0.0}, point_id="p2")
     assert first == again == third != other
@@ -293,7 +293,7 @@ def test_tracing_failure_only_warns(
 
     monkeypatch.setattr(tracker.client, "start_trace", broken)
     with (
-        caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking"),
+        caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking.tracker"),
         tracker.parent("sweep", {}, {}),
     ):
         child = _log(tracker, {"success_rate": 1.0}, point_id="p", traces=[_success()])

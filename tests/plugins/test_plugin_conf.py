@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 from hydra.errors import MissingConfigException
 
-from distillery.orchestrator.cli import (
+from distillery.orchestrator.cli.app import run_cli
+from distillery.orchestrator.core.compose import (
     PluginConfigError,
     compose,
     plugin_config_paths,
     rewrite_role_overrides,
-    run_cli,
 )
-from distillery.orchestrator.config import ConfigError, to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.config import ConfigError, to_config
+from distillery.orchestrator.planning.plan import plan_sweep
 from tests.plugins import ENTRY_POINTS, install_toy_plugin
 
 TOY_TASKS = [f"toy_{i}" for i in range(6)]

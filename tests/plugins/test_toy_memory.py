@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import ConfigError, to_config
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.memory.config import EmbedderConfig, StoreConfig
 from distillery.workers.memory.method import MemoryMethod
 from distillery.workers.memory.registry import known_methods, memory_method

@@ -27,8 +27,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator import stage_kinds
-from distillery.orchestrator.cli import route, run_cli
+from distillery.orchestrator.cli.app import route, run_cli
+from distillery.orchestrator.stages import kinds as stage_kinds
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.memory import registry
 from distillery.workers.trajectories import read_episode_file
@@ -68,7 +68,9 @@ EXPECTED_LOG = [
 def _distillery() -> list[str]:
     script = Path(sys.executable).with_name("distillery")
     return (
-        [str(script)] if script.is_file() else [sys.executable, "-m", "distillery.orchestrator.cli"]
+        [str(script)]
+        if script.is_file()
+        else [sys.executable, "-m", "distillery.orchestrator.cli.app"]
     )
 
 
@@ -120,7 +122,7 @@ def test_an_outcome_driven_plugin_method_plans_runs_resumes_after_sigkill_and_re
     # `--plan` here shows the stage lines, without the pre-flight's probe of the
     # endpoints: a probe would be one more request to the counting teacher.
     monkeypatch.setattr(
-        "distillery.orchestrator.plan_check.world_problems", lambda *args, **kwargs: []
+        "distillery.orchestrator.planning.plan_check.world_problems", lambda *args, **kwargs: []
     )
     env = {
         **os.environ,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import DistilleryConfig, to_config
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import DistilleryConfig, to_config
 
 
 def sweep_config(tmp_path: Path, *overrides: str) -> DistilleryConfig:

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from distillery.orchestrator.metrics import agent_metrics
+from distillery.orchestrator.execution.metrics import agent_metrics
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.episodes import AgentJob, EpisodeRunner
 from distillery.workers.llm.config import ModelConfig

@@ -13,7 +13,7 @@ benchmark in a config imports nothing. The project's own benchmarks are listed i
 
 The class implements `distillery.workers.envs.base.Benchmark`. The second group is
 optional: it adds the package's config groups to Hydra's search path (see
-`distillery.orchestrator.cli.compose`), so `benchmark=my_bench` selects its yaml;
+`distillery.orchestrator.core.compose.compose`), so `benchmark=my_bench` selects its yaml;
 without it, `benchmark.name=my_bench` works on top of another benchmark's yaml.
 tests/plugins/toy_plugin is a complete example, run end to end by the tests. The
 registry machinery (lazy loading, entry points, errors) is `distillery.workers.plugins`.

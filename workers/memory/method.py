@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from distillery.workers.memory.entries import CollectionSpec
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.stages import StageKey
+    from distillery.orchestrator.stages.stage import StageKey
     from distillery.workers.agents.loop import MemoryHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank

@@ -13,12 +13,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distillery.orchestrator import sweep_tables
-from distillery.orchestrator.ledger import Ledger
 from distillery.orchestrator.report import build_report
 from distillery.orchestrator.report.scenarios import scenario_benchmarks
-from distillery.orchestrator.results import _episode_columns
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.stages.stage import StageKey
+from distillery.orchestrator.state import sweep_tables
+from distillery.orchestrator.state.ledger import Ledger
+from distillery.orchestrator.tracking.results import _episode_columns
 from distillery.workers.storage import Location
 from distillery.workers.trajectories import EpisodeSummary, write_episode
 from tests.support.records import episode_record

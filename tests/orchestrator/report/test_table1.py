@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distillery.orchestrator import sweep_tables
+from distillery.orchestrator.core.stats import mcnemar
 from distillery.orchestrator.report import build_report, main
-from distillery.orchestrator.stats import mcnemar
+from distillery.orchestrator.state import sweep_tables
 from distillery.workers.storage import Location
 
 T, F = True, False

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, TaskContext
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, TaskContext
 from distillery.workers.llm.types import Usage
 from distillery.workers.memory.api import (
     BaseMemoryMethod,

@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
-from distillery.orchestrator import stages
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import ConfigError, to_config
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.stages import stage as stages
 from distillery.workers.envs import registry
 from distillery.workers.envs.base import BenchmarkUnavailable
 from distillery.workers.envs.conventions import DEFAULT_CONVENTIONS, conventions_of
@@ -219,7 +219,7 @@ def test_a_name_registered_twice_is_refused(toy, monkeypatch):
 
 
 def test_a_missing_benchmark_package_is_one_requirement_line(toy, monkeypatch):
-    from distillery.orchestrator.requirements_check import missing_requirements
+    from distillery.orchestrator.planning.requirements_check import missing_requirements
 
     cfg = _config("benchmark.name=toy_missing", "methods=[teacher]")
     (missing,) = missing_requirements([cfg], services=False)

@@ -122,8 +122,8 @@ def test_in_a_benchmarks_own_opening_the_slot_is_rendered_again_without_them():
 
 
 def test_the_catalog_entries_are_the_ports():
-    from distillery.orchestrator.cli import compose, rewrite_role_overrides
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+    from distillery.orchestrator.core.config import to_config
 
     methods = "[reasoning_bank,reasoning_bank_amd_appworld,reasoning_bank_amd_toolsandbox]"
     cfg = to_config(compose(rewrite_role_overrides([f"methods={methods}"])))

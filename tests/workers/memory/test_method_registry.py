@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import ConfigError, to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import ConfigError, to_config
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.memory import registry
 from distillery.workers.memory.method import MemoryMethod
 from distillery.workers.memory.registry import (

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from distillery.orchestrator.stages import BankStage, CostRow
+from distillery.orchestrator.stages.stage import BankStage, CostRow
 from distillery.workers.memory.agentbrew.notes import COLLECTIONS as NOTE_COLLECTIONS
 from distillery.workers.memory.agentbrew.notes import DELIMITERS
 from distillery.workers.memory.agentbrew.settings import AgentBrewSettings
@@ -34,9 +34,9 @@ from distillery.workers.memory.entries import CollectionSpec
 from distillery.workers.memory.method import BaseMemoryMethod
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.ledger import Ledger
-    from distillery.orchestrator.stages import StageKey
-    from distillery.orchestrator.sweep import Sweep
+    from distillery.orchestrator.execution.sweep import Sweep
+    from distillery.orchestrator.stages.stage import StageKey
+    from distillery.orchestrator.state.ledger import Ledger
 
 
 class CombinedSettings(BaseModel):
@@ -204,8 +204,8 @@ class CombineStage(BankStage):
         return sweep.memory.ensure(self, prefix, lambda: self._combine(sweep))
 
     def _combine(self, sweep: Sweep) -> Any:
-        from distillery.orchestrator.dispatch import ray_get
-        from distillery.orchestrator.stages import digest_of
+        from distillery.orchestrator.execution.dispatch import ray_get
+        from distillery.orchestrator.stages.stage import digest_of
         from distillery.workers.memory.bank import BuiltBank
         from distillery.workers.memory.registry import memory_method
 

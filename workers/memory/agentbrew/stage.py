@@ -1,5 +1,5 @@
 """The `brew` stage kind: AgentBrew's brew on the memory split, an outcome-driven stage
-(`orchestrator/ordered_stage.py`) whose program is `program.BrewProgram`.
+(`orchestrator/execution/ordered_stage.py`) whose program is `program.BrewProgram`.
 
 Its identity holds the memory split (benchmark, split options with the data digest,
 the task ids, their order), the brew student, teacher and curator models, every prompt
@@ -17,17 +17,17 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, stage_events
-from distillery.orchestrator.protocols import ids_sha
-from distillery.orchestrator.stages import StageFigure, StageReport
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.core.protocols import ids_sha
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, stage_events
+from distillery.orchestrator.stages.stage import StageFigure, StageReport
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.agentbrew.program import BrewProgram, StudentProfile
 from distillery.workers.memory.agentbrew.settings import AgentBrewSettings
 from distillery.workers.memory.agentbrew.statistics import brew_figures, final_notes
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.ledger import Ledger
+    from distillery.orchestrator.state.ledger import Ledger
 
 TITLE = "Table 3: brew statistics (AgentBrew paper, training phase)"
 # Protocols under which a task would read notes certified on itself: its own plays'

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, TaskContext
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, TaskContext
 from distillery.workers.memory.reflexion.records import COLLECTION, Reflection
 from distillery.workers.memory.reflexion.reflect import TEXTS as REFLECTION_TEXTS
 from distillery.workers.memory.reflexion.reflect import ReflectionLimits, reflect

@@ -124,7 +124,7 @@ def test_no_data_and_no_network_says_where_to_get_it(monkeypatch):
 
 def test_the_cli_stops_before_anything_starts(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "distillery.orchestrator.cli", "benchmark=gsm8k",
+        [sys.executable, "-m", "distillery.orchestrator.cli.app", "benchmark=gsm8k",
          f"+benchmark.options.data_path={tmp_path}", "methods=[zero_shot]", "--plan"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip

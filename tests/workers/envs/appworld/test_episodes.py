@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from distillery.orchestrator.protocols import ProtocolConfig, split_tasks
+from distillery.orchestrator.core.protocols import ProtocolConfig, split_tasks
 from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.envs.appworld.adapter import AppWorld, AppWorldOptions
 from distillery.workers.envs.isolated.process import WorkerRaised, pids_alive

@@ -123,8 +123,8 @@ def test_without_its_venv_it_is_unavailable_with_the_install_command(tmp_path, m
 
 
 def test_the_config_group_selects_it_with_its_options():
-    from distillery.orchestrator.cli import compose, rewrite_role_overrides
-    from distillery.orchestrator.config import ConfigError, to_config
+    from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+    from distillery.orchestrator.core.config import ConfigError, to_config
 
     overrides = ["benchmark=toolsandbox", "methods=[teacher]"]
     cfg = to_config(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from distillery.orchestrator.ordered_stage import Reply
+from distillery.orchestrator.execution.ordered_stage import Reply
 from distillery.workers.memory.agentbrew.notes import check_truth, json_object, parse_draft
 from distillery.workers.memory.agentbrew.program import ask_valid
 

@@ -170,8 +170,8 @@ def test_the_settings_read_on_appworld_are_what_the_plan_and_report_see():
 
 
 def test_memory_amd_on_benchmark_appworld_needs_no_other_config():
-    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+    from distillery.orchestrator.core.config import to_config
 
     def retrieval(*overrides: str):
         args = rewrite_role_overrides([*overrides, "methods=[amd_wf_st_fn]"])

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from distillery.orchestrator.ledger import BankOutput, Ledger
-from distillery.orchestrator.ordered_run import OrderedRun
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, Reply
+from distillery.orchestrator.execution.ordered_run import OrderedRun
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, Reply
+from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.testing.scripted_server import word_vector
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.config import MemoryBounds
@@ -136,7 +136,7 @@ def run_stage(
 
 
 def events(sweep: Any, stage: OrderedEpisodeStage) -> list[tuple[str, str]]:
-    from distillery.orchestrator.ordered_stage import stage_events
+    from distillery.orchestrator.execution.ordered_stage import stage_events
 
     return [(r["task"], r["kind"]) for r in stage_events(sweep.ledger, stage.key)]
 

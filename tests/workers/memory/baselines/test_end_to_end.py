@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.cli import route
+from distillery.orchestrator.cli.app import route
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.trajectories import read_episode_file
 from tests.support import REPO_ROOT
@@ -37,7 +37,9 @@ METHODS = ["zero_shot", "reflexion_k2", "simple_rag", "expel", "ace"]
 def _distillery() -> list[str]:
     script = Path(sys.executable).with_name("distillery")
     return (
-        [str(script)] if script.is_file() else [sys.executable, "-m", "distillery.orchestrator.cli"]
+        [str(script)]
+        if script.is_file()
+        else [sys.executable, "-m", "distillery.orchestrator.cli.app"]
     )
 
 

@@ -7,8 +7,9 @@ is test_end_to_end.py, under protocol=split)."""
 
 from __future__ import annotations
 
-from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.cli.app import validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.planning.plan import plan_sweep
 
 METHODS = "zero_shot,reflexion_k2,simple_rag,expel,ace"
 

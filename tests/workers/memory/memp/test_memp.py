@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.llm.types import ChatResult, RequestRejected, Usage
 from distillery.workers.memory.memp import prompts
 from distillery.workers.memory.memp.records import KEYWORD_COLLECTION, QUERY_COLLECTION

@@ -15,9 +15,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.llm.types import ChatResult, ContextOverflow, Usage
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.method import MemoryMethod

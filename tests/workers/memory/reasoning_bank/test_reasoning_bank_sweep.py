@@ -18,8 +18,8 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.orchestrator.report import build_report
-from distillery.orchestrator.run import run_sweep
 from distillery.testing.bfcl_scripts import first_turn_only_text, replay_text
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.envs.registry import make_benchmark

@@ -10,8 +10,8 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.driver.run import run_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from distillery.workers.memory.sasm import prompts
 from distillery.workers.trajectories import read_episodes

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.run import run_sweep
+from distillery.orchestrator.driver.run import run_sweep
 from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.memory.trajectory_rag.prompts import MARKER
 from distillery.workers.trajectories import read_episodes

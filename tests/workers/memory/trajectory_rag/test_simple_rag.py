@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.memory.applicability import refusal
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory.trajectory_rag import build, prompts

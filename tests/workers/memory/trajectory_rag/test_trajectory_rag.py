@@ -14,10 +14,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from distillery.orchestrator.cli import compose, rewrite_role_overrides
-from distillery.orchestrator.config import to_config
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.stages import agent_prompt_fingerprint
+from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+from distillery.orchestrator.core.config import to_config
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.stages.stage import agent_prompt_fingerprint
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.method import MemoryMethod
 from distillery.workers.memory.registry import builtin_hook_texts, known_methods, memory_method

@@ -1,0 +1,87 @@
+"""Episode workers for plays decided one at a time (an outcome-driven stage): a pool of
+Ray episode workers of one agent job, each play sent to the least busy one and awaited
+from asyncio; a worker that dies (its actor, or its node) is replaced and the play is
+sent again (an episode file is replaced whole, so a play is recorded once)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import Any
+
+from tqdm import tqdm
+
+from distillery.orchestrator.core.config import ClusterConfig
+from distillery.orchestrator.execution.dispatch import EpisodeWorkers
+from distillery.workers.episodes import AgentJob, PlayRequest
+from distillery.workers.trajectories import EpisodeSummary
+
+
+class EpisodePool:
+    """`cluster.num_workers` episode workers of `job`, at most
+    `cluster.episodes_per_worker` plays each in flight (and never more than the model's
+    servers have slots)."""
+
+    def __init__(
+        self, job: AgentJob, endpoints: list[str], cluster: ClusterConfig, directory: Any = None
+    ) -> None:
+        self.job = job
+        self.endpoints = endpoints
+        self.cluster = cluster
+        self.directory = directory
+        cap = cluster.episodes_per_worker
+        if job.model.backend != "oracle":
+            cap = min(cap, max(1, len(endpoints)) * job.model.max_concurrency_per_server)
+        self.n_workers = max(1, min(cluster.num_workers, cap))
+        self._slots = asyncio.Semaphore(cap * self.n_workers)
+        self._workers: EpisodeWorkers | None = None
+        self._busy: list[int] = []
+        self.infra: Counter[str] = Counter()
+
+    def start(self) -> None:
+        """Start the workers; a request refused for how it was built stops here."""
+        self._workers = EpisodeWorkers(
+            self.job, self.endpoints, self.cluster, self.n_workers, self.directory
+        )
+        self._busy = [0] * self.n_workers
+        _, unreachable = self._workers.start()
+        if unreachable:
+            tqdm.write(
+                f"warning: {self.job.model.name} preflight request failed: {unreachable[:300]}"
+            )
+
+    async def play(self, task_id: str, request: PlayRequest) -> EpisodeSummary:
+        """One play; a lost worker is replaced and the play sent again."""
+        import ray.exceptions as ray_exceptions
+
+        workers = self._workers
+        if workers is None:
+            raise RuntimeError("the episode pool is not started")
+        async with self._slots:
+            while True:
+                index = min(range(self.n_workers), key=lambda w: (self._busy[w], w))
+                born = workers.generation[index]
+                worker = workers.workers[index]
+                self._busy[index] += 1
+                try:
+                    summary = await worker.run_task.remote(task_id, request)
+                except (ray_exceptions.RayActorError, ray_exceptions.ActorUnavailableError) as exc:
+                    if workers.replace(index, born, exc):
+                        self.infra["worker_restarts"] += 1
+                    continue
+                except ray_exceptions.RayTaskError as exc:
+                    cause = exc.cause
+                    raise cause if isinstance(cause, Exception) else exc from None
+                finally:
+                    self._busy[index] -= 1
+                self.infra["episode_retries"] += max(0, summary.attempts - 1)
+                return summary
+
+    def close(self) -> None:
+        workers, self._workers = self._workers, None
+        if workers is None:
+            return
+        with contextlib.suppress(Exception):  # requests re-routed, episodes moved
+            self.infra.update(workers.routing_stats())
+        workers.close()

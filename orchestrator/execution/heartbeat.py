@@ -1,0 +1,107 @@
+"""A plain progress line every 30 s when the output is not a terminal (a log file, a
+pod's log, `| tee`), where progress bars are unreadable or invisible: which stage runs,
+how many of its episodes are done, how they went, for how long."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, TextIO
+
+from distillery.orchestrator.stages.stage import StageKey
+from distillery.workers.trajectories import EpisodeSummary
+
+if TYPE_CHECKING:
+    from distillery.orchestrator.execution.sweep import Sweep
+
+HEARTBEAT_S = 30.0
+
+
+def output_is_terminal() -> bool:
+    """Both streams a run writes to are terminals (progress bars are then seen)."""
+    return all(getattr(s, "isatty", lambda: False)() for s in (sys.stdout, sys.stderr))
+
+
+class Heartbeat:
+    """A stage observer that prints `line()` every `interval_s` from a daemon thread,
+    when `enabled` (default: the output is not a terminal)."""
+
+    def __init__(
+        self,
+        sweep: Sweep,
+        interval_s: float | None = None,
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+    ) -> None:
+        self.sweep = sweep
+        self.interval_s = HEARTBEAT_S if interval_s is None else interval_s
+        self.stream = stream
+        self.enabled = (not output_is_terminal()) if enabled is None else enabled
+        self.started = time.monotonic()
+        self.stage: StageKey | None = None
+        self.prefix = ""
+        self.stage_clock = self.started
+        self.needed = 0
+        self.tally: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the stage observer --------------------------------------------------------
+
+    def stage_started(self, key: StageKey, prefix: str = "") -> None:
+        done = self.sweep.ledger.episodes(key, verify=False)
+        needed = self.sweep.graph.needs.get(key, set())
+        self.stage, self.prefix, self.stage_clock = key, prefix, time.monotonic()
+        self.needed = len(needed)
+        self.tally = Counter(cached=len(needed & set(done)))
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+            self._thread.start()
+
+    def episode(self, key: StageKey, summary: EpisodeSummary) -> None:
+        if key != self.stage:
+            return
+        if summary.success is None:
+            self.tally["infra"] += 1
+        else:
+            self.tally["success" if summary.success else "failed"] += 1
+        self.tally["tokens"] += summary.tokens_in + summary.tokens_out
+
+    def stage_finished(self, key: StageKey, ran: bool) -> None:
+        self.stage = None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- the line --------------------------------------------------------------------
+
+    def line(self) -> str:
+        now = time.monotonic()
+        clock = time.strftime("%H:%M:%S")
+        total = f"{_minutes(now - self.started)} elapsed"
+        if self.stage is None:
+            return f"[{clock}] distillery: between stages, {total}"
+        stage = self.sweep.graph.stages[self.stage]
+        head = f"[{clock}] distillery: {self.prefix} {self.sweep.line(stage)}".replace("  ", " ")
+        t = self.tally
+        if not stage.plays_episodes:
+            return f"{head}: running for {_minutes(now - self.stage_clock)}, {total}"
+        done = t["cached"] + t["success"] + t["failed"] + t["infra"]
+        return (
+            f"{head}: {done}/{self.needed} episodes ({t['cached']} cached; success "
+            f"{t['success']}, failed {t['failed']}, infra errors {t['infra']}; "
+            f"{t['tokens']:,} tokens), stage {_minutes(now - self.stage_clock)}, {total}"
+        )
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            print(self.line(), file=self.stream or sys.stdout, flush=True)
+
+
+def _minutes(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"

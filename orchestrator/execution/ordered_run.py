@@ -1,0 +1,487 @@
+"""The runtime of outcome-driven stages (`ordered_stage.OrderedEpisodeStage`): the
+memory a stage commits, each task's context (`TaskContext`: plays, answers of other
+models, the provisional slot, the event log replayed on resume) and `OrderedRun`,
+which plays the tasks in order, in waves, and writes the bank. The contract a kind
+writes against is in `ordered_stage`; this module is how the framework keeps it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+from distillery.orchestrator.execution.ordered_stage import (
+    OrderedEpisodeStage,
+    PlayResult,
+    Reply,
+    StageStopped,
+)
+from distillery.orchestrator.stages.stage import digest_of, effective_seed
+from distillery.workers.envs.base import Task
+from distillery.workers.memory.bank import BuiltBank
+from distillery.workers.memory.bounds import bound_entry, delimiter_pattern, memory_delimiters
+from distillery.workers.memory.entries import CollectionSpec, MemorySource
+from distillery.workers.memory.store import entry_from_dict, entry_to_dict
+from distillery.workers.trajectories import (
+    EpisodeSummary,
+    read_episode_file_bytes,
+)
+
+if TYPE_CHECKING:
+    from distillery.orchestrator.execution.sweep import Sweep
+
+
+class _Memory:
+    """The entries a stage has committed, by collection (in commit order)."""
+
+    def __init__(self, specs: Sequence[CollectionSpec]) -> None:
+        self.specs = {s.name: s for s in specs}
+        self.entries: dict[str, dict[str, Any]] = {s.name: {} for s in specs}
+        self.version = 0
+
+    def spec(self, collection: str) -> CollectionSpec:
+        try:
+            return self.specs[collection]
+        except KeyError:
+            raise ValueError(
+                f"no collection {collection!r}; the method has {sorted(self.specs)}"
+            ) from None
+
+    def apply(self, collection: str, entries: Sequence[Any]) -> None:
+        """Commit: an entry whose memory_id is committed already replaces it (a
+        curator's update), others are appended."""
+        self.spec(collection)
+        for entry in entries:
+            self.entries[collection][entry.memory_id] = entry
+        self.version += 1
+
+    def snapshot(self) -> dict[str, list[Any]]:
+        return {name: list(items.values()) for name, items in self.entries.items()}
+
+
+def _entries_json(collection: str, entries: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"collection": collection, **entry_to_dict(e)} for e in entries]
+
+
+class _Context:
+    """One task's `TaskContext`: effects replayed from the journal where it has them."""
+
+    def __init__(
+        self,
+        run: OrderedRun,
+        index: int,
+        task: Task,
+        snapshot: dict[str, list[Any]],
+        total: int,
+    ):
+        self.run = run
+        self.index = index
+        self.total = total
+        self.task = task
+        self.plays: list[PlayResult] = []
+        self.snapshot = snapshot  # the memory as of the wave's start (phase 1 reads it)
+        self.staged: dict[str, list[Any]] = {}
+        self.committing = False
+        self.seq = 0
+
+    # -- the journal ---------------------------------------------------------------------
+
+    def _recorded(self, kind: str, request: str) -> dict[str, Any] | None:
+        record = self.run.journal.get(self.index, self.seq)
+        if record is None:
+            return None
+        if record.get("kind") != kind or record.get("request") != request:
+            raise StageStopped(
+                f"{self.run.stage.key}: the event log of task {self.task.task_id!r} differs "
+                f"from its program at record {self.seq} ({record.get('kind')} recorded, "
+                f"{kind} asked): the program decides from something else than its context"
+            )
+        return record
+
+    def _write(self, kind: str, request: str, **data: Any) -> None:
+        record = {"task": self.task.task_id, "kind": kind, "request": request, **data}
+        self.run.journal.write(self.index, self.seq, record)
+
+    def _next(self) -> None:
+        self.seq += 1
+
+    # -- TaskContext --------------------------------------------------------------------
+
+    async def play(self) -> PlayResult:
+        attempt = len(self.plays) + 1
+        staged = tuple(e for items in self.staged.values() for e in items)
+        view = self.run.view_of(self.snapshot, self.staged, self.task.task_id)
+        request = digest_of({"attempt": attempt, "view": view})
+        recorded = self._recorded("played", request)
+        result = None
+        if recorded is not None:
+            result = self.run.read_play(recorded["summary"])
+            if result is None:  # its file is gone or damaged: play it again from here
+                self.run.journal.drop_from(self.index, self.seq)
+        if result is None:
+            summary = await self.run.play(self.task.task_id, attempt, view, staged)
+            result = self.run.read_play(asdict(summary))
+            if result is None:
+                raise StageStopped(f"the episode file {summary.file} cannot be read back")
+            self._write("played", request, attempt=attempt, summary=asdict(summary))
+        self._next()
+        self.plays.append(result)
+        return result
+
+    async def ask(self, role: str, messages: list[dict[str, Any]]) -> Reply:
+        request = digest_of({"role": role, "messages": messages})
+        recorded = self._recorded("asked", request)
+        if recorded is None:
+            reply, model = await self.run.ask(role, messages)
+            refused = {"refused": reply.refused} if reply.refused else {}
+            self._write(
+                "asked",
+                request,
+                role=role,
+                model=model,
+                text=reply.text,
+                tokens_in=reply.tokens_in,
+                tokens_out=reply.tokens_out,
+                **refused,
+            )
+        else:
+            reply = Reply(
+                recorded["text"],
+                recorded["tokens_in"],
+                recorded["tokens_out"],
+                recorded.get("refused"),
+            )
+        self._next()
+        return reply
+
+    def _memory_event(self, kind: str, collection: str, entries: Sequence[Any]) -> None:
+        data = _entries_json(collection, entries)
+        request = digest_of({"kind": kind, "entries": data})
+        if self._recorded(kind, request) is None:
+            self._write(kind, request, entries=data)
+        self._next()
+
+    def stage(self, collection: str, entries: Sequence[Any]) -> None:
+        """Put `entries` in the task's provisional slot (replacing what was staged in
+        that collection): visible to this task's next plays only."""
+        self.run.memory.spec(collection)
+        self._memory_event("staged", collection, entries)
+        self.staged[collection] = self.run.bounded(entries, counted=False)
+
+    def rollback(self) -> None:
+        """Empty the provisional slot."""
+        request = digest_of({"kind": "rolled_back"})
+        if self._recorded("rolled_back", request) is None:
+            self._write("rolled_back", request)
+        self._next()
+        self.staged = {}
+
+    def commit(self, collection: str, entries: Sequence[Any]) -> None:
+        if not self.committing:
+            raise RuntimeError("ctx.commit belongs in commit_task (tasks commit in order)")
+        self._memory_event("committed", collection, entries)
+        self.run.memory.apply(collection, self.run.bounded(entries))
+
+    def committed(self, collection: str) -> list[Any]:
+        """The committed entries: as of the wave's start in `play_task`, as of now in
+        `commit_task`."""
+        self.run.memory.spec(collection)
+        if self.committing:
+            return list(self.run.memory.entries[collection].values())
+        return list(self.snapshot.get(collection, []))
+
+    def event(self, kind: str, **data: Any) -> None:
+        self.run.event_counts[kind] += 1
+        data = json.loads(json.dumps(data, default=str))
+        request = digest_of({"kind": kind, "data": data})
+        if self._recorded(kind, request) is None:
+            self._write(kind, request, **data)
+        self._next()
+
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
+        """The cosine of each query text to each key text under the sweep's embedder
+        (a curator's semantic de-duplication), recorded like an answer: a resumed run
+        decides from the same numbers."""
+        request = digest_of({"queries": queries, "keys": keys})
+        recorded = self._recorded("compared", request)
+        if recorded is None:
+            matrix = await self.run.similarities(queries, keys)
+            self._write("compared", request, matrix=matrix)
+        else:
+            matrix = recorded["matrix"]
+        self._next()
+        return matrix
+
+    def source(self, play: PlayResult) -> MemorySource:
+        """The provenance of an entry written from `play` (its task, split, writer)."""
+        return MemorySource(
+            self.task.task_id,
+            self.task.group_id,
+            self.run.stage.split,
+            self.run.stage.writer(),
+            f"{self.run.stage.key.short}:{self.task.task_id}:{play.attempt}",
+        )
+
+
+class OrderedRun:
+    """One run of an `OrderedEpisodeStage` on a sweep (resuming from its journal)."""
+
+    def __init__(self, sweep: Sweep, stage: OrderedEpisodeStage, prefix: str) -> None:
+        from distillery.workers.memory.registry import memory_method
+
+        self.sweep = sweep
+        self.stage = stage
+        self.prefix = prefix
+        self.ledger = sweep.ledger
+        self.journal = stage.journal(self.ledger)
+        self.method = memory_method(stage.memory_kind)
+        self.memory = _Memory(self.method.collections)
+        self.isolation = stage.isolation()
+        self.program = stage.program()
+        # Entries are model output read back into prompts: within the memory bounds
+        # (memory/bounds.py), as a build stage's bank is; counted in the bank's stats.
+        self.bounds = sweep.cfg.memory.bounds
+        pattern = memory_delimiters(stage.memory_kind) if self.bounds.neutralise_markers else ()
+        self._delimiters = delimiter_pattern(pattern)
+        self.bound_counts: Counter[str] = Counter()
+        # The program's events by kind (a resumed run replays every task: totals).
+        self.event_counts: Counter[str] = Counter()
+        self._pool: Any = None
+        self._views: set[str] = set()
+        self._llms: dict[str, Any] = {}
+
+    def run(self) -> bool:
+        stage, ledger = self.stage, self.ledger
+        needs = set(self.sweep.graph.needs.get(stage.key, set()))
+        status = stage.status(ledger, needs)
+        if status.cached:
+            self.sweep.say(f"{self.prefix} {stage.key} {status.state}  {self.sweep.line(stage)}")
+            return False
+        order = stage.order(needs, self.sweep.graph.tasks)
+        self.sweep.say(f"{self.prefix} {stage.key} {status.state}  {self.sweep.line(stage)}")
+        try:
+            asyncio.run(self._run(order))
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+                self.sweep.infra.update(self._pool.infra)
+            if self._views and self.method.collections:
+                self.sweep.memory.drop_views(self.stage.key.short)
+        if stage.writes_bank:
+            self.ledger.record_output(stage.key, self._bank_output())
+        return True
+
+    async def _run(self, order: list[str]) -> None:
+        tasks = self.sweep.graph.tasks
+        done = set(self.ledger.episodes(self.stage.key))
+        bar = tqdm(
+            total=len(order),
+            desc=self.stage.progress_line(self.sweep.names.stage(self.stage.key)),
+            unit="task",
+            disable=not self.sweep.progress,
+        )
+        try:
+            size = max(1, self.stage.wave_size)
+            for start in range(0, len(order), size):
+                wave = list(enumerate(order))[start : start + size]
+                snapshot = self.memory.snapshot()
+                contexts = [_Context(self, i, tasks[t], snapshot, len(order)) for i, t in wave]
+                results = await asyncio.gather(*(self.program.play_task(c) for c in contexts))
+                for ctx, result in zip(contexts, results, strict=True):
+                    ctx.committing = True
+                    await self.program.commit_task(ctx, result)
+                    if ctx.task.task_id not in done:
+                        self._record_task(ctx)
+                    bar.update(1)
+                # The wave's views are read no more (the next wave reads its commits):
+                # the memory service keeps the live views of one wave at a time.
+                self._drop_views()
+        finally:
+            bar.close()
+
+    def _drop_views(self) -> None:
+        for view in sorted(self._views):
+            self.sweep.memory.drop_views(view)
+        self._views.clear()
+
+    def _record_task(self, ctx: _Context) -> None:
+        """The task's result in the ledger: its first successful play (else its last),
+        with the tokens and calls of all its plays and `attempt` = how many."""
+        if not ctx.plays:
+            return
+        chosen = next((p for p in ctx.plays if p.success), ctx.plays[-1]).summary
+        summary = replace(
+            chosen,
+            tokens_in=sum(p.summary.tokens_in for p in ctx.plays),
+            tokens_out=sum(p.summary.tokens_out for p in ctx.plays),
+            n_llm_calls=sum(p.summary.n_llm_calls for p in ctx.plays),
+            attempt=len(ctx.plays),
+        )
+        self.ledger.record_episode(self.stage.key, summary)
+
+    def bounded(self, entries: Sequence[Any], counted: bool = True) -> list[Any]:
+        """`entries` within the memory bounds (what was cut or made inert is counted in
+        the bank's stats when `counted`: commits, not the staged copies)."""
+        counts = self.bound_counts if counted else Counter()
+        return [bound_entry(e, self.bounds, self._delimiters, counts) for e in entries]
+
+    # -- effects ------------------------------------------------------------------------
+
+    def view_of(
+        self, snapshot: dict[str, list[Any]], staged: dict[str, list[Any]], task_id: str
+    ) -> str | None:
+        """The id of the memory a play reads (committed as of its wave + its task's
+        slot), made searchable in the memory service; None: the method has no bank."""
+        if not self.method.collections or not self.stage.searches_live_bank:
+            return None
+        collections = {
+            name: [*snapshot.get(name, []), *staged.get(name, [])] for name in self.memory.specs
+        }
+        content = digest_of(
+            {n: [entry_to_dict(e) for e in items] for n, items in collections.items()}
+        )
+        view = f"{self.stage.key.short}-{content[:24]}"
+        if view not in self._views:
+            bank = BuiltBank(self.method.store_prefix, self.method.collections, collections)
+            self.sweep.memory.put_view(view, bank, self.isolation)
+            self._views.add(view)
+        return view
+
+    def _episodes_pool(self) -> Any:
+        if self._pool is None:
+            from distillery.orchestrator.execution.episode_pool import EpisodePool
+
+            # The stage's own model (a brew may play another model than the point's
+            # student), sampling with the stage's own seed; the oracle has no server.
+            model = self.stage.model or self.sweep.model_of(self.stage)
+            job = self.sweep.agent_job(self.stage, model, None)
+            seed = effective_seed(model, self.stage.sweep_seed)
+            job = replace(job, model=job.model.model_copy(update={"seed": seed}))
+            self._pool = EpisodePool(
+                job,
+                self.sweep.servers.endpoints(model),
+                self.sweep.cfg.cluster,
+                self.sweep.servers.directory(model),
+            )
+            self._pool.start()
+        return self._pool
+
+    async def play(
+        self, task_id: str, attempt: int, view: str | None, staged: tuple[Any, ...]
+    ) -> EpisodeSummary:
+        from distillery.workers.episodes import PlayRequest
+        from distillery.workers.memory_service import MemoryJob
+
+        service = self.sweep.memory.service if view is not None else None
+        memory = MemoryJob(
+            service,
+            view,
+            self.isolation,
+            self.stage.settings,
+            self.stage.memory_kind,
+            self.sweep.cfg.memory.bounds.max_injected_chars,
+            attempt=attempt,
+            staged=staged,
+        )
+        folder = self.ledger.episodes_dir(self.stage.key) / f"attempt-{attempt}"
+        request = PlayRequest(attempt, memory, folder.uri)
+        summary = await self._episodes_pool().play(task_id, request)
+        if summary.success is None:
+            raise StageStopped(
+                f"{self.stage.key}: task {task_id!r} play {attempt} failed on infrastructure "
+                f"after its retries ({(summary.error_message or '')[:300]}); re-run the same "
+                "command to resume the stage there"
+            )
+        return summary
+
+    def read_play(self, data: dict[str, Any]) -> PlayResult | None:
+        """A recorded play's summary and full record (None: its file is gone or no
+        longer the one recorded)."""
+        summary = EpisodeSummary(**data)
+        if not self.ledger.intact(summary):
+            return None
+        from distillery.workers.storage import Location
+
+        try:
+            (record,) = read_episode_file_bytes(Location.of(summary.file).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return PlayResult(summary, record)
+
+    async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
+        from distillery.orchestrator.execution.dispatch import ray_get
+
+        if not queries or not keys:
+            return [[] for _ in queries]
+        service = self.sweep.memory.service
+        return await asyncio.to_thread(ray_get, service.similarities.remote(queries, keys))
+
+    async def ask(self, role: str, messages: list[dict[str, Any]]) -> tuple[Reply, str]:
+        model = self.stage.models.get(role)
+        if model is None:
+            raise ValueError(
+                f"{self.stage.key}: its program asks the {role!r} model, which the stage "
+                f"does not call (its models: {sorted(self.stage.models)})"
+            )
+        if role not in self._llms:
+            from distillery.workers.memory_service import builder_llm
+
+            self._llms[role] = builder_llm(model, self.sweep.servers.endpoints(model))
+        from distillery.workers.llm.types import (
+            ContextOverflow,
+            InfraError,
+            InvalidReply,
+            RequestRejected,
+        )
+
+        try:
+            result = await self._llms[role].chat(messages)
+        except InfraError as exc:
+            raise StageStopped(
+                f"{self.stage.key}: the {role} model {model.name} failed ({exc}); re-run the "
+                "same command to resume the stage there"
+            ) from exc
+        except RequestRejected as exc:  # a RequestConfigError is no refusal: it stops
+            why = "context_overflow" if isinstance(exc, ContextOverflow) else "rejected"
+            return Reply("", refused=why), model.name
+        except InvalidReply:
+            return Reply("", refused="invalid_reply"), model.name
+        usage = result.usage
+        return Reply(result.text, usage.prompt_tokens, usage.completion_tokens), model.name
+
+    # -- the bank -------------------------------------------------------------------------
+
+    def _bank_output(self) -> Any:
+        collections = self.memory.snapshot()
+        bank = BuiltBank(
+            self.method.store_prefix,
+            self.method.collections,
+            collections,
+            {
+                **{f"{n}.committed": len(v) for n, v in collections.items()},
+                **dict(self.bound_counts),
+                # What the program logged (fallbacks, rejections...): the build's counts.
+                **{f"events.{k}": n for k, n in sorted(self.event_counts.items())},
+            },
+        )
+        embedder = self.sweep.cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"})
+        content = {n: [entry_to_dict(e) for e in items] for n, items in collections.items()}
+        bank_id = digest_of(
+            {"content": content, "stage": self.stage.key.digest, "embedder": embedder}
+        )
+        reused = self.sweep.memory.reused(bank_id)
+        return reused if reused is not None else self.sweep.memory.written(bank_id, bank)
+
+
+def entries_of(record: dict[str, Any], specs: dict[str, CollectionSpec]) -> list[Any]:
+    """The entries of a journal record (staged or committed), rebuilt as dataclasses."""
+    out = []
+    for item in record.get("entries", []):
+        data = {k: v for k, v in item.items() if k != "collection"}
+        out.append(entry_from_dict(specs[item["collection"]].entry_type, data))
+    return out
