@@ -72,9 +72,7 @@ def install() -> str:
     digest = hashlib.sha256(GENERATED.read_bytes()).hexdigest()
     if digest != GENERATED_SHA256:
         raise ParserMismatch(f"{GENERATED} is not the generated file (sha256 {digest})")
-    spec = importlib.util.spec_from_file_location(
-        "distillery_ps_parser_antlr4_9_3", GENERATED
-    )
+    spec = importlib.util.spec_from_file_location("distillery_ps_parser_antlr4_9_3", GENERATED)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

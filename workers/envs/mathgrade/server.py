@@ -23,6 +23,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import resource
 import select
 import signal
@@ -75,13 +76,37 @@ def _parsed(text: str) -> tuple:
     return tuple(parse(f"\\boxed{{{text}}}", parsing_timeout=NO_PARSING_TIMEOUT))
 
 
+# A thin space between digit groups (``1\\,000``, SI style) is a thousands separator;
+# math-verify reads ``\\,`` as a product (1*0). Qwen2.5-Math's evaluator reads it as
+# 1000, as it does ``1,000`` and ``1{,}000`` (which math-verify handles itself).
+_THIN_SPACE_GROUP = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+_PERCENT = re.compile(r"\\?%")
+
+
+def _normalised(text: str) -> str:
+    return _THIN_SPACE_GROUP.sub("", text)
+
+
 def _verdict(gold: str, answer: str) -> bool:
+    """math-verify's verdict on the two extracted answers; where either has a percent
+    sign, also the verdict with the signs removed, as Qwen2.5-Math's evaluator compares
+    them (its strip_string drops ``\\%``): math-verify alone takes ``25\\%`` = 25 only for
+    integers, so ``12.5`` against gold ``12.5\\%`` would be wrong."""
     from math_verify import verify
 
-    gold_parsed, answer_parsed = _parsed(gold), _parsed(answer)
-    if not gold_parsed or not answer_parsed:
-        return False
-    return bool(verify(list(gold_parsed), list(answer_parsed), timeout_seconds=None))
+    gold, answer = _normalised(gold), _normalised(answer)
+    pairs = [(gold, answer)]
+    if _PERCENT.search(gold) or _PERCENT.search(answer):
+        pairs.append((_PERCENT.sub("", gold), _PERCENT.sub("", answer)))
+    for gold_text, answer_text in pairs:
+        gold_parsed, answer_parsed = _parsed(gold_text), _parsed(answer_text)
+        if (
+            gold_parsed
+            and answer_parsed
+            and verify(list(gold_parsed), list(answer_parsed), timeout_seconds=None)
+        ):
+            return True
+    return False
 
 
 class _Child:
