@@ -7,8 +7,11 @@
   (`answers.py`), compared with the gold answer for symbolic equivalence by
   math-verify in a grader process with an outer wall-clock limit (`grader.py`). Qwen's
   own grader is on no package index: `grader_math_verify` is a known deviation,
-  recorded with every run. A grading that hits the limit is a wrong answer, counted
-  as ``grader_timeouts``.
+  recorded with every run (where the two differ, and who is right, is in
+  docs/benchmarks/math.md and tests/workers/envs/answers/test_math_conformance.py).
+  Under the ANTLR 4.9.3 runtime hydra pins, math-verify's LaTeX parser is the one
+  regenerated for it (`latex_parser.py`). A grading that hits the limit is a wrong
+  answer, counted as ``grader_timeouts``.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ class MathBenchmark(AnswerBenchmark):
 
     known_deviations: ClassVar[tuple[str, ...]] = ("grader_math_verify",)
     counters: ClassVar[tuple[str, ...]] = ("grader_timeouts", "sandbox_unisolated")
-    packages: ClassVar[tuple[str, ...]] = ("math-verify", "latex2sympy2_extended", "sympy")
+    # The runtime too: which LaTeX parser grades depends on it (latex_parser.py).
+    packages: ClassVar[tuple[str, ...]] = (
+        "math-verify", "latex2sympy2_extended", "sympy", "antlr4-python3-runtime"
+    )  # fmt: skip
     settings: MathOptions
 
     @classmethod
@@ -56,9 +62,9 @@ class MathBenchmark(AnswerBenchmark):
 
     @classmethod
     def grading_modules(cls) -> tuple[Any, ...]:
-        from distillery.workers.envs.mathgrade import base, server
+        from distillery.workers.envs.mathgrade import base, latex_parser, server
 
-        return (answers, grader, server, base, answering)
+        return (answers, grader, server, latex_parser, base, answering)
 
     @classmethod
     def truth_texts(cls, options: AnswerOptions, record: dict[str, Any]) -> tuple[str, ...]:
