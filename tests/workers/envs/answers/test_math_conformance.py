@@ -269,8 +269,9 @@ def test_real_replies_agree_with_the_verdicts_qwen_recorded():
 
 
 def test_qwens_evaluator_itself(qwen_reference_libs):
-    """The vendored evaluator reproduces every verdict it recorded (so it is the one
-    that graded them), and on the forms above it gives the verdicts the table says."""
+    """The vendored evaluator reproduces every answer and verdict it recorded (so it is
+    the one that graded them), our extraction gives its answers, and on the forms above
+    it gives the verdicts the table says."""
     rows = _recorded()
     cases = [{"reply": reply, "solution": row["solution"]}
              for row in rows for reply in row["responses"]]  # fmt: skip
@@ -279,6 +280,11 @@ def test_qwens_evaluator_itself(qwen_reference_libs):
     recorded_score = [s for row in rows for s in row["score"]]
     assert [g["pred"] for g in got] == recorded_pred
     assert [g["correct"] for g in got] == recorded_score
+    # Our extraction is Qwen's: normalised by its strip_string, it is what it recorded.
+    ours = [
+        {"pred": extract_answer(reply), "gt": "0"} for row in rows for reply in row["responses"]
+    ]
+    assert [g["pred"] for g in _qwen_verdicts(qwen_reference_libs, ours)] == recorded_pred
 
     got = _qwen_verdicts(qwen_reference_libs,
                          [{"pred": answer, "gt": gold} for _, gold, answer, _, _ in FORMS])  # fmt: skip
