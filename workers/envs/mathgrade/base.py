@@ -23,7 +23,7 @@ from pydantic import Field
 from distillery.workers.envs import answering
 from distillery.workers.envs.answering import AnswerBenchmark, AnswerOptions, Attempt
 from distillery.workers.envs.base import BenchmarkUnavailable
-from distillery.workers.envs.mathgrade import answers, grader
+from distillery.workers.envs.mathgrade import answers, grader, latex_parser
 from distillery.workers.sandbox.jail import NO_NAMESPACES_HELP
 
 # qwen25-math-cot's system message (QwenLM/Qwen2.5-Math evaluation/utils.py).
@@ -62,7 +62,7 @@ class MathBenchmark(AnswerBenchmark):
 
     @classmethod
     def grading_modules(cls) -> tuple[Any, ...]:
-        from distillery.workers.envs.mathgrade import base, latex_parser, server
+        from distillery.workers.envs.mathgrade import base, server
 
         return (answers, grader, server, latex_parser, base, answering)
 
@@ -71,6 +71,15 @@ class MathBenchmark(AnswerBenchmark):
         return (str(record["gold"]),)  # the gold answer
 
     def prepare(self) -> None:
+        try:
+            latex_parser.check()
+        except latex_parser.ParserMismatch as exc:
+            raise BenchmarkUnavailable(
+                f"{self.name}: {exc}",
+                f"pip install 'latex2sympy2_extended=={latex_parser.GRAMMAR_RELEASE}' (or "
+                f"regenerate {latex_parser.GENERATED.name} from the new release's PS.g4, "
+                "as its header says)",
+            ) from None
         why = grader.isolation_unavailable()
         if why is not None and not self.settings.sandbox_without_namespaces:
             raise BenchmarkUnavailable(

@@ -51,19 +51,26 @@ def needed() -> bool:
     return _installed("antlr4-python3-runtime").startswith(RUNTIME)
 
 
-def install() -> str:
-    """Puts the regenerated parser in place of latex2sympy2_extended's stale one (once;
-    before or after math-verify is imported). Returns what it did, for the record."""
+def check() -> None:
+    """`ParserMismatch` where the regenerated parser is needed but made for another
+    grammar (checked before a run starts, from package metadata only)."""
     if not needed():
-        return "library parser (runtime " + (_installed("antlr4-python3-runtime") or "none") + ")"
+        return
     release = _installed("latex2sympy2_extended")
     if release != GRAMMAR_RELEASE:
         raise ParserMismatch(
             f"latex2sympy2_extended {release or '(missing)'} is installed; the ANTLR "
             f"{RUNTIME} parser in {GENERATED.name} was generated from {GRAMMAR_RELEASE}'s "
-            "grammar (math-verify==0.9.0 pins it): reinstall that release, or regenerate "
-            "the parser from the new release's PS.g4 as its header says"
+            "grammar (math-verify==0.9.0 pins it)"
         )
+
+
+def install() -> str:
+    """Puts the regenerated parser in place of latex2sympy2_extended's stale one (once;
+    before or after math-verify is imported). Returns what it did, for the record."""
+    if not needed():
+        return "library parser (runtime " + (_installed("antlr4-python3-runtime") or "none") + ")"
+    check()
     import latex2sympy2_extended.antlr_parser as antlr_parser
     import latex2sympy2_extended.latex2sympy2 as converter
 

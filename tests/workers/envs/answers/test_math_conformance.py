@@ -25,9 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from distillery.workers.envs.base import BenchmarkUnavailable
 from distillery.workers.envs.mathgrade import latex_parser
 from distillery.workers.envs.mathgrade.answers import extract_answer, math_gold
 from distillery.workers.envs.mathgrade.grader import shared_grader
+from distillery.workers.envs.registry import make_benchmark
 
 CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 REFERENCE = CONFORMANCE / "qwen25_math_reference.py"
@@ -205,7 +207,7 @@ def test_the_parser_is_the_grammars_own_under_antlr_4_9_3():
     assert latex2sympy("\\Gamma(3)") == 2
 
 
-def test_a_parser_for_another_grammar_is_refused(monkeypatch):
+def test_a_parser_for_another_grammar_is_refused(monkeypatch, math_dir):
     if not latex_parser.needed():
         pytest.skip("the ANTLR runtime here is not 4.9.3")
     real = latex_parser._installed
@@ -213,6 +215,8 @@ def test_a_parser_for_another_grammar_is_refused(monkeypatch):
                         lambda name: "1.12.0" if name == "latex2sympy2_extended" else real(name))  # fmt: skip
     with pytest.raises(latex_parser.ParserMismatch, match=r"1\.12\.0 is installed"):
         latex_parser.install()
+    with pytest.raises(BenchmarkUnavailable, match=r"math: latex2sympy2_extended 1\.12\.0"):
+        make_benchmark("math", {"data_path": str(math_dir)})
 
 
 @pytest.mark.parametrize("form, gold, answer, correct, qwen", FORMS,
