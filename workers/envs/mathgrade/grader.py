@@ -45,9 +45,10 @@ SERVER_SLACK_S = 30.0  # beyond the grading's limit, for the server's own answer
 STARTUP_TIMEOUT_S = 120.0  # importing sympy and math-verify on a loaded machine
 NO_HOME = "/nonexistent/distillery-grader"
 MAX_ANSWER_CHARS = 100_000  # longer extracted answers are wrong without parsing (ours)
-# ours: verdicts kept per grader pool (see MathGrader), and the longest pair kept.
-VERDICT_CACHE = 65_536
-VERDICT_CACHE_CHARS = 2_000
+# ours: verdicts kept per grader pool (see MathGrader), and the longest pair kept:
+# at most ~16 MB of strings, in practice (answers of a few characters) well under 1 MB.
+VERDICT_CACHE = 16_384
+VERDICT_CACHE_CHARS = 1_000
 
 
 class GraderUnavailable(InfraError):
