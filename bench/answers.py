@@ -12,8 +12,16 @@ Then the sandbox alone: the wall time of a check of an empty program (the jail's
 start-up: namespaces, the tmpfs root, the interpreter, the kill and clean-up),
 sequential and 16 at once, and of a plain `python -I -S -c pass` for comparison.
 
+Then math grading alone, beside math-verify in-process (`_math_grading`): the 800
+real replies to MATH problems whose verdicts Qwen2.5-Math's evaluator recorded
+(tests/workers/envs/answers/conformance/), extracted as the `math` benchmark extracts
+them, graded by math-verify's parse+verify in this process (its own signal timeouts,
+the regenerated parser) and by distillery's grader processes (an outer wall-clock limit
+per grading): sequentially, without and with its verdict cache, and from 8 threads.
+
     python bench/answers.py                     # 64 episodes a cell
     python bench/answers.py --episodes 32 --delay 0.05
+    python bench/answers.py --math-grading-only
 """
 
 from __future__ import annotations
@@ -116,12 +124,105 @@ def _sandbox_startup(checks: int) -> dict:
     }
 
 
+CONFORMANCE = Path(__file__).resolve().parents[1] / "tests/workers/envs/answers/conformance"
+
+
+def _recorded_pairs() -> list[tuple[str, str]]:
+    """(gold, extracted answer) of the 800 recorded MATH replies, in their order."""
+    import gzip
+
+    from distillery.workers.envs.mathgrade.answers import extract_answer, math_gold
+
+    with gzip.open(CONFORMANCE / "qwen25_math_cot_100.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    return [(math_gold(r["solution"]), extract_answer(reply))
+            for r in rows for reply in r["responses"]]  # fmt: skip
+
+
+def _in_process_rate(distinct: bool) -> float:
+    """math-verify in this (fresh) process: its imports warmed, its caches cold."""
+    import logging
+
+    from distillery.workers.envs.mathgrade import latex_parser
+
+    pairs = _recorded_pairs()
+    batch = list(dict.fromkeys(pairs)) if distinct else pairs
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    latex_parser.install()
+    from math_verify import parse, verify
+
+    verify(parse("\\boxed{1}"), parse("\\boxed{1}"))  # imports, as our servers do
+    started = time.perf_counter()
+    for gold, answer in batch:
+        verify(parse(f"\\boxed{{{gold}}}"), parse(f"\\boxed{{{answer}}}"))
+    return len(batch) / (time.perf_counter() - started)
+
+
+def _math_grading() -> list[tuple[str, int, float]]:
+    """(who, gradings, gradings per second) on the recorded MATH replies; every row
+    starts cold (a fresh interpreter for math-verify, fresh grader processes for ours)."""
+    from distillery.workers.envs.mathgrade.grader import VERDICT_CACHE, MathGrader
+
+    pairs = _recorded_pairs()
+    distinct = list(dict.fromkeys(pairs))
+    out = []
+
+    def in_process(batch, label: str) -> None:
+        flag = ["--distinct"] if batch is distinct else []
+        done = subprocess.run([sys.executable, __file__, "--in-process-math", *flag],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        out.append((label, len(batch), float(done.stdout.split()[-1])))
+
+    def ours(batch, verdicts: int, threads: int, label: str) -> None:
+        grader = MathGrader(processes=max(1, min(threads, os.cpu_count() or 1)),
+                            verdicts=verdicts)  # fmt: skip
+        with ThreadPoolExecutor(threads) as pool:  # every process started, imports warm
+            list(pool.map(lambda _: grader.grade("1", "1", 60), range(threads)))
+        started = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            graded = list(pool.map(lambda p: grader.grade(p[0], p[1], 60), batch))
+        rate = len(batch) / (time.perf_counter() - started)
+        assert not any(v.timed_out for v in graded)
+        grader.close()
+        out.append((label, len(batch), rate))
+
+    in_process(pairs, "math-verify in-process, the 800 replies")
+    ours(pairs, 0, 1, "ours, the 800 replies, no verdict cache")
+    ours(pairs, VERDICT_CACHE, 1, "ours, the 800 replies (default: verdict cache)")
+    ours(pairs, VERDICT_CACHE, 8, "ours, the 800 replies, 8 threads")
+    in_process(distinct, f"math-verify in-process, the {len(distinct)} distinct pairs")
+    ours(distinct, 0, 1, f"ours, the {len(distinct)} distinct pairs")
+    ours(distinct, 0, 8, f"ours, the {len(distinct)} distinct pairs, 8 threads")
+    return out
+
+
+def _print_math_grading(rows: list[tuple[str, int, float]]) -> None:
+    print("math grading: gradings per second (800 recorded MATH replies), each row cold")
+    print("| grader | gradings | per s | vs math-verify in-process on the same |")
+    print("|---|---|---|---|")
+    reference = {}
+    for label, n, rate in rows:
+        if label.startswith("math-verify"):
+            reference[n] = rate
+        print(f"| {label} | {n} | {rate:.0f} | {rate / reference[n]:.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds per model call")
     parser.add_argument("--checks", type=int, default=64)
+    parser.add_argument("--math-grading-only", action="store_true",
+                        help="only the math grading rates beside math-verify in-process")  # fmt: skip
+    parser.add_argument("--in-process-math", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--distinct", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.in_process_math:  # one cold row of _math_grading, in a fresh interpreter
+        print(_in_process_rate(args.distinct))
+        return
+    if args.math_grading_only:
+        _print_math_grading(_math_grading())
+        return
     with tempfile.TemporaryDirectory() as folder:
         replies = Path(folder) / "replies.json"
         replies.write_text(json.dumps(_replies(args.episodes)))
@@ -144,6 +245,7 @@ def main() -> None:
     print(f"sandbox: a check of an empty program p50 {cost['check_p50_ms']:.0f} ms "
           f"(p95 {cost['check_p95_ms']:.0f} ms), {cost['checks_per_s_16']:.1f} checks/s at 16 "
           f"at once; a bare `python -I -S -c pass` p50 {cost['plain_interpreter_p50_ms']:.0f} ms")  # fmt: skip
+    _print_math_grading(_math_grading())
 
 
 if __name__ == "__main__":

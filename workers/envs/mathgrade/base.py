@@ -7,8 +7,11 @@
   (`answers.py`), compared with the gold answer for symbolic equivalence by
   math-verify in a grader process with an outer wall-clock limit (`grader.py`). Qwen's
   own grader is on no package index: `grader_math_verify` is a known deviation,
-  recorded with every run. A grading that hits the limit is a wrong answer, counted
-  as ``grader_timeouts``.
+  recorded with every run (where the two differ, and who is right, is in
+  docs/benchmarks/math.md and tests/workers/envs/answers/test_math_conformance.py).
+  Under the ANTLR 4.9.3 runtime hydra pins, math-verify's LaTeX parser is the one
+  regenerated for it (`latex_parser.py`). A grading that hits the limit is a wrong
+  answer, counted as ``grader_timeouts``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pydantic import Field
 from distillery.workers.envs import answering
 from distillery.workers.envs.answering import AnswerBenchmark, AnswerOptions, Attempt
 from distillery.workers.envs.base import BenchmarkUnavailable
-from distillery.workers.envs.mathgrade import answers, grader
+from distillery.workers.envs.mathgrade import answers, grader, latex_parser
 from distillery.workers.sandbox.jail import NO_NAMESPACES_HELP
 
 # qwen25-math-cot's system message (QwenLM/Qwen2.5-Math evaluation/utils.py).
@@ -47,7 +50,10 @@ class MathBenchmark(AnswerBenchmark):
 
     known_deviations: ClassVar[tuple[str, ...]] = ("grader_math_verify",)
     counters: ClassVar[tuple[str, ...]] = ("grader_timeouts", "sandbox_unisolated")
-    packages: ClassVar[tuple[str, ...]] = ("math-verify", "latex2sympy2_extended", "sympy")
+    # The runtime too: which LaTeX parser grades depends on it (latex_parser.py).
+    packages: ClassVar[tuple[str, ...]] = (
+        "math-verify", "latex2sympy2_extended", "sympy", "antlr4-python3-runtime"
+    )  # fmt: skip
     settings: MathOptions
 
     @classmethod
@@ -58,13 +64,22 @@ class MathBenchmark(AnswerBenchmark):
     def grading_modules(cls) -> tuple[Any, ...]:
         from distillery.workers.envs.mathgrade import base, server
 
-        return (answers, grader, server, base, answering)
+        return (answers, grader, server, latex_parser, base, answering)
 
     @classmethod
     def truth_texts(cls, options: AnswerOptions, record: dict[str, Any]) -> tuple[str, ...]:
         return (str(record["gold"]),)  # the gold answer
 
     def prepare(self) -> None:
+        try:
+            latex_parser.check()
+        except latex_parser.ParserMismatch as exc:
+            raise BenchmarkUnavailable(
+                f"{self.name}: {exc}",
+                f"pip install 'latex2sympy2_extended=={latex_parser.GRAMMAR_RELEASE}' (or "
+                f"regenerate {latex_parser.GENERATED.name} from the new release's PS.g4, "
+                "as its header says)",
+            ) from None
         why = grader.isolation_unavailable()
         if why is not None and not self.settings.sandbox_without_namespaces:
             raise BenchmarkUnavailable(

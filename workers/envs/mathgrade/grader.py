@@ -6,7 +6,10 @@ verdict is a `Grade`: correct or not, and whether the limit was hit (`timed_out`
 which the benchmark counts as ``grader_timeouts``: a wrong answer, never a silent
 one). The grader processes parse the model's text with sympy, so they start from the
 allow-listed environment (no secret of the driver's) in a network namespace of their
-own (`sandbox.netns`), and hold nothing between gradings but math-verify itself.
+own (`sandbox.netns`), and hold nothing between gradings but math-verify itself (and,
+in a grading child, the parses of answers it has seen). A verdict is kept per pool for
+the same pair of strings (`VERDICT_CACHE`; a timeout never is), so a repeated answer
+costs a dictionary look-up.
 
 A grader process that dies, garbles its reply or does not answer within the limit
 plus `SERVER_SLACK_S` is killed and replaced; the grading is tried once more on a
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +45,10 @@ SERVER_SLACK_S = 30.0  # beyond the grading's limit, for the server's own answer
 STARTUP_TIMEOUT_S = 120.0  # importing sympy and math-verify on a loaded machine
 NO_HOME = "/nonexistent/distillery-grader"
 MAX_ANSWER_CHARS = 100_000  # longer extracted answers are wrong without parsing (ours)
+# ours: verdicts kept per grader pool (see MathGrader), and the longest pair kept:
+# at most ~16 MB of strings, in practice (answers of a few characters) well under 1 MB.
+VERDICT_CACHE = 16_384
+VERDICT_CACHE_CHARS = 1_000
 
 
 class GraderUnavailable(InfraError):
@@ -75,6 +83,9 @@ class _Server:
         )
         self.next_id = 1
         self.ready = False
+        assert self.proc.stdout is not None
+        self.selector = selectors.DefaultSelector()  # one for the process's life
+        self.selector.register(self.proc.stdout.fileno(), selectors.EVENT_READ)
 
     def call(self, request: dict, timeout: float) -> dict:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -103,20 +114,19 @@ class _Server:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         chunks, got = [], 0
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while got < n:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    raise TimeoutError("the grader process did not answer in time")
-                chunk = os.read(fd, n - got)
-                if not chunk:
-                    raise OSError(f"the grader process exited ({self.proc.poll()})")
-                chunks.append(chunk)
-                got += len(chunk)
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.selector.select(left):
+                raise TimeoutError("the grader process did not answer in time")
+            chunk = os.read(fd, n - got)
+            if not chunk:
+                raise OSError(f"the grader process exited ({self.proc.poll()})")
+            chunks.append(chunk)
+            got += len(chunk)
         return b"".join(chunks)
 
     def kill(self) -> None:
+        self.selector.close()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -131,13 +141,21 @@ class MathGrader:
     """A pool of at most `processes` grader processes, shared by every episode of the
     process (see `shared_grader`)."""
 
-    def __init__(self, processes: int | None = None, network: bool = False) -> None:
+    def __init__(
+        self, processes: int | None = None, network: bool = False, verdicts: int = VERDICT_CACHE
+    ) -> None:
         self.processes = processes or max(2, os.cpu_count() or 1)
         self.network = network  # True only where the user allowed it (no namespaces here)
         self._idle: queue.LifoQueue[_Server] = queue.LifoQueue()
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.processes)
         self._all: list[_Server] = []
+        # Verdicts of pairs already graded: math-verify is a pure function of the two
+        # strings, and replies repeat (the samples of a problem mostly agree, a task is
+        # graded again by every method and seed). A timed-out grading is never kept.
+        self._verdicts: OrderedDict[tuple[str, str], Grade] = OrderedDict()
+        self.verdicts = verdicts  # how many are kept (0: none)
+        self.cache_hits = 0
         atexit.register(self.close)
 
     def grade(self, gold: str, answer: str, timeout_s: float) -> Grade:
@@ -146,6 +164,13 @@ class MathGrader:
             return Grade(False, error="no answer")
         if len(answer) > MAX_ANSWER_CHARS:
             return Grade(False, error=f"an answer of {len(answer)} characters")
+        key = (gold, answer)
+        with self._lock:
+            known = self._verdicts.get(key)
+            if known is not None:
+                self._verdicts.move_to_end(key)
+                self.cache_hits += 1
+                return known
         request = {"gold": gold, "answer": answer, "timeout_s": timeout_s}
         failure = ""
         with self._slots:
@@ -158,12 +183,26 @@ class MathGrader:
                     self._discard(server)
                     continue
                 self._idle.put(server)
-                return Grade(
+                grade = Grade(
                     bool(reply.get("correct")),
                     bool(reply.get("timeout")),
                     None if reply.get("error") is None else str(reply["error"])[:500],
                 )
+                self._keep(key, grade)
+                return grade
         raise GraderUnavailable(f"the math grader failed twice: {failure}")
+
+    def _keep(self, key: tuple[str, str], grade: Grade) -> None:
+        # Not a timeout (the limit and the load decide it, not the strings), nor a child
+        # that died (its memory limit: the same).
+        if grade.timed_out or (grade.error or "").startswith("grading child"):
+            return
+        if not self.verdicts or len(key[0]) + len(key[1]) > VERDICT_CACHE_CHARS:
+            return
+        with self._lock:
+            self._verdicts[key] = grade
+            if len(self._verdicts) > self.verdicts:
+                self._verdicts.popitem(last=False)
 
     def _take(self) -> _Server:
         try:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from distillery.workers.envs.mathgrade.answers import extract_answer, gsm8k_gold, math_gold
-from distillery.workers.envs.mathgrade.grader import shared_grader
+from distillery.workers.envs.mathgrade.grader import MathGrader, shared_grader
 from distillery.workers.envs.registry import (
     benchmark_options,
     known_deviations,
@@ -80,6 +80,30 @@ def test_symbolic_equivalence_and_the_counted_timeout():
     tower = grader.grade("2", "9^{9^{9^{9}}}", 2)
     assert tower.timed_out and not tower.correct
     assert grader.grade("2", "2", 30).correct  # the grader goes on after a timeout
+
+
+def test_verdicts_are_kept_but_never_a_timeout():
+    grader = MathGrader(processes=1)
+    try:
+        assert grader.grade("\\frac{1}{2}", "0.5", 30).correct
+        assert grader.cache_hits == 0
+        assert grader.grade("\\frac{1}{2}", "0.5", 30).correct  # a look-up, not a grading
+        assert grader.cache_hits == 1
+        assert not grader.grade("\\frac{1}{2}", "0.6", 30).correct
+        assert not grader.grade("\\frac{1}{2}", "0.6", 30).correct
+        assert grader.cache_hits == 2
+        for _ in range(2):  # a timeout is graded again (the load decided it, not the strings)
+            assert grader.grade("2", "9^{9^{9^{9}}}", 2).timed_out
+        assert grader.cache_hits == 2
+    finally:
+        grader.close()
+    uncached = MathGrader(processes=1, verdicts=0)
+    try:
+        for _ in range(2):
+            assert uncached.grade("25\\%", "25", 30).correct
+        assert uncached.cache_hits == 0
+    finally:
+        uncached.close()
 
 
 @pytest.fixture(scope="module")

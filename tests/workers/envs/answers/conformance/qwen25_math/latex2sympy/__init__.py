@@ -1,0 +1,1 @@
+import latex2sympy
