@@ -42,7 +42,7 @@ from types import CodeType
 from typing import Any, Literal, NotRequired, TypedDict
 
 from distillery.workers.llm.types import InfraError
-from distillery.workers.sandbox import launcher, runner, values
+from distillery.workers.sandbox import launcher, runner, seccomp, values
 from distillery.workers.sandbox.environment import allowed_environment
 
 HEADER_BYTES = 4
@@ -148,9 +148,9 @@ class Check:
 
 
 def _compiled() -> list[CodeType]:
-    """The code of values.py, runner.py and launcher.py, compiled once."""
+    """The code of values.py, runner.py, seccomp.py and launcher.py, compiled once."""
     code = []
-    for module in (values, runner, launcher):
+    for module in (values, runner, seccomp, launcher):
         path = module.__file__
         assert path is not None  # modules of this package, loaded from their files
         code.append(compile(Path(path).read_text(), path, "exec"))

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from distillery.workers.sandbox.seccomp import install_seccomp
+
     Config = dict[str, Any]
     Send = Callable[[dict[str, object]], None]
 
@@ -281,6 +283,7 @@ def _child(
         _limits(config["limits"], processes=True)
         _quiet_stdin()
         _close_other_fds(channel)
+        install_seccomp()  # seccomp.py's, run in this namespace: the last step of setup
     except BaseException as exc:  # noqa: BLE001 - said to the driver: the jail did not start
         _report(channel, "confine", exc)
         os._exit(2)
@@ -349,6 +352,7 @@ def _process(config: Config, channel: int, namespace: dict[str, Any]) -> None:
         _limits(config["limits"], processes=own_uid)
         _quiet_stdin()
         _close_other_fds(channel)
+        install_seccomp()
     except BaseException as exc:  # noqa: BLE001
         _report(channel, "confine", exc)
         os._exit(2)
