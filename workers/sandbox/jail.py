@@ -42,7 +42,7 @@ from types import CodeType
 from typing import Any, Literal, NotRequired, TypedDict
 
 from distillery.workers.llm.types import InfraError
-from distillery.workers.sandbox import launcher, runner, seccomp, values
+from distillery.workers.sandbox import launcher, packages, runner, seccomp, values
 from distillery.workers.sandbox.environment import allowed_environment
 
 HEADER_BYTES = 4
@@ -186,14 +186,22 @@ def jail_binds(python: str | None = None) -> list[str]:
 class Sandbox:
     """Runs checks (see the module docstring). `allow_process` lets a check run
     without namespaces where they are unavailable (a deviation the caller records);
-    `max_concurrent` bounds the jails alive at once in this process."""
+    `max_concurrent` bounds the jails alive at once in this process; `distributions`
+    are what graded code may import besides the standard library (packages.py:
+    numpy, as in the references' grading environments; ``()`` for none)."""
 
     _slots_lock = threading.Lock()
     _slots: dict[int, threading.BoundedSemaphore] = {}
 
-    def __init__(self, allow_process: bool = False, max_concurrent: int | None = None) -> None:
+    def __init__(
+        self,
+        allow_process: bool = False,
+        max_concurrent: int | None = None,
+        distributions: tuple[str, ...] = packages.JAIL_DISTRIBUTIONS,
+    ) -> None:
         self.allow_process = allow_process
         self.python = interpreter()
+        self.packages = packages.jail_packages(distributions) if distributions else None
         limit = max_concurrent or max(4, 2 * (os.cpu_count() or 1))
         with Sandbox._slots_lock:
             self._slot = Sandbox._slots.setdefault(limit, threading.BoundedSemaphore(limit))
@@ -227,7 +235,7 @@ class Sandbox:
         limits = limits or Limits()
         mode = self.isolation()
         with self._slot:
-            return _run(self.python, mode, job, limits)
+            return _run(self.python, mode, job, limits, self.packages)
 
 
 def _unreadable_to_others(python: str) -> str | None:
@@ -259,7 +267,9 @@ def namespaces_unavailable(python: str | None = None) -> str | None:
         return _PROBE[python]
 
 
-def _run(python: str, mode: Isolation, job: Job, limits: Limits) -> Check:
+def _run(
+    python: str, mode: Isolation, job: Job, limits: Limits, packages_dir: str | None = None
+) -> Check:
     global _CODE
     if _CODE is None:
         _CODE = _compiled()
@@ -274,6 +284,8 @@ def _run(python: str, mode: Isolation, job: Job, limits: Limits) -> Check:
         "limits": limits.launcher_limits(),
         "job": job,
         "code": _CODE,
+        "packages": packages_dir,
+        "packages_mount": packages.MOUNT_POINT,
     }
     if mode == "namespaces":
         env = allowed_environment("/work", source=os.environ)
@@ -281,6 +293,7 @@ def _run(python: str, mode: Isolation, job: Job, limits: Limits) -> Check:
     else:
         env = allowed_environment(root, source=os.environ)
         env["TMPDIR"] = root
+    env.update(packages.THREAD_VARIABLES)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and launcher

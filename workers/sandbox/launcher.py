@@ -164,6 +164,8 @@ def _build_root(config: Config, uid: int, gid: int) -> str:
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size}m,mode=0755")
     for path in config["binds"]:
         _bind(path, root)
+    if config.get("packages"):  # packages.py's folder, at its mount point
+        _bind(config["packages"], root, config["packages_mount"])
     os.makedirs(root + "/dev", exist_ok=True)
     for device in DEVICES:
         source = "/dev/" + device
@@ -178,10 +180,10 @@ def _build_root(config: Config, uid: int, gid: int) -> str:
     return root
 
 
-def _bind(path: str, root: str) -> None:
-    """`path` of the host at the same place in the jail, read-only (a symbolic link
-    is recreated as the same link)."""
-    target = root + path
+def _bind(path: str, root: str, inside: str | None = None) -> None:
+    """`path` of the host at the same place in the jail (or at `inside`), read-only
+    (a symbolic link is recreated as the same link)."""
+    target = root + (inside or path)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.islink(path):
         if not os.path.lexists(target):
@@ -256,6 +258,9 @@ def _close_other_fds(keep: int) -> None:
 
 def _start_check(config: Config, channel: int, namespace: dict[str, Any]) -> None:
     send = frame_writer(channel)
+    if config.get("packages"):  # importable after the standard library, never before it
+        sys.path.append(config["packages_mount"] if config.get("mode") == "jail"
+                        else config["packages"])  # fmt: skip
     namespace["run"](config["job"], send)
 
 
