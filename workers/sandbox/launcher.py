@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from distillery.workers.sandbox.seccomp import install_seccomp
+    from distillery.workers.sandbox.warm import serve
 
     Config = dict[str, Any]
     Send = Callable[[dict[str, object]], None]
@@ -275,20 +276,7 @@ def _child(
         root = config["root"]
         os.chroot(root)
         os.chdir("/work")
-        if user_namespace:
-            _drop_capabilities()
-        else:
-            uid = int(config["uid"])
-            _drop_bounding_set()
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)  # from root to a uid of its own: every capability goes
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        _check(_libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
-        _limits(config["limits"], processes=True)
-        _quiet_stdin()
-        _close_other_fds(channel)
-        install_seccomp()  # seccomp.py's, run in this namespace: the last step of setup
+        _confine(int(config["uid"]), user_namespace, config["limits"], channel)
     except BaseException as exc:  # noqa: BLE001 - said to the driver: the jail did not start
         _report(channel, "confine", exc)
         os._exit(2)
@@ -297,6 +285,25 @@ def _child(
     except BaseException:  # noqa: BLE001 - the program's doing, seen by the driver as no verdict
         code = 1
     os._exit(code)
+
+
+def _confine(uid: int, user_namespace: bool, limits: dict[str, int], channel: int) -> None:
+    """The check's process, in the jail: no privilege (a uid of its own as root, every
+    capability dropped in a user namespace), no new privileges, its resource limits,
+    no descriptor but the channel, then the seccomp filter (seccomp.py's)."""
+    if user_namespace:
+        _drop_capabilities()
+    else:
+        _drop_bounding_set()
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)  # from root to a uid of its own: every capability goes
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(_libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
+    _limits(limits, processes=True)
+    _quiet_stdin()
+    _close_other_fds(channel)
+    install_seccomp()  # the last step of setup
 
 
 def _drop_bounding_set() -> None:
@@ -371,18 +378,29 @@ def _process(config: Config, channel: int, namespace: dict[str, Any]) -> None:
 
 def main(config: Config, namespace: dict[str, Any]) -> None:
     channel = os.dup(1)
-    if config.get("mode", "jail") == "jail":
+    if config.get("mode", "jail") == "warm":
+        serve(config, channel, namespace)  # warm.py's
+    elif config.get("mode", "jail") == "jail":
         _jail(config, channel, namespace)
     else:
         _process(config, channel, namespace)
 
 
 # Run by the driver as `python -I -S -B -c BOOTSTRAP`: the configuration on stdin
-# (marshalled by the same interpreter) holds the compiled code of values.py, runner.py
+# (4 bytes of length, then marshalled by the same interpreter; a warm jail reads its
+# checks after it on the same descriptor, so nothing is read ahead) holds the compiled code of values.py, runner.py
 # and this file, executed in one namespace.
 BOOTSTRAP = """
-import marshal, sys
-config = marshal.loads(sys.stdin.buffer.read())
+import marshal, os
+def read(size):
+    data = b""
+    while len(data) < size:
+        chunk = os.read(0, size - len(data))
+        if not chunk:
+            raise SystemExit("the configuration was cut short")
+        data += chunk
+    return data
+config = marshal.loads(read(int.from_bytes(read(4), "big")))
 namespace = {"__name__": "distillery_sandbox"}
 for code in config.pop("code"):
     exec(code, namespace)

@@ -83,7 +83,7 @@ def _encode(value: object, depth: int, budget: list[int]) -> object:
         # A numpy scalar (np.int64, np.bool_, ...), which compares equal to its plain
         # value in the official harnesses' in-process `==`: sent as that value.
         return {"$": "sub", "type": kind.__name__,
-                "v": _encode(getattr(value, "item")(), depth + 1, budget)}  # fmt: skip
+                "v": _encode(value.item(), depth + 1, budget)}  # type: ignore[attr-defined]  # fmt: skip
     if base is None:
         return {"$": "opaque", "type": kind.__name__}
     out = _encode_base(base, value, depth, budget)
