@@ -28,7 +28,16 @@ from distillery.workers.envs.base import (
 from distillery.workers.envs.calls import CallLimits, parse_native_calls, parse_text_calls
 from distillery.workers.envs.codegrade import asserts, checks, evalplus, extract
 from distillery.workers.envs.codegrade.checks import Verdict
-from distillery.workers.sandbox import jail, launcher, packages, runner, seccomp, values
+from distillery.workers.sandbox import (
+    jail,
+    launcher,
+    packages,
+    pool,
+    runner,
+    seccomp,
+    values,
+    warm,
+)
 from distillery.workers.sandbox.jail import Sandbox
 
 RUN_TESTS = "run_tests"
@@ -107,7 +116,7 @@ class CodeBenchmark(AnswerBenchmark):
         from distillery.workers.envs.codegrade import base
 
         return (checks, asserts, evalplus, extract, base, answering, jail, launcher, runner,
-                seccomp, packages, values)  # fmt: skip
+                seccomp, packages, pool, warm, values)  # fmt: skip
 
     def prepare(self) -> None:
         self.sandbox = Sandbox(allow_process=self.settings.sandbox_without_namespaces)
