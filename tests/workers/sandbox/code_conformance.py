@@ -133,7 +133,7 @@ def humaneval_cases(every: int = 1) -> Iterator[Case]:
 
     for index, record in enumerate(read_problems().values()):
         calls = plain_check(record["test"], record["entry_point"])
-        if calls is None or index % every:
+        if calls is None or not calls.only_equality or index % every:
             continue
         tests = checks.humaneval_tests(record["test"], record["entry_point"])
         code = record["prompt"] + record["canonical_solution"]
@@ -146,7 +146,7 @@ def mbpp_cases(data: Path, every: int = 1) -> Iterator[Case]:
     for index, record in enumerate(records):
         preamble, tests = checks.mbpp_tests(record["test_imports"], record["test_list"])
         calls = plain_asserts(tests)
-        if calls is None or index % every:
+        if calls is None or not calls.only_equality or index % every:
             continue
         base = Case("mbpp", str(record["task_id"]), "reference", record["code"], tests, calls,
                     preamble)  # fmt: skip

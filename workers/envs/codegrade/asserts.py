@@ -13,8 +13,10 @@ argument list), the outputs come back as plain data (`values.py`) and are compar
 here with Python's ``==`` on builtin values — what the assert computes for an honest
 program (a numpy scalar crosses as its plain value, as it compares under ``==``).
 
-Anything else (a loop, a helper, ``math.isclose``, a non-literal argument, keywords)
-is not transformed: `plain_asserts` returns None and the task is checked in-process,
+Besides ``==``, ``math.isclose(f(args), value, rel_tol=.., abs_tol=..)``, ``assert
+f(args)`` and ``assert not f(args)`` are compared outside the same way. Anything else
+(a loop, a helper, ``set(f(args)) == ...``, a non-literal argument, keywords) is not
+transformed: `plain_asserts` returns None and the task is checked in-process,
 as the official harnesses do (the caller counts it).
 """
 
@@ -22,18 +24,42 @@ from __future__ import annotations
 
 import ast
 import builtins
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass(frozen=True)
 class CallTests:
     """The calls of a task's asserts: `inputs[i]` is the i-th assert's argument
-    list, `expected[i]` the value it must equal."""
+    list, `expected[i]` the value its output is compared with, by `comparisons[i]`
+    (``eq``: ``==``; ``isclose``: ``math.isclose`` with `options[i]`; ``truthy`` /
+    ``falsy``: ``assert f(...)`` / ``assert not f(...)``)."""
 
     entry_point: str
     inputs: list[list[Any]]
     expected: list[Any]
+    comparisons: list[str] = field(default_factory=list)  # empty: all ``eq``
+    options: list[dict[str, Any]] = field(default_factory=list)
+
+    def holds(self, index: int, output: Any) -> bool:
+        """Whether the `index`-th assert holds for `output` (rebuilt from plain data:
+        never a program's object); an error in the comparison is a failure."""
+        comparison = self.comparisons[index] if self.comparisons else "eq"
+        try:
+            if comparison == "isclose":
+                return math.isclose(output, self.expected[index], **self.options[index])
+            if comparison == "truthy":
+                return bool(output)
+            if comparison == "falsy":
+                return not output
+            return bool(output == self.expected[index])
+        except Exception:  # noqa: BLE001 - e.g. isclose of a placeholder
+            return False
+
+    @property
+    def only_equality(self) -> bool:
+        return all(c == "eq" for c in self.comparisons)
 
 
 class _NotPlain(Exception):  # noqa: N818 - control flow of the parser below
@@ -47,27 +73,52 @@ def _literal(node: ast.expr) -> Any:
         raise _NotPlain from None
 
 
-def _call_and_value(test: ast.expr, callee: str | None) -> tuple[str, list[Any], Any]:
-    """(called name, arguments, expected) of ``callee(args) == expected`` (either side)."""
-    if not (
-        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
-    ):
+def _call(node: ast.expr, callee: str | None) -> tuple[str, list[Any]]:
+    """(name, arguments) of a call of `callee` (or, without one, of any name that is
+    not a builtin) with literal positional arguments."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or node.keywords:
         raise _NotPlain
-    left, right = test.left, test.comparators[0]
-    if not isinstance(left, ast.Call):
-        left, right = right, left
-    if not (isinstance(left, ast.Call) and isinstance(left.func, ast.Name)) or left.keywords:
-        raise _NotPlain
-    name = left.func.id
+    name = node.func.id
     if (callee is not None and name != callee) or (callee is None and hasattr(builtins, name)):
         raise _NotPlain
-    if any(isinstance(a, ast.Starred) for a in left.args):
+    if any(isinstance(a, ast.Starred) for a in node.args):
         raise _NotPlain
-    return name, [_literal(a) for a in left.args], _literal(right)
+    return name, [_literal(a) for a in node.args]
 
 
-def _asserts(body: list[ast.stmt], callee: str | None) -> tuple[str | None, list, list]:
-    names, inputs, expected = set(), [], []
+def _assertion(test: ast.expr, callee: str | None) -> tuple[str, list[Any], str, Any, dict]:
+    """(called name, arguments, comparison, expected, options) of one assert's test:
+    ``f(args) == value`` (either side), ``math.isclose(f(args), value, rel_tol=..,
+    abs_tol=..)``, ``f(args)`` or ``not f(args)``."""
+    if isinstance(test, ast.Compare):
+        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+            raise _NotPlain
+        left, right = test.left, test.comparators[0]
+        if not isinstance(left, ast.Call):
+            left, right = right, left
+        name, args = _call(left, callee)
+        return name, args, "eq", _literal(right), {}
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        name, args = _call(test.operand, callee)
+        return name, args, "falsy", None, {}
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Attribute)
+        and isinstance(test.func.value, ast.Name)
+        and (test.func.value.id, test.func.attr) == ("math", "isclose")
+    ):
+        if len(test.args) != 2 or any(k.arg not in ("rel_tol", "abs_tol") for k in test.keywords):
+            raise _NotPlain
+        name, args = _call(test.args[0], callee)
+        options = {str(k.arg): _literal(k.value) for k in test.keywords}
+        return name, args, "isclose", _literal(test.args[1]), options
+    name, args = _call(test, callee)
+    return name, args, "truthy", None, {}
+
+
+def _asserts(body: list[ast.stmt], callee: str | None) -> CallTests:
+    names: set[str] = set()
+    inputs, expected, comparisons, options = [], [], [], []
     for statement in body:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
             continue  # a docstring or a bare constant
@@ -75,31 +126,30 @@ def _asserts(body: list[ast.stmt], callee: str | None) -> tuple[str | None, list
             raise _NotPlain
         if isinstance(statement.test, ast.Constant) and statement.test.value is True:
             continue  # HumanEval's `assert True, "..."`
-        name, args, value = _call_and_value(statement.test, callee)
+        name, args, comparison, value, extra = _assertion(statement.test, callee)
         names.add(name)
         inputs.append(args)
         expected.append(value)
-    if len(names) > 1 or not inputs:
+        comparisons.append(comparison)
+        options.append(extra)
+    if len(names) != 1:
         raise _NotPlain
-    return (names.pop() if names else None), inputs, expected
+    return CallTests(names.pop(), inputs, expected, comparisons, options)
 
 
 def plain_asserts(tests: str) -> CallTests | None:
-    """MBPP's test lines (``assert f(...) == ...``, one function throughout), as
+    """MBPP's test lines (asserts of one function throughout: see `_assertion`), as
     calls; None when any statement is something else."""
     try:
-        tree = ast.parse(tests)
-        name, inputs, expected = _asserts(tree.body, None)
+        return _asserts(ast.parse(tests).body, None)
     except (SyntaxError, _NotPlain, RecursionError, MemoryError, ValueError):
         return None
-    assert name is not None  # _asserts refuses a test without a call
-    return CallTests(name, inputs, expected)
 
 
 def plain_check(test: str, entry_point: str) -> CallTests | None:
     """HumanEval's test code (``METADATA`` and ``def check(candidate):`` holding only
-    ``assert candidate(...) == ...`` lines), as calls of `entry_point`; None when it
-    is anything else."""
+    asserts of ``candidate(...)``), as calls of `entry_point`; None when it is
+    anything else."""
     try:
         tree = ast.parse(test)
         checks = []
@@ -113,10 +163,10 @@ def plain_check(test: str, entry_point: str) -> CallTests | None:
         arguments = checks[0].args
         if len(arguments.args) != 1 or arguments.vararg or arguments.kwonlyargs or arguments.kwarg:
             return None
-        _, inputs, expected = _asserts(checks[0].body, arguments.args[0].arg)
+        calls = _asserts(checks[0].body, arguments.args[0].arg)
     except (SyntaxError, _NotPlain, RecursionError, MemoryError, ValueError):
         return None
-    return CallTests(entry_point, inputs, expected)
+    return CallTests(entry_point, calls.inputs, calls.expected, calls.comparisons, calls.options)
 
 
 def _is_constant(statement: ast.stmt) -> bool:
@@ -128,12 +178,3 @@ def _is_metadata(statement: ast.stmt) -> bool:
         return False
     targets = statement.targets
     return len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id == "METADATA"
-
-
-def same(output: Any, expected: Any) -> bool:
-    """The assert's ``==`` on builtin values (never a program's object: `output` was
-    rebuilt from plain data); an error in the comparison is a mismatch."""
-    try:
-        return bool(output == expected)
-    except Exception:  # noqa: BLE001 - e.g. comparing an array-like placeholder
-        return False
