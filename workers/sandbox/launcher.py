@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from distillery.workers.sandbox.seccomp import install_seccomp
+    from distillery.workers.sandbox.warm import serve
+
     Config = dict[str, Any]
     Send = Callable[[dict[str, object]], None]
 
@@ -162,6 +165,8 @@ def _build_root(config: Config, uid: int, gid: int) -> str:
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size}m,mode=0755")
     for path in config["binds"]:
         _bind(path, root)
+    if config.get("packages"):  # packages.py's folder, at its mount point
+        _bind(config["packages"], root, config["packages_mount"])
     os.makedirs(root + "/dev", exist_ok=True)
     for device in DEVICES:
         source = "/dev/" + device
@@ -176,10 +181,10 @@ def _build_root(config: Config, uid: int, gid: int) -> str:
     return root
 
 
-def _bind(path: str, root: str) -> None:
-    """`path` of the host at the same place in the jail, read-only (a symbolic link
-    is recreated as the same link)."""
-    target = root + path
+def _bind(path: str, root: str, inside: str | None = None) -> None:
+    """`path` of the host at the same place in the jail (or at `inside`), read-only
+    (a symbolic link is recreated as the same link)."""
+    target = root + (inside or path)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.islink(path):
         if not os.path.lexists(target):
@@ -254,6 +259,9 @@ def _close_other_fds(keep: int) -> None:
 
 def _start_check(config: Config, channel: int, namespace: dict[str, Any]) -> None:
     send = frame_writer(channel)
+    if config.get("packages"):  # importable after the standard library, never before it
+        sys.path.append(config["packages_mount"] if config.get("mode") == "jail"
+                        else config["packages"])  # fmt: skip
     namespace["run"](config["job"], send)
 
 
@@ -268,19 +276,7 @@ def _child(
         root = config["root"]
         os.chroot(root)
         os.chdir("/work")
-        if user_namespace:
-            _drop_capabilities()
-        else:
-            uid = int(config["uid"])
-            _drop_bounding_set()
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)  # from root to a uid of its own: every capability goes
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        _check(_libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
-        _limits(config["limits"], processes=True)
-        _quiet_stdin()
-        _close_other_fds(channel)
+        _confine(int(config["uid"]), user_namespace, config["limits"], channel)
     except BaseException as exc:  # noqa: BLE001 - said to the driver: the jail did not start
         _report(channel, "confine", exc)
         os._exit(2)
@@ -289,6 +285,25 @@ def _child(
     except BaseException:  # noqa: BLE001 - the program's doing, seen by the driver as no verdict
         code = 1
     os._exit(code)
+
+
+def _confine(uid: int, user_namespace: bool, limits: dict[str, int], channel: int) -> None:
+    """The check's process, in the jail: no privilege (a uid of its own as root, every
+    capability dropped in a user namespace), no new privileges, its resource limits,
+    no descriptor but the channel, then the seccomp filter (seccomp.py's)."""
+    if user_namespace:
+        _drop_capabilities()
+    else:
+        _drop_bounding_set()
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)  # from root to a uid of its own: every capability goes
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(_libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
+    _limits(limits, processes=True)
+    _quiet_stdin()
+    _close_other_fds(channel)
+    install_seccomp()  # the last step of setup
 
 
 def _drop_bounding_set() -> None:
@@ -349,6 +364,7 @@ def _process(config: Config, channel: int, namespace: dict[str, Any]) -> None:
         _limits(config["limits"], processes=own_uid)
         _quiet_stdin()
         _close_other_fds(channel)
+        install_seccomp()
     except BaseException as exc:  # noqa: BLE001
         _report(channel, "confine", exc)
         os._exit(2)
@@ -362,18 +378,29 @@ def _process(config: Config, channel: int, namespace: dict[str, Any]) -> None:
 
 def main(config: Config, namespace: dict[str, Any]) -> None:
     channel = os.dup(1)
-    if config.get("mode", "jail") == "jail":
+    if config.get("mode", "jail") == "warm":
+        serve(config, channel, namespace)  # warm.py's
+    elif config.get("mode", "jail") == "jail":
         _jail(config, channel, namespace)
     else:
         _process(config, channel, namespace)
 
 
 # Run by the driver as `python -I -S -B -c BOOTSTRAP`: the configuration on stdin
-# (marshalled by the same interpreter) holds the compiled code of values.py, runner.py
+# (4 bytes of length, then marshalled by the same interpreter; a warm jail reads its
+# checks after it on the same descriptor, so nothing is read ahead) holds the compiled code of values.py, runner.py
 # and this file, executed in one namespace.
 BOOTSTRAP = """
-import marshal, sys
-config = marshal.loads(sys.stdin.buffer.read())
+import marshal, os
+def read(size):
+    data = b""
+    while len(data) < size:
+        chunk = os.read(0, size - len(data))
+        if not chunk:
+            raise SystemExit("the configuration was cut short")
+        data += chunk
+    return data
+config = marshal.loads(read(int.from_bytes(read(4), "big")))
 namespace = {"__name__": "distillery_sandbox"}
 for code in config.pop("code"):
     exec(code, namespace)

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from distillery.workers.sandbox import pool
 from distillery.workers.sandbox.jail import JAIL_UIDS, Sandbox, namespaces_unavailable
 
 
-@pytest.fixture(scope="session")
-def sandbox() -> Sandbox:
+@pytest.fixture(scope="session", params=["warm", "cold"])
+def sandbox(request) -> Sandbox:
+    """Each test on both paths: warm jails (the default) and a fresh jail per check."""
     why = namespaces_unavailable()
     if why is not None:
         pytest.skip(f"no namespaces here: {why}")
-    return Sandbox()
+    return Sandbox(warm=request.param == "warm")
 
 
 def jail_processes() -> list[int]:
@@ -35,7 +37,10 @@ def jail_processes() -> list[int]:
 
 
 def sandbox_folders() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("distillery-sandbox-*")}
+    """Sandbox folders on the host, but the (empty) mount points of the warm jails
+    alive for later checks (pool.py removes them when a jail ends)."""
+    warm = {Path(jail.root).name for p in pool.POOLS.values() for jail in list(p.all)}
+    return {p.name for p in Path(tempfile.gettempdir()).glob("distillery-sandbox-*")} - warm
 
 
 @pytest.fixture

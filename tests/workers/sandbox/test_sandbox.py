@@ -250,3 +250,32 @@ def test_the_jail_binds_the_interpreter_wherever_it_lives():
     assert not any(
         str(REPO).startswith(os.path.realpath(b)) for b in binds if os.path.isdir(b) and b != "/"
     )
+
+
+def test_a_numpy_solution_is_graded_correct(sandbox, leaves_nothing):
+    code = (
+        "import numpy as np\n"
+        "def mean_of_squares(xs):\n"
+        "    return float(np.mean(np.square(np.array(xs))))\n"
+    )
+    check = program(sandbox, code, "assert mean_of_squares([1, 2, 3]) == 14 / 3\n")
+    assert check.passed, check.summary
+
+
+def test_the_packages_folder_holds_only_its_distributions_read_only(sandbox, leaves_nothing):
+    code = (
+        "import sys, os\n"
+        "top = sorted(n for n in os.listdir('/packages') if not n.startswith('.'))\n"
+        "print(top)\n"
+        "try:\n    open('/packages/numpy/evil.py', 'w')\nexcept OSError as e:\n    print(e.errno)\n"
+        "for name in ('pytest', 'distillery', 'pydantic', 'ray'):\n"
+        "    try:\n        __import__(name)\n        print('imported', name)\n"
+        "    except ImportError:\n        pass\n"
+        "print([p for p in sys.path if 'site-packages' in p])\n"
+    )
+    check = program(sandbox, code)
+    assert check.passed, check.summary
+    listing, errno, *rest = check.result["output"].splitlines()
+    assert all(n.startswith("numpy") for n in eval(listing))  # noqa: S307 - our own print
+    assert errno in ("30", "13")  # EROFS (EACCES under a uid of its own)
+    assert rest == ["[]"]

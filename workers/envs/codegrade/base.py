@@ -26,9 +26,18 @@ from distillery.workers.envs.base import (
     ToolResult,
 )
 from distillery.workers.envs.calls import CallLimits, parse_native_calls, parse_text_calls
-from distillery.workers.envs.codegrade import checks, evalplus, extract
+from distillery.workers.envs.codegrade import asserts, checks, evalplus, extract
 from distillery.workers.envs.codegrade.checks import Verdict
-from distillery.workers.sandbox import jail, launcher, runner, values
+from distillery.workers.sandbox import (
+    jail,
+    launcher,
+    packages,
+    pool,
+    runner,
+    seccomp,
+    values,
+    warm,
+)
 from distillery.workers.sandbox.jail import Sandbox
 
 RUN_TESTS = "run_tests"
@@ -68,6 +77,13 @@ class CodeOptions(AnswerOptions):
         le=65536,
         description="Address-space limit of a check's process (EvalPlus's 4 GB).",
     )
+    asserts_outside: bool = Field(
+        default=True,
+        description="Tests that are plain `assert f(args) == expected` lines: the calls are "
+        "made in the sandbox and compared outside it (as MBPP+ does), so neither an "
+        "always-equal object nor a forged verdict passes; other tests run in-process as "
+        "in the official harness (counted: tests_in_process). False: every test in-process.",
+    )
     tools: bool = Field(
         default=False,
         description="A tool-use environment: the model may call run_tests(code=...) on the "
@@ -79,7 +95,11 @@ class CodeBenchmark(AnswerBenchmark):
     """Base of the code benchmarks (see the module docstring)."""
 
     max_steps_per_turn: ClassVar[int] = 10  # ours: run_tests calls before the answer
-    counters: ClassVar[tuple[str, ...]] = ("sandbox_unisolated",)
+    counters: ClassVar[tuple[str, ...]] = (
+        "sandbox_unisolated",
+        "tests_compared_outside",
+        "tests_in_process",
+    )
     settings: CodeOptions
 
     @classmethod
@@ -95,7 +115,8 @@ class CodeBenchmark(AnswerBenchmark):
     def grading_modules(cls) -> tuple[Any, ...]:
         from distillery.workers.envs.codegrade import base
 
-        return (checks, evalplus, extract, base, answering, jail, launcher, runner, values)
+        return (checks, asserts, evalplus, extract, base, answering, jail, launcher, runner,
+                seccomp, packages, pool, warm, values)  # fmt: skip
 
     def prepare(self) -> None:
         self.sandbox = Sandbox(allow_process=self.settings.sandbox_without_namespaces)
@@ -139,6 +160,9 @@ class CodeBenchmark(AnswerBenchmark):
         program = self.program(record, reply)
         verdict = self.verdict(record, program)
         counted = {"sandbox_unisolated": 1} if verdict.isolation == "process" else {}
+        compared = verdict.details.get("tests_compared")
+        if compared is not None:
+            counted["tests_compared_outside" if compared == "outside" else "tests_in_process"] = 1
         if verdict.passed:
             return Attempt(True, program, counters=counted)
         error_type = {

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distillery.workers.envs.codegrade import evalplus
+from distillery.workers.envs.codegrade.asserts import CallTests
 from distillery.workers.sandbox import values
 from distillery.workers.sandbox.jail import (
     Check,
@@ -68,6 +69,42 @@ def program_check(
         return no_code()
     job: ProgramJob = {"kind": "program", "preamble": preamble, "code": code, "tests": tests}
     return Verdict.of(sandbox.run(job, limits))
+
+
+def call_check(
+    sandbox: Sandbox, code: str, calls: CallTests, limits: Limits, preamble: str = ""
+) -> Verdict:
+    """Plain asserts (asserts.py): the calls made in the sandbox, their outputs
+    compared here, in order, with the asserts' expected values; passed when every
+    call returns and equals its value (what the asserts, run in-process, decide for
+    an honest program)."""
+    if not code.strip():
+        return no_code()
+    job: OutputsJob = {
+        "kind": "outputs",
+        "code": preamble + code,
+        "entry_point": calls.entry_point,
+        "inputs": [values.encode(list(args)) for args in calls.inputs],
+    }
+    check = sandbox.run(job, limits)
+    output = str(check.result.get("output", ""))[:2000]
+    compared = {"tests_compared": "outside"}
+    if check.status != "done":
+        return Verdict(False, check.summary, check.status, output, check.isolation, compared)
+    try:
+        outputs = [values.decode(o) for o in check.result.get("outputs", [])]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return Verdict(False, "malformed outputs", "malformed", output, check.isolation, compared)
+    if len(outputs) != len(calls.inputs):
+        return Verdict(False, f"{len(outputs)} outputs for {len(calls.inputs)} calls",
+                       "malformed", output, check.isolation, compared)  # fmt: skip
+    for index, out in enumerate(outputs):
+        if not calls.holds(index, out):
+            return Verdict(False, f"AssertionError: assert {index + 1} of {len(outputs)}: "
+                           f"{calls.entry_point}(...) returned {str(out)[:200]}",
+                           "failed", output, check.isolation, compared)  # fmt: skip
+    return Verdict(True, status="passed", output=output, isolation=check.isolation,
+                   details=compared)  # fmt: skip
 
 
 def mbpp_tests(test_imports: list[str], test_list: list[str]) -> tuple[str, str]:

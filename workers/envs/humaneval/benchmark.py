@@ -20,6 +20,7 @@ compares them: the printed value against the expected text.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -38,6 +39,7 @@ from distillery.workers.envs.answer_data import (
 from distillery.workers.envs.answering import AnswerOptions
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.codegrade import checks
+from distillery.workers.envs.codegrade.asserts import plain_check
 from distillery.workers.envs.codegrade.base import CodeBenchmark, CodeOptions
 from distillery.workers.envs.codegrade.checks import Verdict
 from distillery.workers.envs.mbpp.benchmark import EVALPLUS_INSTRUCTION
@@ -154,9 +156,15 @@ class HumanEval(CodeBenchmark):
         return record["prompt"] + record["canonical_solution"]
 
     def verdict(self, record: dict[str, Any], program: str) -> Verdict:
+        calls = (plain_check(record["test"], record["entry_point"])
+                 if self.settings.asserts_outside else None)  # fmt: skip
+        if calls is not None:
+            return checks.call_check(self.sandbox, program, calls, self._limits(),
+                                     self._given(record, program))  # fmt: skip
         tests = checks.humaneval_tests(record["test"], record["entry_point"])
-        return checks.program_check(self.sandbox, program, tests, self._limits(),
-                                    self._given(record, program))  # fmt: skip
+        verdict = checks.program_check(self.sandbox, program, tests, self._limits(),
+                                       self._given(record, program))  # fmt: skip
+        return dataclasses.replace(verdict, details={"tests_compared": "in_process"})
 
     def visible_check(self, record: dict[str, Any], program: str) -> Verdict:
         return checks.program_check(self.sandbox, program, doctest_examples(record["prompt"]),

@@ -34,6 +34,7 @@ differential test on the base and plus inputs (`codegrade/checks.py`).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -52,6 +53,7 @@ from distillery.workers.envs.answer_data import (
 from distillery.workers.envs.answering import AnswerOptions
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.codegrade import checks, extract
+from distillery.workers.envs.codegrade.asserts import plain_asserts
 from distillery.workers.envs.codegrade.base import CodeBenchmark, CodeOptions
 from distillery.workers.envs.codegrade.checks import EvalPlusTask, Verdict
 from distillery.workers.sandbox.jail import Limits
@@ -293,7 +295,11 @@ class Mbpp(CodeBenchmark):
         if self.settings.variant == "plus":
             return self._evalplus(record).verdict(self.sandbox, program, self.settings.memory_mb)
         preamble, tests = checks.mbpp_tests(record["test_imports"], record["test_list"])
-        return checks.program_check(self.sandbox, program, tests, self._limits(), preamble)
+        calls = plain_asserts(tests) if self.settings.asserts_outside else None
+        if calls is not None:
+            return checks.call_check(self.sandbox, program, calls, self._limits(), preamble)
+        verdict = checks.program_check(self.sandbox, program, tests, self._limits(), preamble)
+        return dataclasses.replace(verdict, details={"tests_compared": "in_process"})
 
     def visible_check(self, record: dict[str, Any], program: str) -> Verdict:
         if self.settings.variant == "plus":
