@@ -70,12 +70,17 @@ class BrewSettings(BaseModel):
 
     # ours: R_max, the re-plays of a failed task with the staged note (Eq. 2); the paper
     # gives none. 3 bounds a failure at 1 + 3 student rollouts and 3 teacher notes.
-    # 0: no Ralph loop (Table 2 "w/o Ralph Loop", with unvalidated: curate).
+    # 0: no Ralph loop (Table 2 "w/o Ralph Loop": this one setting differs).
     r_max: int = Field(default=3, ge=0, le=10)
-    # A note never certified: rolled back (Algorithm 2's RollbackProvisional), or handed
-    # to the curator uncertified (a "direct write" of the paper's Table 3 when it
-    # passes). Issue 24's default: rollback; both are counted.
-    unvalidated: Literal["rollback", "curate"] = "rollback"
+    # A note never certified: handed to the curator uncertified (a "direct write" of the
+    # paper's Table 3 when it passes), or rolled back. The paper's: curate. Its Table 3
+    # full system has direct writes (MATH 20, GSM8K 22) and its rows add up only so:
+    # failed tasks = Ralph committed + direct writes + curator rejections (78 = 28 + 20
+    # + 30; 87 = 44 + 22 + 21), i.e. every failure's note reaches the curator;
+    # Algorithm 2's RollbackProvisional empties the provisional slot (we do too), it
+    # does not discard the note. rollback (ours, issue 24's earlier reading): a note
+    # never certified is dropped. Both are counted.
+    unvalidated: Literal["rollback", "curate"] = "curate"
     # The paper's §2.4.2: the teacher's prompt names the student and its weaknesses and
     # follows the three-step synthesis. false: the plain prompt (the ablation).
     student_aware: bool = True
