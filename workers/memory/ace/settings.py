@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.memory.feedback import DEFAULT_FEEDBACK
+
 # The settings that decide the playbook (the adaptation): the stage's identity.
 BUILD_FIELDS = (
     "max_rounds",
@@ -36,11 +38,14 @@ class AceSettings(BaseModel):
     # Reflect-and-replay rounds after a failed play (ace.py `max_num_rounds: 3`); 0:
     # one play, one reflection, the curator (the AppWorld harness's `solve_task_wo_gt`).
     max_rounds: int = Field(default=3, ge=0, le=10)
-    # What the reflector is told of the outcome. "binary": whether the task was solved
-    # (ace.py passes "Predicted answer (does not) match(es) ground truth" even with
-    # `no_ground_truth`: the verdict, never the answer); "none": nothing (the AppWorld
-    # no-GT harness's reflector reads "[not applicable]" for the test report).
-    feedback: Literal["binary", "none"] = "binary"
+    # What the reflector is told of the outcome: the one feedback setting of AgentBrew
+    # and every baseline (workers/memory/feedback.py; memory.retrieval.feedback sets it
+    # for all). "binary": whether the task was solved (ace.py passes "Predicted answer
+    # (does not) match(es) ground truth" even with `no_ground_truth`: the verdict, never
+    # the answer); "category" / "message": a failure's category / the checker's message
+    # too; "none": nothing (the AppWorld no-GT harness's reflector reads "[not
+    # applicable]" for the test report).
+    feedback: Literal["none", "binary", "category", "message"] = DEFAULT_FEEDBACK
     # The curator runs every N tasks, on the latest reflection (ace.py
     # `curator_frequency: 1`).
     curator_frequency: int = Field(default=1, ge=1, le=100)

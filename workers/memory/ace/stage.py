@@ -40,6 +40,7 @@ from distillery.workers.memory.ace.playbook import (
 )
 from distillery.workers.memory.ace.records import BULLETS, REFLECTIONS, Bullet
 from distillery.workers.memory.ace.settings import AceSettings
+from distillery.workers.memory.feedback import failure_detail
 from distillery.workers.memory.reflexion.records import Reflection as StagedReflection
 from distillery.workers.memory.transcript import TEXTS as TRANSCRIPT_TEXTS
 from distillery.workers.memory.transcript import episode_transcript
@@ -92,8 +93,13 @@ class AceProgram:
         s = self.settings
         if s.feedback == "none":
             feedback = prompts.FEEDBACK_NONE
+        elif play.success:
+            feedback = prompts.FEEDBACK_SOLVED
         else:
-            feedback = prompts.FEEDBACK_SOLVED if play.success else prompts.FEEDBACK_FAILED
+            detail = failure_detail(play.record, s.feedback)  # "" when binary
+            feedback = prompts.FEEDBACK_FAILED.removesuffix(".") + (
+                f" ({detail})." if detail else "."
+            )
         prompt = prompts.REFLECTOR_PROMPT.format(
             task=ctx.task.turns[0] if ctx.task.turns else "",
             attempt=episode_transcript(

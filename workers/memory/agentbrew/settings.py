@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback
+
 # Who plays, teaches or curates a brew: the point's `student` or `teacher` model config,
 # or a model config named under `builder_models`.
 ModelChoice = str
@@ -89,12 +91,13 @@ class BrewSettings(BaseModel):
     # (§2.4.2: "limited multi-step arithmetic, brittle tool syntax") with the failures a
     # small model commonly shows.
     student_weaknesses: str | None = Field(default=None, max_length=2000)
-    # What of the environment's verdict the teacher reads beside the trajectory (ours;
-    # the paper: "the environment report", no format). type: the failure's category
-    # only (the binary reward and what kind of failure); message: the checker's
-    # message too (cut to 600 characters), which on BFCL names ground-truth states and
-    # on hidden-test graders the failing case; none: the binary reward alone.
-    environment_report: Literal["none", "type", "message"] = "type"
+    # What of the environment's verdict the teacher reads beside the trajectory: the one
+    # feedback setting of AgentBrew and every baseline (workers/memory/feedback.py; set
+    # for all with memory.retrieval.feedback). binary, the paper's: "the only
+    # supervision beyond binary pass/fail" (§1), T triggered on (x, τ, FAIL) (§2.3.1).
+    # category: the failure's category too; message: the checker's message too (cut),
+    # which on BFCL names ground-truth states and on hidden-test graders the failing case.
+    feedback: Feedback = DEFAULT_FEEDBACK
     # Who plays the brew (the paper: the weak student; Table 2 "w/ Strong Student
     # Knowledge" and Figure 1: the strong model), who teaches (Figure 3's "no teacher":
     # the student), who curates (ours: the paper names no curator model; the teacher's

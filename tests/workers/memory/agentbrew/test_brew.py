@@ -252,15 +252,17 @@ def test_the_teacher_reads_the_student_and_its_failure_never_the_answer(tmp_path
     assert "org/student-4b, a model of 4 billion parameters" in draft
     assert "limited multi-step arithmetic" in draft and "checklist for a junior agent" in draft
     assert "Skill: fractions." in draft and "I give up: 7" in draft  # task and attempt
-    assert "failure type: wrong_answer" in draft
-    assert "is not the answer" not in draft  # environment_report=type: no checker message
+    # feedback=binary (the paper's regime): the verdict, neither category nor message.
+    assert "the task was not solved (reward 0)." in draft
+    assert "failure type" not in draft and "is not the answer" not in draft
     assert "7/12" not in draft  # the gold answer never
     revision = next(p for p in seen if "Your note:" in p)
     assert "use-percent" in revision
 
     plain = []
-    cfg = settings(student_aware=False, environment_report="message")
+    cfg = settings(student_aware=False, feedback="message")
     _brew(tmp_path / "plain", cfg, teacher=lambda m: plain.append(m[0]["content"])
           or players.teacher(m)).brew()  # fmt: skip
     assert "student-4b" not in plain[0] and "junior agent" not in plain[0]
+    assert "failure type: wrong_answer" in plain[0]
     assert "the checker said: '7' is not the answer" in plain[0]

@@ -47,3 +47,41 @@ def test_the_full_system_is_table3s_with_direct_writes(tmp_path):
     full = _resolved(cfg, "agentbrew")
     assert full["brew.unvalidated"] == "curate" and full["brew.r_max"] > 0
     assert _resolved(cfg, "agentbrew_no_ralph")["brew.unvalidated"] == "curate"
+
+
+# ace_appworld keeps its own `none` (the authors' no-GT AppWorld harness: the reflector
+# reads "[not applicable]"), an entry's own value winning over the shared one.
+LEARNERS = ("agentbrew", "reflexion_k2", "expel", "ace")
+
+
+def _feedback(cfg, name: str) -> str:
+    settings = cfg.retrieval_for(name)
+    brew = getattr(settings, "brew", None)
+    return brew.feedback if brew is not None else settings.feedback
+
+
+def test_one_feedback_setting_for_agentbrew_and_every_baseline(tmp_path):
+    cfg = sweep_config(tmp_path, "experiment=agentbrew_table1_math")
+    # The paper's regime by default: binary, for every method that learns from outcomes.
+    assert {_feedback(cfg, name) for name in LEARNERS} == {"binary"}
+    told = sweep_config(
+        tmp_path, "experiment=agentbrew_table1_math", "memory.retrieval.feedback=category"
+    )
+    assert {_feedback(told, name) for name in LEARNERS} == {"category"}
+    # AMD reads no failure: the shared key is not its setting (no error, no change).
+    amd = sweep_config(tmp_path, "methods=[amd_wf]", "memory.retrieval.feedback=category")
+    assert "feedback" not in amd.retrieval_for("amd_wf").model_dump()
+    # A catalog entry's own value wins over the shared one.
+    own = sweep_config(tmp_path, "experiment=agentbrew_table1_math", "memory.retrieval.feedback=category",
+                       "+method_catalog.reflexion_k2.retrieval.feedback=binary")  # fmt: skip
+    assert _feedback(own, "reflexion_k2") == "binary" and _feedback(own, "expel") == "category"
+
+
+def test_the_report_shows_each_methods_feedback(tmp_path):
+    from distillery.workers.memory.registry import memory_method
+
+    cfg = sweep_config(tmp_path, "experiment=agentbrew_table1_math")
+    for name in LEARNERS:
+        settings = cfg.retrieval_for(name)
+        columns = memory_method(cfg.method(name).kind).report_columns(settings)
+        assert columns["learning_feedback"] == "binary", name
