@@ -404,6 +404,34 @@ def most_similar(draft: Draft, notes: Sequence[Note], n: int) -> list[tuple[Note
     return scored[:n]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A note of the scope the curator compares a draft with, and why: its lexical
+    (token Jaccard) and embedding (cosine under the stage's embedder) similarity."""
+
+    note: Note
+    lexical: float
+    semantic: float
+
+
+def curator_candidates(
+    draft: Draft, notes: Sequence[Note], semantic: Sequence[float], n: int
+) -> list[Candidate]:
+    """The notes the curator sees (§2.3.3: "lexical and semantic similarity"): the union
+    of the `n` most lexically and the `n` most semantically similar of the scope
+    (`semantic[i]` is `notes[i]`'s cosine), a note whose key the draft reuses first, then
+    by the larger of the two similarities (ties by key)."""
+    lexical = {note.memory_id: sim for note, sim in most_similar(draft, notes, len(notes))}
+    cosine = {note.memory_id: float(sim) for note, sim in zip(notes, semantic, strict=True)}
+    by_lexical = [note for note, _ in most_similar(draft, notes, n)]
+    by_semantic = sorted(notes, key=lambda m: (-cosine[m.memory_id], m.note_key))[:n]
+    chosen = {note.memory_id: note for note in (*by_lexical, *by_semantic)}
+    out = [Candidate(note, lexical[k], cosine[k]) for k, note in chosen.items()]
+    out.sort(key=lambda c: (c.note.note_key != draft.note_key,
+                            -max(c.lexical, c.semantic), c.note.note_key))  # fmt: skip
+    return out
+
+
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _SPACE = re.compile(r"\s+")
 
@@ -477,13 +505,32 @@ def render_block(notes: Sequence[Note], max_chars: int) -> str:
 
 @dataclass
 class Catalog:
-    """The scope catalog as a program reads it (name -> scope)."""
+    """The scope catalog as a program reads it (name -> scope), with the notes of each
+    scope the teacher is shown (their keys and triggers, bounded)."""
 
     scopes: dict[str, Scope] = field(default_factory=dict)
+    notes: tuple[Note, ...] = ()
+    notes_per_scope: int = 20
+    trigger_chars: int = 160
 
     def describe(self) -> str:
-        from distillery.workers.memory.agentbrew.prompts import NO_SCOPES
+        from distillery.workers.memory.agentbrew import prompts
 
         if not self.scopes:
-            return NO_SCOPES
-        return "\n".join(f"- {s.name}: {s.description}" for s in self.scopes.values())
+            return prompts.NO_SCOPES
+        lines = []
+        for scope in self.scopes.values():
+            lines.append(f"- {scope.name}: {scope.description}")
+            mine = sorted((n for n in self.notes if n.scope == scope.name),
+                          key=lambda n: n.note_key)  # fmt: skip
+            if not mine or self.notes_per_scope == 0:
+                continue
+            lines.append(prompts.SCOPE_NOTES)
+            for note in mine[: self.notes_per_scope]:
+                trigger = _SPACE.sub(" ", note.trigger_pattern).strip()
+                if len(trigger) > self.trigger_chars:
+                    trigger = trigger[: self.trigger_chars] + " …"
+                lines.append(prompts.SCOPE_NOTE.format(key=note.note_key, trigger=trigger))
+            if len(mine) > self.notes_per_scope:
+                lines.append(prompts.SCOPE_MORE.format(n=len(mine) - self.notes_per_scope))
+        return "\n".join(lines)

@@ -114,8 +114,19 @@ class BrewSettings(BaseModel):
     # at or above which a candidate is a near duplicate of a note of its scope and
     # merged into it even when the curator model said "add".
     redundancy_threshold: float = Field(default=0.9, gt=0, le=1)
-    # ours: the most lexically similar notes of the candidate's scope the curator sees.
+    # ours, the semantic redundancy gate: embedding similarity (cosine of the notes' key
+    # texts under the stage's embedder) at or above which a candidate is merged into
+    # that note even when the curator model said "add" (a paraphrase with few shared
+    # words); 0.95: well above what two distinct rules of one skill reach with a
+    # sentence embedder, near what a reworded copy reaches.
+    semantic_redundancy_threshold: float = Field(default=0.95, gt=0, le=1)
+    # ours: the curator sees the union of this many most lexically (token Jaccard) and
+    # this many most semantically (the stage's embedder) similar notes of the candidate's
+    # scope (§2.3.3: "lexical and semantic similarity"), both similarities logged.
     curator_candidates: int = Field(default=3, ge=1, le=20)
+    # ours: the notes of each scope the teacher's prompt lists (note_key and trigger,
+    # cut at 160 characters) so that it can update a rule by its key; 0: none.
+    prompt_notes_per_scope: int = Field(default=20, ge=0, le=200)
     # A note holding its task's gold answer or hidden test (the benchmark's ground
     # truth): refused (default, issue 24) or only counted (`notes_with_gold`).
     gold: Literal["refuse", "count"] = "refuse"

@@ -48,10 +48,11 @@ EXPECTED_LOG = [
     ("t1", "played"), ("t1", "asked"), ("t1", "drafted"), ("t1", "staged"), ("t1", "played"),
     ("t1", "validated"), ("t1", "curated"), ("t1", "committed"), ("t1", "committed"),
     ("t2", "played"), ("t2", "committed"),  # solved by t1's note: its statistics
-    # t3: the note fails, the teacher revises it, the revision recovers; the curator adds.
+    # t3: the note fails, the teacher revises it, the revision recovers; the curator (its
+    # candidates by lexical and embedding similarity: "compared") adds.
     ("t3", "played"), ("t3", "asked"), ("t3", "drafted"), ("t3", "staged"), ("t3", "played"),
     ("t3", "asked"), ("t3", "revised"), ("t3", "staged"), ("t3", "played"), ("t3", "validated"),
-    ("t3", "asked"), ("t3", "curated"), ("t3", "committed"),
+    ("t3", "compared"), ("t3", "asked"), ("t3", "curated"), ("t3", "committed"),
     # t4: no note helps: R_max = 3 re-plays, two revisions, rolled back.
     ("t4", "played"), ("t4", "asked"), ("t4", "drafted"), ("t4", "staged"), ("t4", "played"),
     ("t4", "asked"), ("t4", "revised"), ("t4", "staged"), ("t4", "played"), ("t4", "asked"),
@@ -59,7 +60,8 @@ EXPECTED_LOG = [
     ("t4", "not_certified"), ("t4", "committed"),
     # t5: certified; its key is t1's note's: the curator merges it into that note.
     ("t5", "played"), ("t5", "asked"), ("t5", "drafted"), ("t5", "staged"), ("t5", "played"),
-    ("t5", "validated"), ("t5", "asked"), ("t5", "curated"), ("t5", "committed"),
+    ("t5", "validated"), ("t5", "compared"), ("t5", "asked"), ("t5", "curated"),
+    ("t5", "committed"),
     # t6 (geometry: no scope of its own yet, shown nothing): the note states the task's
     # answer: refused, nothing staged.
     ("t6", "played"), ("t6", "asked"), ("t6", "gold_refused"),
