@@ -458,15 +458,22 @@ def check_truth(texts: Iterable[str], truths: Sequence[str], min_chars: int) -> 
     """Which of `truths` (a task's gold answer, its test asserts) `texts` contain: as a
     whole token (a number is not found inside a longer one), whitespace and thousands
     separators ignored; a structured truth (LaTeX, code) also with spaces ignored.
-    Truths shorter than `min_chars` once normalized are counted as unchecked."""
+    A truth shorter than `min_chars` once normalized (MATH's "2") occurs in almost any
+    note as an ordinary number: it is found only where stated as a final answer
+    (``\\boxed{2}``, "the answer is 2", "answer: 2", "final answer = 2"), and counted
+    as unchecked besides."""
     text = _normal("\n".join(texts))
     squeezed = text.replace(" ", "")
     found: list[str] = []
     unchecked = checked = 0
     for truth in truths:
         gold = _normal(truth)
+        if not gold:
+            continue
         if len(gold) < min_chars:
             unchecked += 1
+            if _stated_as_answer(gold, text, squeezed):
+                found.append(truth)
             continue
         checked += 1
         bounded = rf"(?<![a-z0-9.]){re.escape(gold)}(?![a-z0-9])"
@@ -475,6 +482,18 @@ def check_truth(texts: Iterable[str], truths: Sequence[str], min_chars: int) -> 
         ):
             found.append(truth)
     return TruthCheck(tuple(found), unchecked, checked)
+
+
+def _stated_as_answer(gold: str, text: str, squeezed: str) -> bool:
+    """Whether a short `gold` is stated as the final answer in `text` (normalized)."""
+    token = re.escape(gold)
+    if f"\\boxed{{{gold}}}" in squeezed:
+        return True
+    answer = (
+        rf"\banswer\s*(?:is|was|:|=|of)?\s*(?:\$\s*)?(?:\\boxed\{{\s*)?{token}(?![a-z0-9]|\.[0-9])"
+        rf"|\bthe\s+(?:final\s+)?(?:result|total)\s+is\s*\$?\s*{token}(?![a-z0-9.])"
+    )
+    return re.search(answer, text) is not None
 
 
 # -- what the student is shown -------------------------------------------------------------

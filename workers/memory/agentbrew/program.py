@@ -160,6 +160,22 @@ class BrewProgram:
         )
         return refuse
 
+    def _merge_leaks(self, ctx: Any, written: Note, target: Note, event: dict[str, Any]) -> bool:
+        """Whether a curator's merged note holds ground truth and is refused (a curator
+        rejection, gate `gold`: the target note stays as it was); `gold: count` only
+        records it (`gold_found`)."""
+        truths = (*self.truths(ctx.task.task_id), *self.truths(target.source.task_id))
+        check = check_truth(written.texts(), truths, self.brew.gold_min_chars)
+        if not check.leaks:
+            return False
+        if self.brew.gold != "refuse":
+            ctx.event("gold_found", note_key=written.note_key, revision="merge",
+                      found=list(check.found))  # fmt: skip
+            return False
+        ctx.event("curated", decision="reject", gate="gold", **event, target=target.note_key,
+                  reason="the merged note holds a task's ground truth", found=list(check.found))  # fmt: skip
+        return True
+
     # -- the teacher ---------------------------------------------------------------------
 
     def _context(self, ctx: Any, play: Any) -> str:
@@ -277,6 +293,10 @@ class BrewProgram:
             return None, None
         if decision == "merge" and target is not None:
             written = _merged(target, candidate, merged, ctx.task.task_id)
+            # The leakage guard again on the merged text (the curator wrote it): the
+            # ground truth of this task and of the task the target was brewed on.
+            if merged is not None and self._merge_leaks(ctx, written, target, event):
+                return None, None
             ctx.event("curated", decision="merge", gate=gate, **event, target=target.note_key,
                       reason=reason, note=written.fields())  # fmt: skip
         else:

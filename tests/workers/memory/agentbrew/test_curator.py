@@ -14,10 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 
 from distillery.orchestrator.ordered_stage import Reply
 from distillery.workers.memory.agentbrew import prompts
-from distillery.workers.memory.agentbrew.notes import Catalog, Draft, Note, Scope, most_similar
+from distillery.workers.memory.agentbrew.notes import (
+    Catalog,
+    Draft,
+    Note,
+    Scope,
+    check_truth,
+    most_similar,
+)
 from distillery.workers.memory.agentbrew.program import BrewProgram, StudentProfile
 from distillery.workers.memory.entries import MemorySource
 from tests.workers.memory.agentbrew.harness import settings
@@ -102,8 +110,10 @@ def _notes() -> dict[str, Note]:
     return {n.memory_id: n for n in (d.note(SOURCE, True, 1, 1) for d in EXISTING)}
 
 
-def _curate(draft: Draft, curator, **brew) -> tuple[Ctx, Note | None]:
-    program = BrewProgram(settings(**brew), StudentProfile("org/s"), lambda t: ())
+def _curate(draft: Draft, curator, truths=(), **brew) -> tuple[Ctx, Note | None]:
+    program = BrewProgram(
+        settings(**brew), StudentProfile("org/s"), lambda t: tuple(truths) if t == "t9" else ()
+    )
     ctx = Ctx(curator)
     result = {"outcome": "certified", "draft": draft.fields(), "tools": [], "shown": 1,
               "succeeded": 1, "attempt": 2}  # fmt: skip
@@ -174,3 +184,38 @@ def test_the_teachers_prompt_lists_the_scopes_note_keys_and_triggers_bounded():
     assert prompts.SCOPE_MORE.format(n=2) in text
     assert max(len(line) for line in text.splitlines()) < 200  # triggers cut
     assert "notes in it" not in Catalog({"arithmetic": scope}, notes, 0).describe()
+
+
+def test_a_merged_note_is_checked_for_the_tasks_answer_again():
+    def leaking(prompt):
+        merged = json.loads(merging_curator(prompt))
+        merged["note"]["corrective_rule"] = "Cancel first; the answer is 2."
+        return json.dumps(merged)
+
+    ctx, written = _curate(PARAPHRASE, leaking, truths=("2",))
+    assert written is None  # refused: the target note stays as it was
+    ((_, event),) = [e for e in ctx.events if e[0] == "curated"]
+    assert (event["decision"], event["gate"], event["found"]) == ("reject", "gold", ["2"])
+    ctx, written = _curate(PARAPHRASE, leaking, truths=("2",), gold="count")
+    assert written is not None and written.merges == 1
+    assert any(kind == "gold_found" for kind, _ in ctx.events)
+    _, written = _curate(PARAPHRASE, merging_curator, truths=("2",))  # no answer in it
+    assert written is not None and written.merges == 1
+
+
+@pytest.mark.parametrize(
+    "text, leaks",
+    [
+        ("so the answer is 2.", True),
+        ("Answer: 2", True),
+        ("final answer = $2$", True),
+        ("write it as \\boxed{2}", True),
+        ("the result is 2", True),
+        ("multiply by 2 and add 12", False),  # an ordinary number, not an answer
+        ("the answer is 2.5", False),
+        ("the answer is 24", False),
+    ],
+)
+def test_a_short_answer_is_caught_where_stated_as_the_final_answer(text, leaks):
+    check = check_truth([text], ["2"], 2)
+    assert check.leaks is leaks and check.unchecked == 1
