@@ -85,3 +85,28 @@ def test_the_report_shows_each_methods_feedback(tmp_path):
         settings = cfg.retrieval_for(name)
         columns = memory_method(cfg.method(name).kind).report_columns(settings)
         assert columns["learning_feedback"] == "binary", name
+
+
+def test_the_strong_student_ablation_tells_the_teacher_about_deepseek(tmp_path, monkeypatch):
+    from distillery.orchestrator.plan import plan_sweep
+    from tests.orchestrator.test_appworld_plans import use_listing
+
+    use_listing(monkeypatch)
+    cfg = sweep_config(tmp_path, "experiment=agentbrew_table2", "benchmark=gsm8k")
+    graph = plan_sweep([cfg])
+    students = {p.method_name: graph.stages[p.bank_stage].extra["student"]
+                for p in graph.points.values() if p.method_name.startswith("agentbrew")}  # fmt: skip
+    weak, strong = students["agentbrew"], students["agentbrew_strong_student"]
+    assert weak["model"] == "Qwen/Qwen3-14B" and "multi-step arithmetic" in weak["weaknesses"]
+    assert strong["model"] == "deepseek/deepseek-chat-v3.1"
+    assert strong["weaknesses"] and "multi-step arithmetic" not in strong["weaknesses"]
+
+
+def test_every_model_the_paper_names_has_known_weaknesses():
+    import yaml
+
+    from tests.support import REPO_ROOT
+
+    for name in ("qwen3_14b", "deepseek_chat_v3_1", "glm_5_1", "deepseek_v4_pro"):
+        config = yaml.safe_load((REPO_ROOT / "conf" / "model" / f"{name}.yaml").read_text())
+        assert len(config.get("known_weaknesses") or "") > 40, name
