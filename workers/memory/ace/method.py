@@ -16,7 +16,7 @@ from distillery.workers.memory.method import BaseMemoryMethod, own_settings, sum
 
 COUNTERS = (
     "isolation_checked", "isolation_violations", "bullets_shown", "empty_playbook",
-    "reflections_shown",
+    "reflections_shown", "playbook_cut", "bullets_cut",
 )  # fmt: skip
 
 

@@ -28,6 +28,8 @@ BUILD_FIELDS = (
     "dedup_merge",
     "trajectory_chars",
     "observation_chars",
+    # The generator's plays read the playbook as the student does (hooks.py): bounded.
+    "playbook_max_chars",
 )
 
 
@@ -73,6 +75,16 @@ class AceSettings(BaseModel):
     trajectory_chars: int = Field(default=12_000, ge=1_000, le=200_000)
     observation_chars: int = Field(default=2_000, ge=100, le=20_000)
     # -- what the student reads ------------------------------------------------------
+    # What of the playbook a play reads, in characters; None: whole. The original gives
+    # the generator the whole playbook (ACE's own AppWorld playbook reaches ~118 k
+    # characters). Ours, 30,000: under distillery's generic injection cap
+    # (`memory.bounds.max_injected_chars`, 32,000, which would cut it from the head and
+    # drop whole later sections) and within a 40 k-token student's context; bounded
+    # section-aware (bullets taken in turn from every section), each bullet left out
+    # counted (`bullets_cut`, episodes with a cut: `playbook_cut`). For the whole
+    # playbook raise both: method_catalog.<entry>.retrieval.playbook_max_chars=null and
+    # memory.bounds.max_injected_chars=<more than the playbook>.
+    playbook_max_chars: int | None = Field(default=30_000, ge=1_000)
     # The counts in each bullet line, `[id] helpful=X harmful=Y :: content` (ace.py's
     # format); False: `[id] content` (the AppWorld harness strips them).
     show_counts: bool = True
