@@ -55,10 +55,18 @@ class AceSettings(BaseModel):
     # math/finance runs); "appworld", the AppWorld harness's eight
     # (appworld_initial_playbook.txt, whose curator only accepts those).
     sections: Literal["generic", "appworld"] = "generic"
+    # The reflector's and curator's prompts: "ours" (reworded from ace.py's, generic:
+    # prompts.py) or "appworld", the AppWorld harness's own, verbatim
+    # (appworld_prompts.py: appworld_react_reflector_no_gt_prompt.txt and
+    # appworld_react_curator_prompt.txt, filled as adaptation_react.py fills them, the
+    # conversation history appended; a curator ADD to an unknown section is skipped, as
+    # the harness's playbook update skips it).
+    prompts: Literal["ours", "appworld"] = "ours"
     # Bullets the playbook starts with: a file in the original's format
     # (`## SECTION` lines, `[id] content` bullets), e.g. the AppWorld harness's
-    # playbooks/appworld_initial_playbook.txt; None: empty (ace.py's default). Its
-    # content (not its path) is in the stage's identity.
+    # playbooks/appworld_initial_playbook.txt, or "appworld": that file as vendored
+    # (appworld_prompts.INITIAL_PLAYBOOK); None: empty (ace.py's default). Its content
+    # (not its path) is in the stage's identity.
     initial_playbook: str | None = None
     # Told to the curator as its budget (ace.py `playbook_token_budget: 80000`; not
     # enforced by the original either).
@@ -94,4 +102,7 @@ class AceSettings(BaseModel):
     frame: bool = True
 
     def build_identity(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", include=set(BUILD_FIELDS))
+        out = self.model_dump(mode="json", include=set(BUILD_FIELDS))
+        if self.prompts != "ours":  # set only: the playbooks of old keep their keys
+            out["prompts"] = self.prompts
+        return out
