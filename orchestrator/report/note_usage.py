@@ -5,10 +5,15 @@ note and how many of those were solved, pooled over a cell's seeds, most-read no
 first (at most `TOP` per cell). Read from the episode files of the points' scoring
 stages (`<output root>/stages/<kind>/<stage>/episodes/`), whose logs name the notes
 shown (`shown`); a method whose episodes record none has no rows. The CSV is logged to
-MLflow with the rest of the report (`report/note_usage.csv`)."""
+MLflow with the rest of the report (`report/note_usage.csv`).
+
+From the same episodes, a report note per cell whose memory block was cut to a method's
+own bound (ACE's section-aware `playbook_max_chars`: episodes logging `bullets_cut`):
+how many episodes read a cut playbook and how many entries were left out."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -57,12 +62,20 @@ def note_usage_table(data: SweepData) -> tuple[list[Table], list[str]]:
             by_cell.setdefault(cell, []).extend(_stage_episodes(root, stage))
     except (OSError, ValueError) as exc:
         return [], [f"note usage: episode files unreadable ({exc}); skipped"]
+    notes = []
     for (method, benchmark, student), records in by_cell.items():
+        cut = [json.loads(r.extra_json or "{}").get("bullets_cut", 0) for r in records]
+        if any(cut):
+            notes.append(
+                f"{method} on {benchmark} ({student}): {sum(1 for c in cut if c)} of "
+                f"{len(records)} episodes read a memory cut to the method's bound, "
+                f"{sum(cut)} entries left out in all (ACE: playbook_max_chars)"
+            )
         usage = note_usage(records)[:TOP]
         rows += [{"method": method, "benchmark": benchmark, "student": student, **u}
                  for u in usage]  # fmt: skip
     if not rows:
-        return [], []
+        return [], notes
     frame = pd.DataFrame(rows, columns=COLUMNS)
     shown = frame.assign(success_rate=[f"{100 * r:.1f}%" for r in frame["success_rate"]])
     caption = (
@@ -71,4 +84,4 @@ def note_usage_table(data: SweepData) -> tuple[list[Table], list[str]]:
         "student (the AgentBrew paper's §3.5)."
     )
     table = Table("note_usage", "Per-note usage at test time", shown, caption, None, frame)
-    return [table], []
+    return [table], notes
