@@ -21,11 +21,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 Feedback = Literal["binary", "category", "message"]
 DEFAULT_FEEDBACK: Feedback = "binary"
 # The shared key in `memory.retrieval` (conf/memory/default.yaml).
 SHARED_KEY = "feedback"
 MESSAGE_CHARS = 600
+
+
+class _Shared(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    feedback: Feedback
 
 
 def with_shared_feedback(
@@ -36,6 +44,9 @@ def with_shared_feedback(
     out = dict(overrides)
     if SHARED_KEY not in defaults:
         return out
+    # Checked here, so that a bad value's error is located at the shared key
+    # (`memory.retrieval.feedback`), not at the method's own field.
+    _Shared.model_validate({SHARED_KEY: defaults[SHARED_KEY]})
     where = path or (SHARED_KEY,)
     node = out
     for key in where[:-1]:

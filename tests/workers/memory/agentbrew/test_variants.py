@@ -110,3 +110,13 @@ def test_every_model_the_paper_names_has_known_weaknesses():
     for name in ("qwen3_14b", "deepseek_chat_v3_1", "glm_5_1", "deepseek_v4_pro"):
         config = yaml.safe_load((REPO_ROOT / "conf" / "model" / f"{name}.yaml").read_text())
         assert len(config.get("known_weaknesses") or "") > 40, name
+
+
+def test_a_bad_shared_feedback_is_refused_at_its_key(tmp_path):
+    import pytest
+
+    from distillery.orchestrator.config import ConfigError
+
+    for method in ("agentbrew", "expel"):
+        with pytest.raises(ConfigError, match=r"^invalid config at memory\.retrieval\.feedback"):
+            sweep_config(tmp_path, f"methods=[{method}]", "memory.retrieval.feedback=bogus")
