@@ -10,14 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from distillery.orchestrator.costs import (
+from distillery.orchestrator.report.costs import (
     cost_breakdown,
     model_costs,
     point_costs,
     stage_costs,
     unpriced_models,
 )
-from distillery.orchestrator.repeats import repeat_notes
 from distillery.orchestrator.report.groups import grouped_table1
 from distillery.orchestrator.report.load import ReportError, SweepData, load_sweep
 from distillery.orchestrator.report.markdown import _cost_line, markdown_table, render_markdown
@@ -38,6 +37,7 @@ from distillery.orchestrator.report.references import (
     sweep_references,
     table1,
 )
+from distillery.orchestrator.report.repeats import repeat_notes
 from distillery.orchestrator.report.scenarios import scenario_table
 from distillery.orchestrator.report.stage_tables import (
     load_stage_figures,

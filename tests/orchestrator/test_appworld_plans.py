@@ -18,15 +18,11 @@ from collections import Counter
 
 import pytest
 
-from distillery.orchestrator import plan as plan_module
-from distillery.orchestrator.cli import (
-    rewrite_role_overrides,
-    run_cli,
-    sweep_points,
-    validate_sweep,
-)
-from distillery.orchestrator.plan import StageGraph, plan_sweep
-from distillery.orchestrator.stages import BuildStage, EvaluateStage
+from distillery.orchestrator.cli.app import run_cli, validate_sweep
+from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
+from distillery.orchestrator.stages.stage import BuildStage, EvaluateStage
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.registry import memory_method
 from tests.workers.envs.appworld.conftest import appworld_data, appworld_ready  # noqa: F401

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator import sweep_tables
 from distillery.orchestrator.report import build_report
 from distillery.orchestrator.report.groups import group_of, rollouts_label
+from distillery.orchestrator.state import sweep_tables
 from distillery.workers.storage import Location
 
 T, F = True, False

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, TaskContext
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, TaskContext
 from distillery.workers.memory.ace import appworld_prompts, prompts
 from distillery.workers.memory.ace.playbook import (
     Addition,

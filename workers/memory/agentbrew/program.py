@@ -1,5 +1,5 @@
 """The brew (Algorithms 1 and 2, the curator of §2.3.3): the program of the `brew` stage
-kind, run by the outcome-driven stage framework (`orchestrator/ordered_stage.py`) on
+kind, run by the outcome-driven stage framework (`orchestrator/execution/ordered_stage.py`) on
 each task of the memory split, in order.
 
 `play_task` (Algorithm 1 and the Ralph loop of Algorithm 2): the student plays the task

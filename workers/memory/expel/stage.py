@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from distillery.orchestrator.ordered_stage import OrderedEpisodeStage, TaskContext
+from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, TaskContext
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.expel import prompts
 from distillery.workers.memory.expel.records import (

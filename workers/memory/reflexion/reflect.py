@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distillery.orchestrator.ordered_stage import TaskContext
+from distillery.orchestrator.execution.ordered_stage import TaskContext
 from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback, failure_detail
 from distillery.workers.memory.reflexion import prompts
 from distillery.workers.memory.reflexion.records import Reflection

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.ordered_run import OrderedRun, _Memory
-from distillery.orchestrator.ordered_stage import Reply
-from distillery.orchestrator.stages import digest_of
+from distillery.orchestrator.execution.ordered_run import OrderedRun, _Memory
+from distillery.orchestrator.execution.ordered_stage import Reply
+from distillery.orchestrator.stages.stage import digest_of
+from distillery.orchestrator.state.ledger import Ledger
 from distillery.testing.scripted_server import word_vector
 from distillery.workers.envs.base import Task
 from distillery.workers.llm.config import ModelConfig

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distillery.orchestrator.cli import route, run_cli
+from distillery.orchestrator.cli.app import route, run_cli
 from distillery.testing.agentbrew_scripts import EASY, note_key
 from distillery.testing.bfcl_scripts import _tasks_by_first_turn
 from distillery.testing.scripted_server import run_stub_server, stub_stats
@@ -54,7 +54,9 @@ EXPECTED_LOG = [
 def _distillery() -> list[str]:
     script = Path(sys.executable).with_name("distillery")
     return (
-        [str(script)] if script.is_file() else [sys.executable, "-m", "distillery.orchestrator.cli"]
+        [str(script)]
+        if script.is_file()
+        else [sys.executable, "-m", "distillery.orchestrator.cli.app"]
     )
 
 
@@ -92,7 +94,7 @@ def test_agentbrew_brews_on_bfcl_resumes_after_sigkill_serves_and_reports(
     # `--plan` here shows the stage lines, without the pre-flight's probe of the
     # endpoints: a probe would be one more request to the counting teacher.
     monkeypatch.setattr(
-        "distillery.orchestrator.plan_check.world_problems", lambda *args, **kwargs: []
+        "distillery.orchestrator.planning.plan_check.world_problems", lambda *args, **kwargs: []
     )
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "HF_HUB_OFFLINE": "1",
            "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip

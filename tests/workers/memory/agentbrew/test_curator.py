@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from distillery.orchestrator.ordered_stage import Reply
+from distillery.orchestrator.execution.ordered_stage import Reply
 from distillery.workers.memory.agentbrew import prompts
 from distillery.workers.memory.agentbrew.notes import (
     Catalog,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.memory.agentbrew import prompts
 from tests.support import REPO_ROOT
 from tests.support.sweep_config import sweep_config

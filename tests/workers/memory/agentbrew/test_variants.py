@@ -88,7 +88,7 @@ def test_the_report_shows_each_methods_feedback(tmp_path):
 
 
 def test_the_strong_student_ablation_tells_the_teacher_about_deepseek(tmp_path, monkeypatch):
-    from distillery.orchestrator.plan import plan_sweep
+    from distillery.orchestrator.planning.plan import plan_sweep
     from tests.orchestrator.test_appworld_plans import use_listing
 
     use_listing(monkeypatch)
@@ -115,7 +115,7 @@ def test_every_model_the_paper_names_has_known_weaknesses():
 def test_a_bad_shared_feedback_is_refused_at_its_key(tmp_path):
     import pytest
 
-    from distillery.orchestrator.config import ConfigError
+    from distillery.orchestrator.core.config import ConfigError
 
     for method in ("agentbrew", "expel"):
         with pytest.raises(ConfigError, match=r"^invalid config at memory\.retrieval\.feedback"):

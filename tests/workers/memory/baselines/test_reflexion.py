@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from distillery.orchestrator.config import ConfigError
-from distillery.orchestrator.ordered_stage import Reply
-from distillery.orchestrator.plan import plan_sweep
+from distillery.orchestrator.core.config import ConfigError
+from distillery.orchestrator.execution.ordered_stage import Reply
+from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.reflexion import prompts
 from distillery.workers.memory.reflexion.method import Reflexion
