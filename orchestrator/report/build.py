@@ -20,6 +20,7 @@ from distillery.orchestrator.report.costs import (
 from distillery.orchestrator.report.groups import grouped_table1
 from distillery.orchestrator.report.load import ReportError, SweepData, load_sweep
 from distillery.orchestrator.report.markdown import _cost_line, markdown_table, render_markdown
+from distillery.orchestrator.report.note_usage import note_usage_table
 from distillery.orchestrator.report.plots import (
     plot_steps_by_method,
     plot_steps_vs_teacher,
@@ -254,6 +255,11 @@ def build_report(
             # The grouped layout (and its test-time cost table) right after table 1.
             tables[1:1] = grouped
             notes += group_notes
+
+    # Per-note usage of the memories read (AgentBrew §3.5), after the paper's tables.
+    usage, usage_notes = note_usage_table(data)
+    tables += usage
+    notes += usage_notes
 
     plots: dict[str, Path] = {}
     if not cells.empty:

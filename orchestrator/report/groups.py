@@ -14,7 +14,10 @@ its method's name:
   RAG, ExpeL, ACE, AgentBrew, AMD...);
 - IV: teacher-augmented, several rollouts (not in the paper; shown where a sweep has it).
 
-The test-time column is the budget ("1 rollout", "3 rollouts + fb"); the
+The test-time column is the budget ("1 rollout", "3 rollouts + fb"); "Learns from" is
+what the method's learning step read of a failed play (its `learning_feedback` report
+column, the one feedback setting of every method: binary, category, message, none; "–"
+for a method that learns from no failure); the
 `table1_test_time` table next to it says what was spent: plays per task (mean, from the
 episodes' `attempt`) and the tokens per task of the stage that scores the point, all
 its models together (a Reflexion point's plays and its reflections).
@@ -58,6 +61,10 @@ def _flag(value: Any) -> bool:
     return bool(value) if value is not None and not pd.isna(value) else False
 
 
+def _text(value: Any) -> str:
+    return str(value) if value is not None and not pd.isna(value) and value != "" else "–"
+
+
 def _stage_tokens(stages: pd.DataFrame) -> dict[str, float]:
     """Tokens (in + out, every model and role) of each stage, by its hash."""
     if stages.empty:
@@ -72,8 +79,8 @@ def point_test_time(
     """Per student point: its group, test-time label, plays per task (mean over its
     scored episodes) and the tokens per task of its scoring stage (its tokens over the
     tasks the sweep's points played on it)."""
-    columns = ["point_id", "group", "teacher_used", "test_time", "plays_per_task",
-               "tokens_per_task"]  # fmt: skip
+    columns = ["point_id", "group", "teacher_used", "test_time", "learning_feedback",
+               "plays_per_task", "tokens_per_task"]  # fmt: skip
     students = stats[stats["role"] == "student"]
     if students.empty or not all(c in students.columns for c in _FACTS):
         return pd.DataFrame(columns=columns)
@@ -106,6 +113,7 @@ def point_test_time(
                 "group": group_of(teacher, rollouts),
                 "teacher_used": teacher,
                 "test_time": rollouts_label(rollouts, _flag(point.get("test_time_feedback"))),
+                "learning_feedback": _text(point.get("learning_feedback")),
                 "plays_per_task": float(plays.get(point["point_id"], np.nan)),
                 "tokens_per_task": tokens.get(stage, np.nan) / n_tasks if n_tasks else np.nan,
             }
@@ -145,11 +153,12 @@ def grouped_table1(
         group=cell_facts["group"].map(GROUPS),
         teacher_col=cell_facts["teacher_used"].map({True: "✓", False: "✗"}),
         test_time=cell_facts["test_time"],
+        feedback_col=cell_facts["learning_feedback"],
         plays_per_task=plays,
         tokens_per_task=tokens,
     )
     labelled = with_tests(grouped, pooled, keys)
-    rows = ["group", "student", "method", "teacher_col", "test_time"]
+    rows = ["group", "student", "method", "teacher_col", "test_time", "feedback_col"]
     order = {label: i for i, label in enumerate(GROUPS.values())}
     labelled = labelled.assign(_group=labelled["group"].map(order)).sort_values(
         ["_group"], kind="stable"
@@ -161,7 +170,9 @@ def grouped_table1(
     caption = (
         "Groups by what acts at test time (recorded per point, not by name); Teacher: a "
         "stage of the point plays or calls the teacher; Test-time: the plays a task may "
-        "get (+ fb: the environment's verdict fed back between them). Cells: success % "
+        "get (+ fb: the environment's verdict fed back between them); Learns from: what "
+        "the method's learning step read of a failed play (binary: solved or not; "
+        "category: its failure category too). Cells: success % "
         "[95 % Wilson interval] n, then per reference method the gain in percentage "
         "points and McNemar's p on the tasks both scored (seeds pooled). The paper marks "
         "significance with a two-proportion z-test; these tests are paired by task."
@@ -209,5 +220,6 @@ def _grouped_pivot(
     frame = frame.drop(columns="_group").assign(benchmark_column=column)
     out = pivot(frame, list(rows), "benchmark_column", value, [*rows, *keep])
     names: Mapping[str, str] = {"group": "Group", "method": "Method", "student": "Student",
-                                "teacher_col": "Teacher", "test_time": "Test-time"}  # fmt: skip
+                                "teacher_col": "Teacher", "test_time": "Test-time",
+                                "feedback_col": "Learns from"}  # fmt: skip
     return out.rename(columns=dict(names))

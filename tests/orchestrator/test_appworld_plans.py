@@ -51,6 +51,7 @@ def _toolsandbox_tasks() -> tuple[Task, ...]:
 # train (90 tasks in 30 scenarios), MATH's and GSM8K's train and test (their AgentBrew
 # partitions: the first 1,000 of train, all of test).
 ANSWER_SPLITS = {"math": (7500, 5000), "gsm8k": (7473, 1319)}
+BREW_SPLITS = ("agentbrew_brew", "agentbrew_train")  # MATH's brew orders (of train)
 
 
 def _appworld_train_tasks() -> tuple[Task, ...]:
@@ -63,7 +64,7 @@ def _appworld_train_tasks() -> tuple[Task, ...]:
 
 def _answer_tasks(name: str, split: str) -> tuple[Task, ...]:
     train, test = ANSWER_SPLITS[name]
-    source, size = ("train", train) if split in ("train", "agentbrew_brew") else ("test", test)
+    source, size = ("train", train) if split in ("train", *BREW_SPLITS) else ("test", test)
     size = min(size, 1000) if split == "agentbrew_brew" else size
     return tuple(Task(f"{source}_{i}", name, (f"problem {i}",), (), ()) for i in range(size))
 

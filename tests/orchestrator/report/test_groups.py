@@ -50,6 +50,7 @@ def write_sweep(root: Path, groups: bool | None) -> Path:
                     "eval_task_ids_sha": split, "upstream": [f"S{pid}"], "stage": f"S{pid}",
                     "uses_teacher": teacher, "test_time_rollouts": rollouts,
                     "test_time_feedback": feedback,
+                    **({"learning_feedback": "binary"} if kind != "zero_shot" else {}),
                 }
             )  # fmt: skip
             for task, success in zip(TASKS, outcomes, strict=True):
@@ -88,8 +89,11 @@ def test_groups_follow_what_each_point_recorded():
 
 def test_the_grouped_table_has_the_papers_columns_and_tests(report):
     table = report.tables["table1_groups"].set_index("Method")
-    assert list(table.columns) == ["Group", "Student", "Teacher", "Test-time", "appworld",
-                                   "appworld (split=test_challenge)"]  # fmt: skip
+    assert list(table.columns) == ["Group", "Student", "Teacher", "Test-time", "Learns from",
+                                   "appworld", "appworld (split=test_challenge)"]  # fmt: skip
+    # Every learning method's feedback (one setting); zero-shot learns nothing.
+    assert table.loc["agentbrew", "Learns from"] == table.loc["expel", "Learns from"] == "binary"
+    assert table.loc["zero_shot", "Learns from"] == "–"
     assert list(table.index) == ["zero_shot", "reflexion_k3", "agentbrew", "expel"]
     assert table.loc["zero_shot", "Group"] == "I: student-only, single rollout"
     assert table.loc["reflexion_k3", "Group"].startswith("II: student-only, multi-rollout")

@@ -19,15 +19,31 @@ sources may number a subject's problems differently; their digests then differ t
 their episodes never mix). Task ids: ``<split>_<subject>_<n>`` (``test_algebra_1``);
 MATH-500's problems keep the id of the same problem in the full test set. Splits:
 ``test`` (the default), ``train`` and the AgentBrew paper's partitions (its appendix
-A.2): ``agentbrew_brew``, the first 1,000 training problems in that order, and
-``agentbrew_test``, the full test set. The gold answer is the last ``\\boxed{}`` of the
-reference solution (MATH-500's ``answer``, the same).
+A.2): ``agentbrew_brew``, "the first 1,000 problems" of train, and ``agentbrew_test``,
+the full test set; ``agentbrew_train`` is all of train in the brew order (Figure 4's
+500..2,000 are its prefixes, `protocol.memory_limit`). The gold answer is the last
+``\\boxed{}`` of the reference solution (MATH-500's ``answer``, the same).
+
+The brew order (`brew_order`). Which order the paper's "first 1,000" were first in is
+unknowable: the release is a folder per subject with no order across them, and the
+loader most copies of MATH descend from (huggingface/datasets,
+datasets/competition_math/competition_math.py, ``_generate_examples``) yields
+``glob.glob(os.path.join(math_dir, split, "*/*"))`` unsorted, i.e. the order of the
+file system it was built on; in any order that keeps a subject's files together (ours,
+the hub mirror's one config per subject) the first 1,000 are algebra alone (1,744
+problems). So by default (``stratified``, ours) the brew order is a seeded
+(``brew_order_seed``, 0) interleaving of the seven subjects, each shuffled, such that
+every prefix holds each subject in its share of train within one problem: the first
+1,000 hold ~232 algebra, ~103 counting & probability, ~116 geometry, ~173 intermediate
+algebra, ~116 number theory, ~161 prealgebra, ~99 precalculus. ``release`` is the
+loader's order above (algebra only), for comparison.
 
 Prompt and grading: `mathgrade/base.py` (Qwen2.5-Math's chat prompt; math-verify).
 """
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -60,6 +76,7 @@ SUBJECTS = (
 HUB_FULL = "EleutherAI/hendrycks_math"
 HUB_500 = "HuggingFaceH4/MATH-500"
 BREW_SIZE = 1000  # AgentBrew appendix A.2: the first 1,000 training problems
+BREW_SPLITS = ("agentbrew_brew", "agentbrew_train")
 DATA_HELP = {
     "full": "unpack MATH.tar (github.com/hendrycks/math) and set "
     "+benchmark.options.data_path=<the folder holding train/ and test/>",
@@ -75,11 +92,20 @@ class MathBenchOptions(MathOptions):
         default="full",
         description="full: MATH (7,500 train / 5,000 test) | math500: MATH-500 (500 test)",
     )
-    split: Literal["test", "train", "agentbrew_brew", "agentbrew_test"] = Field(
+    split: Literal["test", "train", "agentbrew_brew", "agentbrew_train", "agentbrew_test"] = Field(
         default="test",
-        description="test | train | agentbrew_brew (the first 1,000 of train) | "
-        "agentbrew_test (all of test); MATH-500 has test only",
+        description="test | train | agentbrew_brew (the first 1,000 of train in the brew "
+        "order) | agentbrew_train (all of train in the brew order) | agentbrew_test (all "
+        "of test); MATH-500 has test only",
     )
+    # ours (module docstring): the paper's order is unknowable; subjects in proportion.
+    brew_order: Literal["stratified", "release"] = Field(
+        default="stratified",
+        description="agentbrew_brew/agentbrew_train order: stratified (seeded, every prefix "
+        "holds the seven subjects in proportion) | release (subjects alphabetically: the "
+        "first 1,000 are algebra only)",
+    )
+    brew_order_seed: int = Field(default=0, description="the stratified brew order's seed")
 
     @model_validator(mode="after")
     def _math500_is_a_test_set(self) -> MathBenchOptions:
@@ -90,9 +116,37 @@ class MathBenchOptions(MathOptions):
     def records(self) -> list[dict[str, Any]]:
         if self.variant == "math500":
             return load_math500(self)
-        source = "train" if self.split in ("train", "agentbrew_brew") else "test"
+        source = "train" if self.split in ("train", *BREW_SPLITS) else "test"
         records = load_full(self, source)
+        if self.split not in BREW_SPLITS:
+            return records
+        if self.brew_order == "stratified":
+            records = stratified_order(records, self.brew_order_seed)
         return records[:BREW_SIZE] if self.split == "agentbrew_brew" else records
+
+
+def stratified_order(records: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """`records` in a seeded order whose every prefix holds each subject in its share of
+    the whole within one record: each subject shuffled (one generator, the subjects in
+    order), then at each position the subject furthest below its share so far (ties:
+    the first subject)."""
+    by_subject: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_subject.setdefault(record["subject"], []).append(record)
+    rng = random.Random(seed)
+    for subject in sorted(by_subject):
+        rng.shuffle(by_subject[subject])
+    total = len(records)
+    sizes = {subject: len(rows) for subject, rows in by_subject.items()}
+    taken = dict.fromkeys(by_subject, 0)
+    order = sorted(by_subject)
+    out = []
+    for position in range(1, total + 1):
+        open_ = [s for s in order if taken[s] < sizes[s]]
+        subject = max(open_, key=lambda s: position * sizes[s] / total - taken[s])
+        out.append(by_subject[subject][taken[subject]])
+        taken[subject] += 1
+    return out
 
 
 def _release_root(data_path: str) -> Path:

@@ -1,5 +1,7 @@
 """What a play reads of ACE's memory: the whole playbook (every bullet of the bank, in
-its sections: ACE gives the generator the full playbook, no retrieval), between the
+its sections: ACE gives the generator the full playbook, no retrieval), bounded
+section-aware at `playbook_max_chars` (bullets left out counted: `bullets_cut`,
+`playbook_cut`), between the
 generator prompt's markers, before the first turn; during adaptation, a re-play also
 reads the reflection on its task's previous play (ACE's generator `reflection` input).
 No bullet at all: nothing is shown (the vanilla student), counted `empty_playbook`."""
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distillery.workers.memory.ace import prompts
-from distillery.workers.memory.ace.playbook import SectionSet, render
+from distillery.workers.memory.ace.playbook import SectionSet, bounded
 from distillery.workers.memory.ace.records import BULLETS, Bullet
 from distillery.workers.memory.ace.settings import AceSettings
 from distillery.workers.memory.audit import allowed_hits
@@ -27,6 +29,8 @@ def _empty_log() -> dict[str, Any]:
         "bullets_shown": 0,
         "bullet_ids": [],
         "playbook_chars": 0,
+        "playbook_cut": 0,
+        "bullets_cut": 0,
         "empty_playbook": 0,
         "reflections_shown": 0,
         "isolation_checked": 0,
@@ -55,9 +59,13 @@ class AceHooks(ProactiveOnly):
             blocks = []
             if bullets:
                 sections = SectionSet.of(self.settings.sections)
-                playbook = render(bullets, sections, self.settings.show_counts)
+                playbook, cut = bounded(
+                    bullets, sections, self.settings.show_counts, self.settings.playbook_max_chars
+                )
                 blocks.append(playbook_block(playbook, self.settings.frame))
                 self.log["playbook_chars"] = len(playbook)
+                self.log["playbook_cut"] = int(cut > 0)
+                self.log["bullets_cut"] = cut
             else:
                 self.log["empty_playbook"] = 1
             own = [

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from distillery.workers.memory.ace import prompts
@@ -11,11 +11,12 @@ from distillery.workers.memory.ace.hooks import AceHooks
 from distillery.workers.memory.ace.records import COLLECTIONS, STORE_PREFIX
 from distillery.workers.memory.ace.settings import AceSettings
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
-from distillery.workers.memory.method import BaseMemoryMethod, summed_counters
+from distillery.workers.memory.feedback import with_shared_feedback
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 
 COUNTERS = (
     "isolation_checked", "isolation_violations", "bullets_shown", "empty_playbook",
-    "reflections_shown",
+    "reflections_shown", "playbook_cut", "bullets_cut",
 )  # fmt: skip
 
 
@@ -32,6 +33,12 @@ class Ace(BaseMemoryMethod):
         r"\[ACE playbook\]", r"\[ACE reflection\]", r"### PLAYBOOK (?:BEGIN|END)", r"## ",
         r"\[[A-Za-z]+-\d{5}\]",
     )  # fmt: skip
+
+    def settings(
+        self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
+    ) -> AceSettings:
+        # The shared defaults it reads: `feedback` only (workers/memory/feedback.py).
+        return own_settings(AceSettings, with_shared_feedback(defaults, overrides), types)
 
     def bank_stage(self, planner: Any) -> Any:
         return planner.stage("ace", memory_kind=self.kind)
@@ -58,6 +65,10 @@ class Ace(BaseMemoryMethod):
     def tags(self, settings: AceSettings, embedder: str) -> dict[str, str]:
         dedup = "off" if settings.dedup_threshold is None else str(settings.dedup_threshold)
         return {"ace_rounds": str(settings.max_rounds), "ace_dedup": dedup}
+
+    def report_columns(self, settings: AceSettings) -> dict[str, Any]:
+        # What its reflector reads of an outcome: the shared feedback setting's column.
+        return {"learning_feedback": settings.feedback}
 
     def label(self, settings: AceSettings) -> str:
         return f"ace rounds={settings.max_rounds}"

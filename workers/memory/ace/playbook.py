@@ -100,6 +100,39 @@ def render(bullets: Sequence[Bullet], sections: SectionSet, counts: bool) -> str
     return "\n".join(lines)
 
 
+def bounded(
+    bullets: Sequence[Bullet], sections: SectionSet, counts: bool, max_chars: int | None
+) -> tuple[str, int]:
+    """The playbook's text within `max_chars` (None: whole) and how many bullets were
+    left out. Section-aware: bullets are taken in turn from every section (each in the
+    order added) while the rendering fits, so a long early section cannot crowd out the
+    later ones, as a cut from the head would; the sections keep their order."""
+    text = render(bullets, sections, counts)
+    if max_chars is None or len(text) <= max_chars:
+        return text, 0
+    queues: dict[str, list[Bullet]] = {}
+    for bullet in sorted(bullets, key=lambda b: (b.order, b.memory_id)):
+        queues.setdefault(bullet.section, []).append(bullet)
+    order = [key for key in sections.keys if key in queues]
+    order += [key for key in queues if key not in order]
+    kept: list[Bullet] = []
+    size = len(render([], sections, counts))
+    blocked: set[str] = set()
+    while len(blocked) < len(order):
+        for key in order:
+            if key in blocked or not queues[key]:
+                blocked.add(key)
+                continue
+            bullet = queues[key][0]
+            line = len(render([bullet], sections, counts)) - len(render([], sections, counts))
+            if size + line > max_chars:
+                blocked.add(key)  # this section's next bullet does not fit: it is full
+                continue
+            kept.append(queues[key].pop(0))
+            size += line
+    return render(kept, sections, counts), len(bullets) - len(kept)
+
+
 def stats(bullets: Sequence[Bullet]) -> str:
     counts: dict[str, int] = {}
     for b in bullets:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.memory.feedback import DEFAULT_FEEDBACK
+
 # The settings that decide the playbook (the adaptation): the stage's identity.
 BUILD_FIELDS = (
     "max_rounds",
@@ -26,6 +28,8 @@ BUILD_FIELDS = (
     "dedup_merge",
     "trajectory_chars",
     "observation_chars",
+    # The generator's plays read the playbook as the student does (hooks.py): bounded.
+    "playbook_max_chars",
 )
 
 
@@ -36,11 +40,14 @@ class AceSettings(BaseModel):
     # Reflect-and-replay rounds after a failed play (ace.py `max_num_rounds: 3`); 0:
     # one play, one reflection, the curator (the AppWorld harness's `solve_task_wo_gt`).
     max_rounds: int = Field(default=3, ge=0, le=10)
-    # What the reflector is told of the outcome. "binary": whether the task was solved
-    # (ace.py passes "Predicted answer (does not) match(es) ground truth" even with
-    # `no_ground_truth`: the verdict, never the answer); "none": nothing (the AppWorld
-    # no-GT harness's reflector reads "[not applicable]" for the test report).
-    feedback: Literal["binary", "none"] = "binary"
+    # What the reflector is told of the outcome: the one feedback setting of AgentBrew
+    # and every baseline (workers/memory/feedback.py; memory.retrieval.feedback sets it
+    # for all). "binary": whether the task was solved (ace.py passes "Predicted answer
+    # (does not) match(es) ground truth" even with `no_ground_truth`: the verdict, never
+    # the answer); "category" / "message": a failure's category / the checker's message
+    # too; "none": nothing (the AppWorld no-GT harness's reflector reads "[not
+    # applicable]" for the test report).
+    feedback: Literal["none", "binary", "category", "message"] = DEFAULT_FEEDBACK
     # The curator runs every N tasks, on the latest reflection (ace.py
     # `curator_frequency: 1`).
     curator_frequency: int = Field(default=1, ge=1, le=100)
@@ -48,10 +55,18 @@ class AceSettings(BaseModel):
     # math/finance runs); "appworld", the AppWorld harness's eight
     # (appworld_initial_playbook.txt, whose curator only accepts those).
     sections: Literal["generic", "appworld"] = "generic"
+    # The reflector's and curator's prompts: "ours" (reworded from ace.py's, generic:
+    # prompts.py) or "appworld", the AppWorld harness's own, verbatim
+    # (appworld_prompts.py: appworld_react_reflector_no_gt_prompt.txt and
+    # appworld_react_curator_prompt.txt, filled as adaptation_react.py fills them, the
+    # conversation history appended; a curator ADD to an unknown section is skipped, as
+    # the harness's playbook update skips it).
+    prompts: Literal["ours", "appworld"] = "ours"
     # Bullets the playbook starts with: a file in the original's format
     # (`## SECTION` lines, `[id] content` bullets), e.g. the AppWorld harness's
-    # playbooks/appworld_initial_playbook.txt; None: empty (ace.py's default). Its
-    # content (not its path) is in the stage's identity.
+    # playbooks/appworld_initial_playbook.txt, or "appworld": that file as vendored
+    # (appworld_prompts.INITIAL_PLAYBOOK); None: empty (ace.py's default). Its content
+    # (not its path) is in the stage's identity.
     initial_playbook: str | None = None
     # Told to the curator as its budget (ace.py `playbook_token_budget: 80000`; not
     # enforced by the original either).
@@ -68,6 +83,16 @@ class AceSettings(BaseModel):
     trajectory_chars: int = Field(default=12_000, ge=1_000, le=200_000)
     observation_chars: int = Field(default=2_000, ge=100, le=20_000)
     # -- what the student reads ------------------------------------------------------
+    # What of the playbook a play reads, in characters; None: whole. The original gives
+    # the generator the whole playbook (ACE's own AppWorld playbook reaches ~118 k
+    # characters). Ours, 30,000: under distillery's generic injection cap
+    # (`memory.bounds.max_injected_chars`, 32,000, which would cut it from the head and
+    # drop whole later sections) and within a 40 k-token student's context; bounded
+    # section-aware (bullets taken in turn from every section), each bullet left out
+    # counted (`bullets_cut`, episodes with a cut: `playbook_cut`). For the whole
+    # playbook raise both: method_catalog.<entry>.retrieval.playbook_max_chars=null and
+    # memory.bounds.max_injected_chars=<more than the playbook>.
+    playbook_max_chars: int | None = Field(default=30_000, ge=1_000)
     # The counts in each bullet line, `[id] helpful=X harmful=Y :: content` (ace.py's
     # format); False: `[id] content` (the AppWorld harness strips them).
     show_counts: bool = True
@@ -77,4 +102,7 @@ class AceSettings(BaseModel):
     frame: bool = True
 
     def build_identity(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", include=set(BUILD_FIELDS))
+        out = self.model_dump(mode="json", include=set(BUILD_FIELDS))
+        if self.prompts != "ours":  # set only: the playbooks of old keep their keys
+            out["prompts"] = self.prompts
+        return out

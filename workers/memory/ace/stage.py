@@ -20,13 +20,14 @@ three); an answer that is not the JSON asked for is retried once, then skipped
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.execution.ordered_stage import OrderedEpisodeStage, TaskContext
-from distillery.workers.memory.ace import prompts
+from distillery.workers.memory.ace import appworld_prompts, prompts
 from distillery.workers.memory.ace.playbook import (
     Addition,
     Reflection,
@@ -40,6 +41,7 @@ from distillery.workers.memory.ace.playbook import (
 )
 from distillery.workers.memory.ace.records import BULLETS, REFLECTIONS, Bullet
 from distillery.workers.memory.ace.settings import AceSettings
+from distillery.workers.memory.feedback import failure_detail
 from distillery.workers.memory.reflexion.records import Reflection as StagedReflection
 from distillery.workers.memory.transcript import TEXTS as TRANSCRIPT_TEXTS
 from distillery.workers.memory.transcript import episode_transcript
@@ -58,7 +60,22 @@ class AceProgram:
         self.curates = curates  # a builder model (none: the playbook stays as it is)
 
     def texts(self) -> tuple[str, ...]:
+        if self.settings.prompts == "appworld":
+            return (*prompts.TEXTS, *TRANSCRIPT_TEXTS, *appworld_prompts.TEXTS)
         return (*prompts.TEXTS, *TRANSCRIPT_TEXTS)
+
+    def _messages(self, play: Any) -> list[dict[str, Any]]:
+        """The play's conversation as the AppWorld harness's reflector and curator read
+        it (its messages), each content cut at `observation_chars` (ours)."""
+        limit = self.settings.observation_chars
+        out = []
+        for message in json.loads(play.record.messages_json or "[]"):
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            if len(text or "") > limit:
+                text = text[:limit] + " …"
+            out.append({"role": message.get("role", "unknown"), "content": text or ""})
+        return out
 
     def _playbook(self, ctx: TaskContext) -> list[Bullet]:
         committed = ctx.committed(BULLETS)
@@ -92,9 +109,29 @@ class AceProgram:
         s = self.settings
         if s.feedback == "none":
             feedback = prompts.FEEDBACK_NONE
+        elif play.success:
+            feedback = prompts.FEEDBACK_SOLVED
         else:
-            feedback = prompts.FEEDBACK_SOLVED if play.success else prompts.FEEDBACK_FAILED
-        prompt = prompts.REFLECTOR_PROMPT.format(
+            detail = failure_detail(play.record, s.feedback)  # "" when binary
+            feedback = prompts.FEEDBACK_FAILED.removesuffix(".") + (
+                f" ({detail})." if detail else "."
+            )
+        if s.prompts == "appworld":  # the harness's own no-GT reflector, verbatim
+            shown = render(playbook, self.sections, False) if playbook else ""
+            prompt = appworld_prompts.fill_reflector(shown, self._messages(play))
+        else:
+            prompt = self._reflector_prompt(ctx, play, playbook, feedback)
+        known = {b.memory_id for b in playbook}
+        return await self._ask_valid(
+            ctx, REFLECTOR, prompt, prompts.REFLECTION_RETRY,
+            lambda text: parse_reflection(text, known), "reflection",
+        )  # fmt: skip
+
+    def _reflector_prompt(
+        self, ctx: TaskContext, play: Any, playbook: list[Bullet], feedback: str
+    ) -> str:
+        s = self.settings
+        return prompts.REFLECTOR_PROMPT.format(
             task=ctx.task.turns[0] if ctx.task.turns else "",
             attempt=episode_transcript(
                 play.record, ctx.task.turns, s.trajectory_chars, s.observation_chars
@@ -102,11 +139,6 @@ class AceProgram:
             feedback=feedback,
             playbook=render(playbook, self.sections, True) if playbook else prompts.NO_PLAYBOOK,
         )
-        known = {b.memory_id for b in playbook}
-        return await self._ask_valid(
-            ctx, REFLECTOR, prompt, prompts.REFLECTION_RETRY,
-            lambda text: parse_reflection(text, known), "reflection",
-        )  # fmt: skip
 
     async def play_task(self, ctx: TaskContext) -> Any:
         if self.initial and not ctx.committed(BULLETS):
@@ -144,7 +176,31 @@ class AceProgram:
     ) -> list[Addition]:
         s = self.settings
         last = ctx.plays[-1]
-        prompt = prompts.CURATOR_PROMPT.format(
+        if s.prompts == "appworld":  # the harness's own curator, verbatim
+            task = ctx.task.turns[0] if ctx.task.turns else ""
+            shown = render(playbook, self.sections, False) if playbook else ""
+            prompt = appworld_prompts.fill_curator(shown, reflection, task, self._messages(last))
+        else:
+            prompt = self._curator_prompt(ctx, reflection, playbook)
+        additions = await self._ask_valid(
+            ctx, CURATOR, prompt, prompts.CURATOR_RETRY,
+            lambda text: parse_curation(text, self.sections), "curation",
+        )  # fmt: skip
+        kept = []
+        for addition in additions or []:
+            if addition.known_section:
+                kept.append(addition)
+            elif s.prompts == "appworld":  # the harness's update skips it
+                ctx.event("curation_unknown_section_skipped")
+            else:
+                ctx.event("curation_unknown_section")  # filed under OTHERS, as ace.py
+                kept.append(addition)
+        return kept
+
+    def _curator_prompt(self, ctx: TaskContext, reflection: str, playbook: list[Bullet]) -> str:
+        s = self.settings
+        last = ctx.plays[-1]
+        return prompts.CURATOR_PROMPT.format(
             step=ctx.index + 1,
             total=ctx.total,
             budget=s.playbook_token_budget,
@@ -157,14 +213,6 @@ class AceProgram:
             playbook=render(playbook, self.sections, True) if playbook else prompts.NO_PLAYBOOK,
             sections=", ".join(self.sections.keys),
         )
-        additions = await self._ask_valid(
-            ctx, CURATOR, prompt, prompts.CURATOR_RETRY,
-            lambda text: parse_curation(text, self.sections), "curation",
-        )  # fmt: skip
-        for addition in additions or []:
-            if not addition.known_section:
-                ctx.event("curation_unknown_section")  # filed under OTHERS, as the original
-        return list(additions or [])
 
     async def dedup(
         self, ctx: TaskContext, new: list[Bullet], playbook: dict[str, Bullet]
@@ -248,6 +296,10 @@ def initial_bullets(settings: AceSettings) -> tuple[list[Bullet], str | None]:
     """The initial playbook's bullets and the digest of its file (None: no file)."""
     if settings.initial_playbook is None:
         return [], None
+    if settings.initial_playbook == "appworld":  # the harness's file, as vendored
+        text = appworld_prompts.INITIAL_PLAYBOOK
+        bullets = parse_initial(text, SectionSet.of(settings.sections))
+        return bullets, hashlib.sha256(text.encode()).hexdigest()
     path = Path(settings.initial_playbook).expanduser()
     try:
         text = path.read_text(encoding="utf-8")

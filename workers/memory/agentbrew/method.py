@@ -22,6 +22,7 @@ from distillery.workers.memory.agentbrew.notes import COLLECTIONS, DELIMITERS, S
 from distillery.workers.memory.agentbrew.serve import NoteHooks
 from distillery.workers.memory.agentbrew.settings import AgentBrewSettings
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
+from distillery.workers.memory.feedback import with_shared_feedback
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 
 
@@ -43,7 +44,8 @@ class AgentBrewMethod(BaseMemoryMethod):
     def settings(
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
     ) -> AgentBrewSettings:
-        return own_settings(AgentBrewSettings, overrides, types)
+        given = with_shared_feedback(defaults, overrides, "brew", "feedback")
+        return own_settings(AgentBrewSettings, given, types)
 
     def read_identity(self, settings: AgentBrewSettings) -> dict[str, Any]:
         # What the student is shown: the serving fields and the block's texts (the brew
@@ -102,7 +104,7 @@ class AgentBrewMethod(BaseMemoryMethod):
     def report_columns(self, settings: AgentBrewSettings) -> dict[str, Any]:
         # `k_notes`: notes read per task (an integer: a k sweep gets its success-vs-k
         # panel); the ablations are told apart by their catalog names (cells are).
-        return {"k_notes": settings.k}
+        return {"k_notes": settings.k, "learning_feedback": settings.brew.feedback}
 
     def label(self, settings: AgentBrewSettings) -> str:
         brew = settings.brew

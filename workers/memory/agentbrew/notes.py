@@ -404,6 +404,34 @@ def most_similar(draft: Draft, notes: Sequence[Note], n: int) -> list[tuple[Note
     return scored[:n]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A note of the scope the curator compares a draft with, and why: its lexical
+    (token Jaccard) and embedding (cosine under the stage's embedder) similarity."""
+
+    note: Note
+    lexical: float
+    semantic: float
+
+
+def curator_candidates(
+    draft: Draft, notes: Sequence[Note], semantic: Sequence[float], n: int
+) -> list[Candidate]:
+    """The notes the curator sees (§2.3.3: "lexical and semantic similarity"): the union
+    of the `n` most lexically and the `n` most semantically similar of the scope
+    (`semantic[i]` is `notes[i]`'s cosine), a note whose key the draft reuses first, then
+    by the larger of the two similarities (ties by key)."""
+    lexical = {note.memory_id: sim for note, sim in most_similar(draft, notes, len(notes))}
+    cosine = {note.memory_id: float(sim) for note, sim in zip(notes, semantic, strict=True)}
+    by_lexical = [note for note, _ in most_similar(draft, notes, n)]
+    by_semantic = sorted(notes, key=lambda m: (-cosine[m.memory_id], m.note_key))[:n]
+    chosen = {note.memory_id: note for note in (*by_lexical, *by_semantic)}
+    out = [Candidate(note, lexical[k], cosine[k]) for k, note in chosen.items()]
+    out.sort(key=lambda c: (c.note.note_key != draft.note_key,
+                            -max(c.lexical, c.semantic), c.note.note_key))  # fmt: skip
+    return out
+
+
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _SPACE = re.compile(r"\s+")
 
@@ -430,15 +458,22 @@ def check_truth(texts: Iterable[str], truths: Sequence[str], min_chars: int) -> 
     """Which of `truths` (a task's gold answer, its test asserts) `texts` contain: as a
     whole token (a number is not found inside a longer one), whitespace and thousands
     separators ignored; a structured truth (LaTeX, code) also with spaces ignored.
-    Truths shorter than `min_chars` once normalized are counted as unchecked."""
+    A truth shorter than `min_chars` once normalized (MATH's "2") occurs in almost any
+    note as an ordinary number: it is found only where stated as a final answer
+    (``\\boxed{2}``, "the answer is 2", "answer: 2", "final answer = 2"), and counted
+    as unchecked besides."""
     text = _normal("\n".join(texts))
     squeezed = text.replace(" ", "")
     found: list[str] = []
     unchecked = checked = 0
     for truth in truths:
         gold = _normal(truth)
+        if not gold:
+            continue
         if len(gold) < min_chars:
             unchecked += 1
+            if _stated_as_answer(gold, text, squeezed):
+                found.append(truth)
             continue
         checked += 1
         bounded = rf"(?<![a-z0-9.]){re.escape(gold)}(?![a-z0-9])"
@@ -447,6 +482,18 @@ def check_truth(texts: Iterable[str], truths: Sequence[str], min_chars: int) -> 
         ):
             found.append(truth)
     return TruthCheck(tuple(found), unchecked, checked)
+
+
+def _stated_as_answer(gold: str, text: str, squeezed: str) -> bool:
+    """Whether a short `gold` is stated as the final answer in `text` (normalized)."""
+    token = re.escape(gold)
+    if f"\\boxed{{{gold}}}" in squeezed:
+        return True
+    answer = (
+        rf"\banswer\s*(?:is|was|:|=|of)?\s*(?:\$\s*)?(?:\\boxed\{{\s*)?{token}(?![a-z0-9]|\.[0-9])"
+        rf"|\bthe\s+(?:final\s+)?(?:result|total)\s+is\s*\$?\s*{token}(?![a-z0-9.])"
+    )
+    return re.search(answer, text) is not None
 
 
 # -- what the student is shown -------------------------------------------------------------
@@ -477,13 +524,32 @@ def render_block(notes: Sequence[Note], max_chars: int) -> str:
 
 @dataclass
 class Catalog:
-    """The scope catalog as a program reads it (name -> scope)."""
+    """The scope catalog as a program reads it (name -> scope), with the notes of each
+    scope the teacher is shown (their keys and triggers, bounded)."""
 
     scopes: dict[str, Scope] = field(default_factory=dict)
+    notes: tuple[Note, ...] = ()
+    notes_per_scope: int = 20
+    trigger_chars: int = 160
 
     def describe(self) -> str:
-        from distillery.workers.memory.agentbrew.prompts import NO_SCOPES
+        from distillery.workers.memory.agentbrew import prompts
 
         if not self.scopes:
-            return NO_SCOPES
-        return "\n".join(f"- {s.name}: {s.description}" for s in self.scopes.values())
+            return prompts.NO_SCOPES
+        lines = []
+        for scope in self.scopes.values():
+            lines.append(f"- {scope.name}: {scope.description}")
+            mine = sorted((n for n in self.notes if n.scope == scope.name),
+                          key=lambda n: n.note_key)  # fmt: skip
+            if not mine or self.notes_per_scope == 0:
+                continue
+            lines.append(prompts.SCOPE_NOTES)
+            for note in mine[: self.notes_per_scope]:
+                trigger = _SPACE.sub(" ", note.trigger_pattern).strip()
+                if len(trigger) > self.trigger_chars:
+                    trigger = trigger[: self.trigger_chars] + " …"
+                lines.append(prompts.SCOPE_NOTE.format(key=note.note_key, trigger=trigger))
+            if len(mine) > self.notes_per_scope:
+                lines.append(prompts.SCOPE_MORE.format(n=len(mine) - self.notes_per_scope))
+        return "\n".join(lines)

@@ -36,13 +36,14 @@ from distillery.workers.memory.agentbrew import prompts
 from distillery.workers.memory.agentbrew.notes import (
     NOTES,
     SCOPES,
+    Candidate,
     Catalog,
     Draft,
     Note,
     Scope,
     check_truth,
+    curator_candidates,
     json_object,
-    most_similar,
     parse_draft,
     slug,
 )
@@ -90,7 +91,11 @@ class BrewProgram:
         if play.success:
             return None
         brew = self.brew
-        catalog = Catalog({s.name: s for s in ctx.committed(SCOPES)})
+        catalog = Catalog(
+            {s.name: s for s in ctx.committed(SCOPES)},
+            tuple(ctx.committed(NOTES)),
+            brew.prompt_notes_per_scope,
+        )
         draft = await self._teacher(ctx, self._draft_prompt(ctx, play, catalog), catalog)
         if draft is None:
             ctx.event("teacher_invalid", revision=0)
@@ -154,6 +159,22 @@ class BrewProgram:
             found=list(check.found),
         )
         return refuse
+
+    def _merge_leaks(self, ctx: Any, written: Note, target: Note, event: dict[str, Any]) -> bool:
+        """Whether a curator's merged note holds ground truth and is refused (a curator
+        rejection, gate `gold`: the target note stays as it was); `gold: count` only
+        records it (`gold_found`)."""
+        truths = (*self.truths(ctx.task.task_id), *self.truths(target.source.task_id))
+        check = check_truth(written.texts(), truths, self.brew.gold_min_chars)
+        if not check.leaks:
+            return False
+        if self.brew.gold != "refuse":
+            ctx.event("gold_found", note_key=written.note_key, revision="merge",
+                      found=list(check.found))  # fmt: skip
+            return False
+        ctx.event("curated", decision="reject", gate="gold", **event, target=target.note_key,
+                  reason="the merged note holds a task's ground truth", found=list(check.found))  # fmt: skip
+        return True
 
     # -- the teacher ---------------------------------------------------------------------
 
@@ -250,19 +271,32 @@ class BrewProgram:
         )
         decision, target, reason, merged, gate = "add", None, "no note in its scope yet", None, None
         if in_scope:
-            similar = most_similar(draft, in_scope, brew.curator_candidates)
+            (cosines,) = await ctx.similarities(
+                [candidate.key_text], [n.key_text for n in in_scope]
+            )
+            similar = curator_candidates(draft, in_scope, cosines, brew.curator_candidates)
+            event["candidates"] = [
+                {"note_key": c.note.note_key, "lexical": round(c.lexical, 4),
+                 "semantic": round(c.semantic, 4)}
+                for c in similar
+            ]  # fmt: skip
             decision, target, reason, merged = await self._verdict(
                 ctx, candidate, similar, certified
             )
-            best, best_similarity = similar[0]
-            if decision == "add" and best_similarity >= brew.redundancy_threshold:
-                decision, target, merged, gate = "merge", best, None, "redundancy"
-                reason = f"lexical similarity {best_similarity:.3f} >= {brew.redundancy_threshold}"
+            if decision == "add":
+                near = _near_duplicate(similar, brew)
+                if near is not None:
+                    target, reason = near
+                    decision, merged, gate = "merge", None, "redundancy"
         if decision == "reject":
             ctx.event("curated", decision="reject", gate="curator", **event, reason=reason)
             return None, None
         if decision == "merge" and target is not None:
             written = _merged(target, candidate, merged, ctx.task.task_id)
+            # The leakage guard again on the merged text (the curator wrote it): the
+            # ground truth of this task and of the task the target was brewed on.
+            if merged is not None and self._merge_leaks(ctx, written, target, event):
+                return None, None
             ctx.event("curated", decision="merge", gate=gate, **event, target=target.note_key,
                       reason=reason, note=written.fields())  # fmt: skip
         else:
@@ -284,16 +318,16 @@ class BrewProgram:
         return written, scope
 
     async def _verdict(
-        self, ctx: Any, candidate: Note, similar: list[tuple[Note, float]], certified: bool
+        self, ctx: Any, candidate: Note, similar: list[Candidate], certified: bool
     ) -> tuple[str, Note | None, str, Draft | None]:
         """The curator model's decision over the candidate and its most similar notes:
         (decision, target note, reason, merged note); one retry, then a counted,
-        deterministic fallback (add, or a merge where the redundancy gate holds)."""
-        by_key = {note.note_key: note for note, _ in similar}
+        deterministic fallback (add, or a merge where a redundancy gate holds)."""
+        by_key = {c.note.note_key: c.note for c in similar}
         existing = "\n".join(
-            f"{i}. (lexical similarity {sim:.2f})\n```json\n"
-            f"{json.dumps(note.fields(), indent=2, ensure_ascii=False)}\n```"
-            for i, (note, sim) in enumerate(similar, 1)
+            f"{i}. (lexical similarity {c.lexical:.2f}, embedding similarity {c.semantic:.2f})"
+            f"\n```json\n{json.dumps(c.note.fields(), indent=2, ensure_ascii=False)}\n```"
+            for i, c in enumerate(similar, 1)
         )
         prompt = prompts.CURATOR.format(
             certification=prompts.CERTIFIED if certified else prompts.UNCERTIFIED,
@@ -325,10 +359,27 @@ class BrewProgram:
         if verdict is not None:
             return verdict
         ctx.event("curator_invalid", note_key=candidate.note_key, problems=invalid)
-        best, similarity = similar[0]
-        if similarity >= self.brew.redundancy_threshold:
-            return "merge", best, "curator answer invalid; redundancy gate", None
+        near = _near_duplicate(similar, self.brew)
+        if near is not None:
+            return "merge", near[0], f"curator answer invalid; {near[1]}", None
         return "add", None, "curator answer invalid; no near duplicate", None
+
+
+def _near_duplicate(similar: list[Candidate], brew: Any) -> tuple[Note, str] | None:
+    """The redundancy gates: the most lexically similar note at or above
+    `redundancy_threshold`, else the most semantically similar at or above
+    `semantic_redundancy_threshold` (with why), else None."""
+    lexical = max(similar, key=lambda c: c.lexical)
+    if lexical.lexical >= brew.redundancy_threshold:
+        return (
+            lexical.note,
+            f"lexical similarity {lexical.lexical:.3f} >= {brew.redundancy_threshold}",
+        )
+    semantic = max(similar, key=lambda c: c.semantic)
+    if semantic.semantic >= brew.semantic_redundancy_threshold:
+        limit = brew.semantic_redundancy_threshold
+        return semantic.note, f"embedding similarity {semantic.semantic:.3f} >= {limit}"
+    return None
 
 
 def _merged(target: Note, candidate: Note, merged: Draft | None, task_id: str) -> Note:

@@ -120,6 +120,11 @@ The student's attempt (its messages, the calls it made and what they returned):
 The environment's report: {report}"""
 
 NO_SCOPES = "(none yet: name a new one)"
+# The notes already in a scope, under its line in the scope catalog (bounded), so that a
+# note can update an existing rule by reusing its note_key (§2.3.3).
+SCOPE_NOTES = "  notes in it (note_key: trigger_pattern; reuse a note_key to update that note):"
+SCOPE_NOTE = "  - {key}: {trigger}"
+SCOPE_MORE = "  - (and {n} more)"
 
 # Sent after an invalid answer (building.LLMClient's retry), naming what was wrong.
 RETRY = """\
@@ -136,7 +141,7 @@ The candidate:
 {candidate}
 ```
 
-The most similar notes already in memory, in the scope "{scope}":
+The most similar notes already in memory, in the scope "{scope}" (by lexical and by embedding similarity):
 {existing}
 
 Decide one of:
@@ -174,6 +179,9 @@ TEACHER_TEXTS = (
     PLAIN_REVISE,
     CONTEXT,
     NO_SCOPES,
+    SCOPE_NOTES,
+    SCOPE_NOTE,
+    SCOPE_MORE,
     RETRY,
     DEFAULT_WEAKNESSES,
 )

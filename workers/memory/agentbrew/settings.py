@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback
+
 # Who plays, teaches or curates a brew: the point's `student` or `teacher` model config,
 # or a model config named under `builder_models`.
 ModelChoice = str
@@ -41,7 +43,9 @@ class ReadSettings(BaseModel):
     # "w/o Test-Time Suppression").
     suppression: bool = True
     # ours: "notes below a fraction of the top score are dampened" without the fraction
-    # or the damping: half the top score, halved.
+    # or the damping: half the top score, halved. It never changes which notes are read
+    # nor their order (a note below the floor was already below every note above it):
+    # only the recorded scores; phi is what reorders (docs/methods/agentbrew.md).
     floor: float = Field(default=0.5, gt=0, le=1)
     damping: float = Field(default=0.5, ge=0, le=1)
     # ours: phi(n) = 1 / (1 + beta * ln(1 + u(n))), u(n) = brew tasks that were shown n
@@ -70,12 +74,17 @@ class BrewSettings(BaseModel):
 
     # ours: R_max, the re-plays of a failed task with the staged note (Eq. 2); the paper
     # gives none. 3 bounds a failure at 1 + 3 student rollouts and 3 teacher notes.
-    # 0: no Ralph loop (Table 2 "w/o Ralph Loop", with unvalidated: curate).
+    # 0: no Ralph loop (Table 2 "w/o Ralph Loop": this one setting differs).
     r_max: int = Field(default=3, ge=0, le=10)
-    # A note never certified: rolled back (Algorithm 2's RollbackProvisional), or handed
-    # to the curator uncertified (a "direct write" of the paper's Table 3 when it
-    # passes). Issue 24's default: rollback; both are counted.
-    unvalidated: Literal["rollback", "curate"] = "rollback"
+    # A note never certified: handed to the curator uncertified (a "direct write" of the
+    # paper's Table 3 when it passes), or rolled back. The paper's: curate. Its Table 3
+    # full system has direct writes (MATH 20, GSM8K 22) and its rows add up only so:
+    # failed tasks = Ralph committed + direct writes + curator rejections (78 = 28 + 20
+    # + 30; 87 = 44 + 22 + 21), i.e. every failure's note reaches the curator;
+    # Algorithm 2's RollbackProvisional empties the provisional slot (we do too), it
+    # does not discard the note. rollback (ours, issue 24's earlier reading): a note
+    # never certified is dropped. Both are counted.
+    unvalidated: Literal["rollback", "curate"] = "curate"
     # The paper's §2.4.2: the teacher's prompt names the student and its weaknesses and
     # follows the three-step synthesis. false: the plain prompt (the ablation).
     student_aware: bool = True
@@ -84,12 +93,13 @@ class BrewSettings(BaseModel):
     # (§2.4.2: "limited multi-step arithmetic, brittle tool syntax") with the failures a
     # small model commonly shows.
     student_weaknesses: str | None = Field(default=None, max_length=2000)
-    # What of the environment's verdict the teacher reads beside the trajectory (ours;
-    # the paper: "the environment report", no format). type: the failure's category
-    # only (the binary reward and what kind of failure); message: the checker's
-    # message too (cut to 600 characters), which on BFCL names ground-truth states and
-    # on hidden-test graders the failing case; none: the binary reward alone.
-    environment_report: Literal["none", "type", "message"] = "type"
+    # What of the environment's verdict the teacher reads beside the trajectory: the one
+    # feedback setting of AgentBrew and every baseline (workers/memory/feedback.py; set
+    # for all with memory.retrieval.feedback). binary, the paper's: "the only
+    # supervision beyond binary pass/fail" (§1), T triggered on (x, τ, FAIL) (§2.3.1).
+    # category: the failure's category too; message: the checker's message too (cut),
+    # which on BFCL names ground-truth states and on hidden-test graders the failing case.
+    feedback: Feedback = DEFAULT_FEEDBACK
     # Who plays the brew (the paper: the weak student; Table 2 "w/ Strong Student
     # Knowledge" and Figure 1: the strong model), who teaches (Figure 3's "no teacher":
     # the student), who curates (ours: the paper names no curator model; the teacher's
@@ -106,8 +116,19 @@ class BrewSettings(BaseModel):
     # at or above which a candidate is a near duplicate of a note of its scope and
     # merged into it even when the curator model said "add".
     redundancy_threshold: float = Field(default=0.9, gt=0, le=1)
-    # ours: the most lexically similar notes of the candidate's scope the curator sees.
+    # ours, the semantic redundancy gate: embedding similarity (cosine of the notes' key
+    # texts under the stage's embedder) at or above which a candidate is merged into
+    # that note even when the curator model said "add" (a paraphrase with few shared
+    # words); 0.95: well above what two distinct rules of one skill reach with a
+    # sentence embedder, near what a reworded copy reaches.
+    semantic_redundancy_threshold: float = Field(default=0.95, gt=0, le=1)
+    # ours: the curator sees the union of this many most lexically (token Jaccard) and
+    # this many most semantically (the stage's embedder) similar notes of the candidate's
+    # scope (§2.3.3: "lexical and semantic similarity"), both similarities logged.
     curator_candidates: int = Field(default=3, ge=1, le=20)
+    # ours: the notes of each scope the teacher's prompt lists (note_key and trigger,
+    # cut at 160 characters) so that it can update a rule by its key; 0: none.
+    prompt_notes_per_scope: int = Field(default=20, ge=0, le=200)
     # A note holding its task's gold answer or hidden test (the benchmark's ground
     # truth): refused (default, issue 24) or only counted (`notes_with_gold`).
     gold: Literal["refuse", "count"] = "refuse"

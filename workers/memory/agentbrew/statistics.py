@@ -5,9 +5,9 @@ must satisfy checked:
     F = Ralph committed + direct writes + curator rejections
         + rolled back + teacher invalid + gold refused
 
-(the paper's Full Ralph hands every failure's note to the curator, so its last three
-are 0 there; with `unvalidated: rollback`, issue 24's default, a note never certified
-is rolled back instead).
+(the paper's Full Ralph hands every failure's note to the curator, `unvalidated:
+curate`, the default, so its last three are 0 there; with `unvalidated: rollback`,
+ours, a note never certified is rolled back instead).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.agentbrew.settings import BrewSettings
+from distillery.workers.memory.feedback import failure_detail
 from distillery.workers.trajectories import EpisodeRecord
 
 CUT = "\n[... {n} characters of the attempt cut here ...]\n"
@@ -79,15 +80,9 @@ def render_attempt(record: EpisodeRecord, settings: BrewSettings) -> str:
 
 
 def render_report(record: EpisodeRecord, settings: BrewSettings) -> str:
-    """The environment's verdict, as much as `environment_report` lets the teacher read."""
-    if settings.environment_report == "none":
-        return "the task was not solved (reward 0)."
-    parts = [f"the task was not solved (reward 0); failure type: {record.error_type or 'none'}"]
-    if record.termination not in ("done", ""):
-        parts.append(f"the episode ended by {record.termination}")
-    if settings.environment_report == "message" and record.error_message:
-        parts.append(f"the checker said: {_cut(record.error_message, 600)}")
-    return "; ".join(parts) + "."
+    """The environment's verdict, as much as the `feedback` setting lets the teacher read."""
+    detail = failure_detail(record, settings.feedback)
+    return "the task was not solved (reward 0)" + (f"; {detail}" if detail else "") + "."
 
 
 def called_functions(record: EpisodeRecord) -> tuple[str, ...]:

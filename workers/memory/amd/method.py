@@ -16,6 +16,7 @@ from distillery.workers.memory.amd.records import COLLECTIONS, MEMORY_TYPES, STO
 from distillery.workers.memory.amd.settings import RetrievalConfig
 from distillery.workers.memory.config import BuilderConfig, MemoryConfig
 from distillery.workers.memory.entries import CollectionSpec
+from distillery.workers.memory.feedback import SHARED_KEY as FEEDBACK_KEY
 from distillery.workers.memory.method import BankPlanner, BaseMemoryMethod
 
 if TYPE_CHECKING:
@@ -55,7 +56,10 @@ class AmdMethod(BaseMemoryMethod):
         self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
     ) -> RetrievalConfig:
         chosen = tuple(types) if types is not None else MEMORY_TYPES
-        return RetrievalConfig.model_validate({**defaults, **overrides, "types": chosen})
+        # The shared `feedback` is the outcome-learning methods' (memory/feedback.py):
+        # AMD builds from the teacher's successes and reads no failure.
+        shared = {k: v for k, v in defaults.items() if k != FEEDBACK_KEY}
+        return RetrievalConfig.model_validate({**shared, **overrides, "types": chosen})
 
     def for_benchmark(self, settings: RetrievalConfig, benchmark: str) -> RetrievalConfig:
         """The settings as read on `benchmark`: its profile's values where they still

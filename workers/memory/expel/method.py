@@ -4,7 +4,7 @@ ordinary evaluate stage through `hooks.ExpelHooks`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
@@ -12,7 +12,8 @@ from distillery.workers.memory.expel import prompts
 from distillery.workers.memory.expel.hooks import ExpelHooks
 from distillery.workers.memory.expel.records import COLLECTIONS, STORE_PREFIX
 from distillery.workers.memory.expel.settings import ExpelSettings
-from distillery.workers.memory.method import BaseMemoryMethod, summed_counters
+from distillery.workers.memory.feedback import with_shared_feedback
+from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.reflexion.prompts import HOOK_TEXTS as REFLECTION_HOOK_TEXTS
 
 COUNTERS = (
@@ -32,6 +33,12 @@ class Expel(BaseMemoryMethod):
     memory_delimiters: ClassVar[tuple[str, ...]] = (
         r"\[ExpeL insights\]", r"\[ExpeL examples\]", r"Example \d+:", r"\[Reflexion memory\]",
     )  # fmt: skip
+
+    def settings(
+        self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
+    ) -> ExpelSettings:
+        # The shared defaults it reads: `feedback` only (workers/memory/feedback.py).
+        return own_settings(ExpelSettings, with_shared_feedback(defaults, overrides), types)
 
     def bank_stage(self, planner: Any) -> Any:
         return planner.stage("expel", memory_kind=self.kind)
@@ -61,7 +68,14 @@ class Expel(BaseMemoryMethod):
     def report_columns(self, settings: ExpelSettings) -> dict[str, Any]:
         # `k_examples`: examples read per query of collection `examples` (an integer: a
         # k sweep gets its success-vs-k panel).
-        return {"k_examples": settings.k}
+        return {"k_examples": settings.k, "learning_feedback": settings.feedback}
+
+    def read_identity(self, settings: ExpelSettings) -> dict[str, Any]:
+        # `feedback` decides the bank (the build stage's identity, upstream), not what
+        # the student is shown of it.
+        out = super().read_identity(settings)
+        out.pop("feedback", None)
+        return out
 
     def label(self, settings: ExpelSettings) -> str:
         return f"expel k={settings.k}" + ("" if settings.insights else " no insights")

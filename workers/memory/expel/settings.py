@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback
+
 # The settings that decide the bank (the gathering and the extraction): the stage's
 # identity. The others decide what a student reads of it.
 BUILD_FIELDS = (
@@ -31,6 +33,11 @@ class ExpelSettings(BaseModel):
     # Reflections (re-plays) after a failed play of a training task: configs/agent/
     # expel.yaml `max_reflection_depth: 3` (so up to 4 plays of a task).
     max_reflection_depth: int = Field(default=3, ge=0, le=10)
+    # What a gathering reflection reads of a failed play: the one feedback setting of
+    # AgentBrew and every baseline (workers/memory/feedback.py; memory.retrieval.feedback
+    # sets it for all). binary: the AgentBrew paper's regime (the original's ReflectAgent
+    # is told only that its trial failed on AlfWorld and WebShop).
+    feedback: Feedback = DEFAULT_FEEDBACK
     # -- insight extraction -----------------------------------------------------------
     # The rule list's size past which the critique is told to remove rather than add
     # (and a REMOVE weighs 3 once it is 5 longer): expel.yaml `max_num_rules: 20`,
@@ -62,4 +69,7 @@ class ExpelSettings(BaseModel):
     insights: bool = True
 
     def build_identity(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", include=set(BUILD_FIELDS))
+        out = self.model_dump(mode="json", include=set(BUILD_FIELDS))
+        if self.feedback != DEFAULT_FEEDBACK:  # set only: the banks of old keep their keys
+            out["feedback"] = self.feedback
+        return out

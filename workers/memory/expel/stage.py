@@ -83,7 +83,7 @@ class ExpelProgram:
         self.reflects = reflects  # a model teacher (the oracle writes no reflection)
         self.extracts = extracts  # a builder model (none: no insight, counted)
         self.limits = ReflectionLimits(
-            "binary", settings.trajectory_chars, settings.observation_chars
+            settings.feedback, settings.trajectory_chars, settings.observation_chars
         )
         self.experience: list[Experience] = []
 

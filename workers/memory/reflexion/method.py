@@ -3,11 +3,12 @@ its points scored by its own stage kind (`stage.ReflexionStage`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
-from distillery.workers.memory.method import NoBankMethod, summed_counters
+from distillery.workers.memory.feedback import with_shared_feedback
+from distillery.workers.memory.method import NoBankMethod, own_settings, summed_counters
 from distillery.workers.memory.reflexion import prompts
 from distillery.workers.memory.reflexion.hooks import ReflexionHooks
 from distillery.workers.memory.reflexion.records import COLLECTIONS, STORE_PREFIX
@@ -26,6 +27,11 @@ class Reflexion(NoBankMethod):
     collections: ClassVar[tuple[CollectionSpec, ...]] = COLLECTIONS
     store_prefix: ClassVar[str] = STORE_PREFIX
     memory_delimiters: ClassVar[tuple[str, ...]] = (r"\[Reflexion memory\]",)
+
+    def settings(
+        self, defaults: Mapping[str, Any], overrides: Mapping[str, Any], types: Sequence[str] | None
+    ) -> ReflexionSettings:
+        return own_settings(ReflexionSettings, with_shared_feedback(defaults, overrides), types)
 
     def evaluation_stage(self, planner: Any, read: Any) -> Any:
         return planner.stage("reflexion", read=read)
@@ -63,9 +69,10 @@ class Reflexion(NoBankMethod):
         }
 
     def report_columns(self, settings: ReflexionSettings) -> dict[str, Any]:
-        # None: a Reflexion row's k is its test-time budget, in the points table's
-        # `test_time_rollouts` (the report's test-time column), not entries per query.
-        return {}
+        # Its k is its test-time budget, in the points table's `test_time_rollouts` (the
+        # report's test-time column), not entries per query; what its reflections read
+        # of a failure is the shared feedback setting's column.
+        return {"learning_feedback": settings.feedback}
 
     def label(self, settings: ReflexionSettings) -> str:
         return f"reflexion k={settings.max_attempts}"

@@ -7,9 +7,10 @@ training tasks (ExpeL's `ReflectAgent`, agent/reflect.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from distillery.orchestrator.execution.ordered_stage import TaskContext
+from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback, failure_detail
 from distillery.workers.memory.reflexion import prompts
 from distillery.workers.memory.reflexion.records import Reflection
 from distillery.workers.memory.transcript import TEXTS as TRANSCRIPT_TEXTS
@@ -23,17 +24,18 @@ TEXTS = (*prompts.TEXTS, *TRANSCRIPT_TEXTS)
 class ReflectionLimits:
     """What a reflection reads and keeps (a method's settings say)."""
 
-    feedback: Literal["binary", "grader"] = "binary"
+    feedback: Feedback = DEFAULT_FEEDBACK
     trajectory_chars: int = 12_000
     observation_chars: int = 1_000
     reflection_chars: int = 2_000
 
 
 def verdict(play: Any, feedback: str) -> str:
-    """What the reflection is told of the failed play (`feedback`: binary | grader)."""
-    reason = (play.record.error_message or play.record.error_type or "").strip()
-    if feedback == "grader" and reason:
-        return prompts.VERDICT_GRADER.format(reason=reason[:500])
+    """What the reflection is told of the failed play (`feedback`: binary | category |
+    message, workers/memory/feedback.py)."""
+    detail = failure_detail(play.record, feedback)
+    if detail:
+        return prompts.VERDICT_GRADER.format(reason=detail)
     return prompts.VERDICT_BINARY
 
 

@@ -7,9 +7,9 @@ Sources: the original code (noahshinn/reflexion: `programming_runs/run_reflexion
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback
 
 
 class ReflexionSettings(BaseModel):
@@ -19,13 +19,15 @@ class ReflexionSettings(BaseModel):
     # 2: the original's programming runs (`run_reflexion.sh --max_iters 2`) and the
     # AgentBrew paper's first Reflexion row; its second is k = 3 (catalog reflexion_k3).
     max_attempts: int = Field(default=2, ge=1, le=10)
-    # What the reflection is told of a failed play: "binary", that it failed (the
-    # AgentBrew paper's Group II: "explicit binary feedback from the environment", and
-    # the original's AlfWorld and HotPotQA runs); "grader", that plus the benchmark's
-    # own one-line reason (a failing visible test of MBPP, the original's programming
-    # runs' test feedback). On AppWorld the reason names the failed hidden checks:
-    # "grader" there shows the student what it is graded on.
-    feedback: Literal["binary", "grader"] = "binary"
+    # What the reflection is told of a failed play: the one feedback setting of AgentBrew
+    # and every baseline (workers/memory/feedback.py; memory.retrieval.feedback sets it
+    # for all). "binary", that it failed (the AgentBrew paper's Group II: "explicit
+    # binary feedback from the environment", and the original's AlfWorld and HotPotQA
+    # runs); "category", that and the failure's category; "message", that and the
+    # benchmark's own reason (a failing visible test of MBPP, the original's programming
+    # runs' test feedback). On AppWorld the message names the failed hidden checks:
+    # "message" there shows the student what it is graded on.
+    feedback: Feedback = DEFAULT_FEEDBACK
     # Reflections shown in a play's prompt, the most recent ones: the original's last
     # three (`alfworld_trial.py`: `memory[-3:]`).
     memory_size: int = Field(default=3, ge=1, le=10)

@@ -181,6 +181,12 @@ class ScriptedBrew(OrderedRun):
             )
         return view
 
+    async def similarities(self, queries, keys):
+        # As OrderedRun: cosines under the run's embedder (here the test's).
+        if not queries or not keys:
+            return [[] for _ in queries]
+        return (self.embedder.embed(queries) @ self.embedder.embed(keys).T).tolist()
+
     def _drop_views(self) -> None:
         self._views.clear()
 

@@ -40,11 +40,12 @@ EXPECTED_LOG = [
     (1, "played"), (1, "asked"), (1, "drafted"), (1, "staged"), (1, "played"), (1, "validated"),
     (1, "curated"), (1, "committed"), (1, "committed"),  # the first note: no curator call
     (2, "played"), (2, "asked"), (2, "drafted"), (2, "staged"), (2, "played"), (2, "validated"),
-    (2, "asked"), (2, "curated"), (2, "committed"), (2, "committed"),  # + its scope's tools
+    # The curator's candidates by lexical and embedding similarity ("compared"), then its call.
+    (2, "compared"), (2, "asked"), (2, "curated"), (2, "committed"), (2, "committed"),
     (3, "played"), (3, "committed"),
     (4, "played"), (4, "committed"),
     (5, "played"), (5, "asked"), (5, "drafted"), (5, "staged"), (5, "played"), (5, "validated"),
-    (5, "asked"), (5, "curated"), (5, "committed"),
+    (5, "compared"), (5, "asked"), (5, "curated"), (5, "committed"),
     (7, "played"), (7, "committed"),  # solved on its first play by task 5's note
     (8, "played"), (8, "committed"),
 ]  # fmt: skip

@@ -48,7 +48,7 @@ def test_serving_variants_share_one_brew_and_brew_settings_make_another(tmp_path
     identity = stage.identity
     assert identity["teacher"]["model"] == "org/big" and identity["curator"]["model"] == "org/big"
     assert identity["agent"]["model"] == "org/small"
-    assert identity["brew"]["r_max"] == 3 and identity["brew"]["unvalidated"] == "rollback"
+    assert identity["brew"]["r_max"] == 3 and identity["brew"]["unvalidated"] == "curate"
     assert identity["embedder"]["model"] == "all-MiniLM-L6-v2"
     assert identity["memory_task_ids"] and identity["split"] == "memory"
     assert set(stage.models) == {"student", "teacher", "curator"}

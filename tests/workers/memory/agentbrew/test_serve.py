@@ -129,3 +129,22 @@ def test_a_replay_shows_its_staged_note_first_and_later_turns_route_by_actions()
     assert log["route"] == "actions" and log["route_turn"] == 1 and log["scope"] == "arith"
     assert log["shown"][0] == "note:new" and len(log["shown"]) == 3
     assert "Note 3 (" in later
+
+
+def test_the_relative_floor_never_changes_which_notes_are_read_or_their_order():
+    """What docs/methods/agentbrew.md says of the floor: it multiplies scores that are
+    already below the top by a factor <= 1, so the top-k and their order are those of
+    Eq. 3 without it; it changes only the recorded scores (and the `dampened` count).
+    The frequency penalty phi is what reorders."""
+    import random
+
+    rng = random.Random(7)
+    no_floor = ReadSettings(damping=1.0)
+    for trial in range(300):
+        notes = [_note(f"n{i}", q0=rng.random(), shown=rng.randrange(5), succeeded=0)
+                 for i in range(rng.randrange(1, 12))]  # fmt: skip
+        hits = [Hit(n, rng.uniform(0.01, 1), "notes") for n in notes]
+        settings = ReadSettings(floor=rng.uniform(0.05, 1), damping=rng.uniform(0, 0.99))
+        with_floor = [r.note.memory_id for r in rerank(hits, settings)]
+        without = [r.note.memory_id for r in rerank(hits, no_floor)]
+        assert with_floor == without, trial

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.ace.method import Ace
 from distillery.workers.memory.ace.playbook import (
@@ -220,3 +222,53 @@ def test_the_student_reads_the_whole_playbook():
     empty = Ace().hooks(task("t"), FakeSearch(), AceSettings(), allows, None)
     assert run(empty.before_turn(0, "q", "SYSTEM")) == "SYSTEM"
     assert empty.record()["empty_playbook"] == 1
+
+
+def _harness_answer(role: str, messages: list) -> str:
+    text = messages[-1]["content"]
+    if role == "reflector":
+        return json.dumps({"reasoning": "r", "key_insight": "Paginate every list API."})
+    ops = [{"type": "ADD", "section": "verification_checklist", "content": "Loop over page_index."},
+           {"type": "ADD", "section": "made_up_section", "content": "Skipped by the harness."}]  # fmt: skip
+    assert text.startswith("You are a master curator of knowledge.")
+    return json.dumps({"reasoning": "r", "operations": ops})
+
+
+def test_ace_appworld_runs_the_harness_prompts_and_initial_playbook(tmp_path, monkeypatch):
+    from distillery.workers.memory.ace import appworld_prompts
+
+    world = World(_outcome, _harness_answer)
+    stage = _stage(max_rounds=0, feedback="none", sections="appworld", show_counts=False,
+                   prompts="appworld", initial_playbook="appworld")  # fmt: skip
+    sweep = run_stage(stage, ["m3"], world, tmp_path, monkeypatch)
+    reflector, curator = (messages[0]["content"] for _, messages in world.asks)
+    # The harness's no-GT reflector, verbatim up to its filled slots, then the history.
+    head = appworld_prompts.REFLECTOR_NO_GT.split("{{generated_code}}")[0]
+    assert reflector.startswith(head) and "=== FULL CONVERSATION HISTORY ===" in reflector
+    assert "{{playbook}}" not in reflector and "[0] " in reflector
+    assert "Paginate every list API." in curator  # the reflection, as its guidebook
+    # The initial playbook's bullets, then the ADD to a known section; the unknown one
+    # is skipped and counted.
+    (bank,) = world.banks
+    contents = [b.content for b in bank["bullets"]]
+    assert "Loop over page_index." in contents and "Skipped by the harness." not in contents
+    assert len(contents) > 1
+    assert ("m3", "curation_unknown_section_skipped") in events(sweep, stage)
+    assert appworld_prompts.TEXTS[0] in stage.program().texts()
+
+
+def test_the_vendored_harness_texts_are_verbatim():
+    from distillery.workers.memory.ace import appworld_prompts
+    from tests.support import REPO_ROOT
+
+    places = (REPO_ROOT, REPO_ROOT.parent, REPO_ROOT.parent.parent)  # checkout, worktrees
+    found = [p / "shared" / "vendor" / "ace-appworld" / "experiments" for p in places]
+    vendor = next((v for v in found if v.is_dir()), found[0])
+    if not vendor.is_dir():
+        pytest.skip(f"no ACE AppWorld harness at {vendor}")
+    for text, path in (
+        (appworld_prompts.REFLECTOR_NO_GT, "prompts/appworld_react_reflector_no_gt_prompt.txt"),
+        (appworld_prompts.CURATOR, "prompts/appworld_react_curator_prompt.txt"),
+        (appworld_prompts.INITIAL_PLAYBOOK, "playbooks/appworld_initial_playbook.txt"),
+    ):
+        assert text == (vendor / path).read_text(), path

@@ -95,8 +95,8 @@ def test_the_reflection_prompt_reads_the_attempt_the_verdict_and_earlier_reflect
     assert prompts.VERDICT_BINARY in first and "expected 4" not in first  # binary feedback
     assert "Attempt 1: Plan: recount the apples." in second  # earlier reflections shown
     graded = World(_outcome, lambda role, messages: "Plan.")
-    run_stage(_stage(feedback="grader"), ["c"], graded, tmp_path / "g", monkeypatch)
-    assert "(expected 4, got 5)" in graded.asks[0][1][0]["content"]
+    run_stage(_stage(feedback="message"), ["c"], graded, tmp_path / "g", monkeypatch)
+    assert "the checker said: expected 4, got 5" in graded.asks[0][1][0]["content"]
 
 
 def test_an_unusable_reflection_is_retried_once_then_a_counted_fallback(tmp_path, monkeypatch):
@@ -152,10 +152,13 @@ def test_the_hooks_show_only_the_tasks_own_last_reflections():
     assert metrics["solved_on_replay"] == 1 and metrics["plays_mean"] == 2
 
 
-def test_verdict_is_binary_unless_the_grader_is_asked_for():
+def test_verdict_is_binary_unless_more_is_asked_for():
     failed = type("P", (), {"record": record("c", 1, False, "", "reflexion")})()
     assert verdict(failed, "binary") == prompts.VERDICT_BINARY
-    assert verdict(failed, "grader") == prompts.VERDICT_GRADER.format(reason="expected 4, got 5")
+    category = verdict(failed, "category")
+    assert category.startswith(prompts.VERDICT_GRADER.split("(")[0])
+    assert "failure type:" in category and "expected 4" not in category
+    assert "the checker said: expected 4, got 5" in verdict(failed, "message")
 
 
 def test_reflexion_points_are_scored_by_their_own_stage(gsm8k, tmp_path):
