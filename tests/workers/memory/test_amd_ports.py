@@ -159,7 +159,10 @@ def test_amd_on_toolsandbox_reads_as_the_authors_code_sets_it():
     assert profile_for("toolsandbox") is TOOLSANDBOX
     config = TOOLSANDBOX.apply(RetrievalConfig())
     assert (config.threshold_wf, config.subtask_query, config.k_fn) == (0.5, "decompose", 2)
-    assert config.threshold_st == 0.45 and config.query == "user_turn"
+    # The authors' query (the simulated user's hidden instruction) and their Function
+    # hint's tool description are the profile's defaults.
+    assert config.threshold_st == 0.45 and config.query == "hidden_user_instruction"
+    assert config.fn_description and config.read_settings()["fn_description"] is True
     assert memory_method("amd").build_profile("toolsandbox") is None  # builds as on BFCL
 
     async def decompose(messages):
@@ -175,11 +178,12 @@ def test_amd_on_toolsandbox_reads_as_the_authors_code_sets_it():
         return lookup.asked
 
     asked = play(config)
-    assert asked[0] == ("wf", "Text Bob.", 1, 0.5)  # what the agent is given
+    assert asked[0] == ("wf", "Ask the agent to text Bob 'hi'.", 1, 0.5)  # the authors'
     assert asked[1] == ("st", ("find the contact", "send the message"), 1, 0.45)
-    # The hidden instruction only as the named option, recorded in identity.
-    hidden = TOOLSANDBOX.apply(RetrievalConfig(query="hidden_user_instruction"))
-    assert play(hidden)[0] == ("wf", "Ask the agent to text Bob 'hi'.", 1, 0.5)
-    assert hidden.read_settings()["query"] == "hidden_user_instruction"
-    assert "query" not in config.read_settings()
+    # The user's turn (what the agent is given) is ours, a named option in identity.
+    own = TOOLSANDBOX.apply(RetrievalConfig(query="user_turn"))
+    assert play(own)[0] == ("wf", "Text Bob.", 1, 0.5)
+    assert own.read_settings()["query"] == "user_turn"
+    assert config.read_settings()["query"] == "hidden_user_instruction"
+    hidden = config
     assert memory_method("amd").tags(hidden, "x")["amd_query"] == "hidden_user_instruction"
