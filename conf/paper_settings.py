@@ -187,7 +187,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="The AMD paper experiments' settings table.")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     text = render()
