@@ -131,22 +131,57 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
             rows.append((f"student.{key}", value, authors, source))
         if retrieval is not None:
             rows += [
-                ("amd.threshold_wf", retrieval.threshold_wf, 0.30, "workers/memory/amd/settings.py APPWORLD (the authors' conf/memory/default.yaml)"),
-                ("amd.subtask_query", retrieval.subtask_query, "decompose", "paper Algorithm 1, figure 15"),
+                (
+                    "amd.threshold_wf",
+                    retrieval.threshold_wf,
+                    0.30,
+                    "workers/memory/amd/settings.py APPWORLD (the authors' conf/memory/default.yaml)",
+                ),
+                (
+                    "amd.subtask_query",
+                    retrieval.subtask_query,
+                    "decompose",
+                    "paper Algorithm 1, figure 15",
+                ),
             ]
     if cfg.benchmark.name == "toolsandbox":
         ts = "toolsandbox/common"
         rows += [
-            ("user_model", cfg.benchmark.options.get("user_model"), "gpt-5-mini", f"{AMD} toolsandbox/common/scripts/run_student_qwen3_4b.sh:23 (--user GPT_5_Mini)"),
+            (
+                "user_model",
+                cfg.benchmark.options.get("user_model"),
+                "gpt-5-mini",
+                f"{AMD} toolsandbox/common/scripts/run_student_qwen3_4b.sh:23 (--user GPT_5_Mini)",
+            ),
         ]
         if retrieval is not None:
             rows += [
-                ("amd.query", retrieval.query, "hidden_user_instruction", f"{AMD} {ts}/roles/memory_augmented_agent.py:66"),
-                ("amd.threshold_wf", retrieval.threshold_wf, 0.5, f"{AMD} {ts}/memory/injection.py:85"),
+                (
+                    "amd.query",
+                    retrieval.query,
+                    "hidden_user_instruction",
+                    f"{AMD} {ts}/roles/memory_augmented_agent.py:66",
+                ),
+                (
+                    "amd.threshold_wf",
+                    retrieval.threshold_wf,
+                    0.5,
+                    f"{AMD} {ts}/memory/injection.py:85",
+                ),
                 ("amd.k_wf", retrieval.k_wf, 1, f"{AMD} {ts}/memory/injection.py:85"),
-                ("amd.max_subtasks", retrieval.max_subtasks, 6, f"{AMD} {ts}/memory/injection.py:24"),
+                (
+                    "amd.max_subtasks",
+                    retrieval.max_subtasks,
+                    6,
+                    f"{AMD} {ts}/memory/injection.py:24",
+                ),
                 ("amd.k_fn", retrieval.k_fn, 2, f"{AMD} {ts}/memory/store.py:189"),
-                ("amd.fn_description", retrieval.fn_description, True, f"{AMD} {ts}/roles/memory_augmented_agent.py:167"),
+                (
+                    "amd.fn_description",
+                    retrieval.fn_description,
+                    True,
+                    f"{AMD} {ts}/roles/memory_augmented_agent.py:167",
+                ),
             ]
     return [Row(experiment, s.name, *r) for r in rows]
 
@@ -163,7 +198,9 @@ def _ours(student: Any, key: str) -> str:
 
 
 def _cell(v: Any) -> str:
-    return "`null`" if v is None else f"`{list(v) if isinstance(v, tuple) else v}`".replace("|", "\\|")
+    return (
+        "`null`" if v is None else f"`{list(v) if isinstance(v, tuple) else v}`".replace("|", "\\|")
+    )
 
 
 def render() -> str:
@@ -177,7 +214,12 @@ def render() -> str:
         "",
     ]
     for experiment in experiments():
-        lines += [f"## {experiment}", "", "| student | setting | resolved | authors' | source | status |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"## {experiment}",
+            "",
+            "| student | setting | resolved | authors' | source | status |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in rows_of(experiment):
             lines.append(
                 f"| {r.student} | {r.setting} | {_cell(r.resolved)} | {_cell(r.authors) if r.authors != OURS else 'none'} | {r.source.replace('|', '/')} | {r.status} |"

@@ -129,7 +129,9 @@ class AppWorldOptions(IsolatedOptions):
     @classmethod
     def _readable_template(cls, value: str | None) -> str | None:
         if value is not None:
-            react.PromptTemplate.read(prompt_path(value))  # a clear refusal now, not in every episode
+            react.PromptTemplate.read(
+                prompt_path(value)
+            )  # a clear refusal now, not in every episode
         return value
 
     def identity(self) -> dict[str, Any]:

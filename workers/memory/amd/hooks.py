@@ -378,5 +378,7 @@ def function_description(name: str, schema: dict[str, Any]) -> str:
         for param, info in props.items():
             mark = " (required)" if param in required else ""
             info = info if isinstance(info, dict) else {}
-            lines.append(f"  - {param} ({info.get('type', '')}){mark}: {info.get('description', '')}")
+            lines.append(
+                f"  - {param} ({info.get('type', '')}){mark}: {info.get('description', '')}"
+            )
     return "\n".join(lines)

@@ -25,12 +25,17 @@ def test_no_resolved_value_differs_from_the_authors_unrecorded(table):
 
 def test_the_page_is_generated_from_the_configs(table):
     page = (ROOT / "docs/fidelity/settings.md").read_text()
-    assert page == table, "stale: python -m distillery.conf.paper_settings --out docs/fidelity/settings.md"
+    assert page == table, (
+        "stale: python -m distillery.conf.paper_settings --out docs/fidelity/settings.md"
+    )
 
 
 def test_the_paper_students_get_the_authors_requests(table):
     rows = {(r.student, r.setting): r for r in paper_settings.rows_of("appworld_table1")}
-    gemma = {k: rows[("gemma4-e4b", f"student.{k}")].resolved for k in ("stop", "enable_thinking", "max_model_len")}
+    gemma = {
+        k: rows[("gemma4-e4b", f"student.{k}")].resolved
+        for k in ("stop", "enable_thinking", "max_model_len")
+    }
     assert gemma == {"stop": ["<end_of_turn>"], "enable_thinking": None, "max_model_len": 131072}
     assert rows[("qwen3-4b", "student.stop")].resolved == paper_settings.QWEN_STOP
     assert rows[("qwen3-4b", "prompt_file")].resolved == "ace_generator"
