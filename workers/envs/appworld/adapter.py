@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from distillery.workers.envs.appworld import react
+from distillery.workers.envs.appworld import framings, react
 from distillery.workers.envs.base import (
     BenchmarkUnavailable,
     ParsedAction,
@@ -229,7 +229,9 @@ class AppWorld(IsolatedBenchmark):
         # This file and react.py decide what runs (the code a reply holds) and what the
         # model sees of it (messages, outputs, the context): part of the benchmark as
         # much as the world is.
-        sources = b"".join(Path(f).read_bytes() for f in (__file__, react.__file__))
+        sources = b"".join(
+            Path(f).read_bytes() for f in (__file__, react.__file__, framings.__file__)
+        )
         return (*super().fingerprint(), f"adapter:{hashlib.sha256(sources).hexdigest()}")
 
     def __init__(
@@ -242,17 +244,32 @@ class AppWorld(IsolatedBenchmark):
             if settings.prompt_file
             else None
         )
+        self._framings: dict[str, react.PromptTemplate] = {}
         super().__init__(settings, limits)
 
     def worker_environment(self) -> dict[str, str]:
         return {"APPWORLD_ROOT": str(self.root)}
 
-    def opening_messages(self, task: Task, action_format: str, memory: str) -> list[dict] | None:
+    def opening_messages(
+        self, task: Task, action_format: str, memory: str, framing: str | None = None
+    ) -> list[dict] | None:
         """The authors' prompt for `task` with `memory` in its slot (prompt format with a
-        prompt file); None: the system prompt and the task as its user message."""
+        prompt file), framed as the memory method's port frames it (`framing`, see
+        framings.py); None: the system prompt and the task as its user message."""
         if self.template is None or action_format != "prompt":
             return None
-        return self.template.messages(prompt_variables(task), memory)
+        return self._framed(framing).messages(prompt_variables(task), memory)
+
+    def _framed(self, framing: str | None) -> react.PromptTemplate:
+        assert self.template is not None
+        if framing is None:
+            return self.template
+        cached = self._framings.get(framing)
+        if cached is None:
+            text = framings.framed(self.template.text, framing)
+            cached = react.PromptTemplate(text, f"{self.template.source} [{framing}]")
+            self._framings[framing] = cached
+        return cached
 
     def parse_text(self, task: Task, text: str) -> ParsedAction:
         return parse_code_reply(text)
