@@ -48,6 +48,10 @@ DIFFERENCES: dict[tuple[str, str], str] = {
     # Their Gemma config reserves 512 tokens beside the reply; the loop reserves 256 for
     # every student (react.CONTEXT_BUFFER, ACE's default): docs/fidelity/appworld.md.
     ("context_buffer", "gemma4-e4b"): "documented: context_buffer_256",
+    # distillery sends each request's seed (the model's plus the sweep point's); the
+    # authors' client sends none (lite_llm_generator.py: `# kwargs["seed"] = seed`). At
+    # temperature 0 it changes nothing; Table 5's samples are reproducible with it.
+    ("student.seed_sent", "*"): "documented: seed sent (docs/fidelity/appworld.md)",
     # Table 5 samples on purpose (the paper's repeated runs), its experiment's own setting.
     ("student.temperature", "appworld_repeated_runs"): "paper table 5 (sampled runs)",
     ("student.temperature", "toolsandbox_repeated_runs"): "paper table 5 (sampled runs)",
@@ -122,6 +126,12 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
             ("prompt_file", opts.prompt_file, "ace_generator", f"{q4}:37"),
             ("appworld.random_seed", opts.random_seed, 123, f"{q4}:31"),
             ("student.max_tokens", s.max_tokens, 2048, f"{q4}:17"),
+            (
+                "student.seed_sent",
+                s.seed,
+                None,
+                f"{AMD} appworld/rb/experiments/code/ace/lite_llm_generator.py:111 (commented out)",
+            ),
             ("max_steps", cfg.benchmark.max_steps_per_turn or 40, 40, f"{q4}:42"),
             ("context_buffer", react.CONTEXT_BUFFER, *_buffer(s.name)),
         ]
