@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -78,8 +79,10 @@ STEPS_ROOM = 300
 EXTRAS = ("jinja2==3.1.6", "MarkupSafe==3.0.2")  # evaluation_react.py imports jinja2
 
 
+@functools.cache
 def _paper_student(model: str) -> ModelConfig:
-    """The student's config as the paper's AppWorld experiments resolve it."""
+    """The student's config as the paper's AppWorld experiments resolve it (composed
+    once, before the two harnesses' threads start: Hydra's composition is global)."""
     from distillery.orchestrator.cli import compose, rewrite_role_overrides
     from distillery.orchestrator.config import to_config
 
@@ -266,6 +269,8 @@ def played(appworld_envs, appworld_data, reference_python, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DISTILLERY_ENVS_DIR", str(appworld_envs))
         paper = _paper_options()
+        for _, _, model, _ in RUNS.values():  # composed here, not in the threads below
+            _paper_student(model)
         options = AppWorldOptions(
             **{**paper, "root": str(appworld_data), "split": "dev", "spare_workers": 4}
         )
