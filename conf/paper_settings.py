@@ -92,8 +92,8 @@ def experiments() -> list[str]:
 
 
 def rows_of(experiment: str) -> list[Row]:
-    from distillery.orchestrator.cli import sweep_points
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.compose import sweep_points
+    from distillery.orchestrator.core.config import to_config
 
     out: list[Row] = []
     seen: set[str] = set()

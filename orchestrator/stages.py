@@ -11,7 +11,7 @@ A sweep point expands into stages:
 from the student's own runs (it asks the planner for them) builds from it. Each kind is
 one node class (carrying its inputs) that owns its key, its runner, its `--plan` status,
 its progress line and its cost rows; kinds are registered plugins
-(`orchestrator/stage_kinds.py`: built in, or the `distillery.stage_kinds` entry points).
+(`orchestrator/stages/kinds.py`: built in, or the `distillery.stage_kinds` entry points).
 
 A stage's key is the sha256 of its own config subset, its upstream stages' keys and
 its code version. Runtime knobs (concurrency, replicas, timeouts, endpoints, cluster,
@@ -38,9 +38,9 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from distillery.orchestrator.config import DistilleryConfig
-    from distillery.orchestrator.ledger import Ledger
-    from distillery.orchestrator.sweep import Sweep
+    from distillery.orchestrator.core.config import DistilleryConfig
+    from distillery.orchestrator.execution.sweep import Sweep
+    from distillery.orchestrator.state.ledger import Ledger
     from distillery.workers.memory.retrieval import Isolation
 
 # A stage kind names one node type of the graph (registered in `stage_kinds`); the kind

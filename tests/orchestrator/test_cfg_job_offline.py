@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distillery.orchestrator.cli import run_cli
+from distillery.orchestrator.cli.app import run_cli
 
 EXPERIMENTS = sorted(
     p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml")

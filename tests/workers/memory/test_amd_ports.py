@@ -156,8 +156,8 @@ def test_the_ports_framings_replace_aces_playbook_framing_in_the_shipped_prompt(
 
 
 def test_the_catalog_entries_are_the_ports():
-    from distillery.orchestrator.cli import compose, rewrite_role_overrides
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+    from distillery.orchestrator.core.config import to_config
 
     methods = "[reasoning_bank,reasoning_bank_amd_appworld,reasoning_bank_amd_toolsandbox]"
     cfg = to_config(compose(rewrite_role_overrides([f"methods={methods}"])))

@@ -19,7 +19,7 @@ from distillery.workers.memory.entries import CollectionSpec
 from distillery.workers.memory.method import BankPlanner, BaseMemoryMethod
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.stages import StageKey
+    from distillery.orchestrator.stages.stage import StageKey
     from distillery.workers.agents.loop import MemoryHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distillery.orchestrator.protocols import ProtocolConfig, split_tasks
+from distillery.orchestrator.core.protocols import ProtocolConfig, split_tasks
 from distillery.workers.envs import registry
 from distillery.workers.envs.appworld.adapter import (
     MAX_CODE_CHARS,
@@ -297,9 +297,10 @@ def test_cross_split_keeps_a_scenarios_tasks_on_one_side():
 
 
 def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, monkeypatch):
-    from distillery.orchestrator import plan as plan_module
-    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points, validate_sweep
-    from distillery.orchestrator.results import point_descriptors
+    from distillery.orchestrator.cli.app import validate_sweep
+    from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+    from distillery.orchestrator.planning import plan as plan_module
+    from distillery.orchestrator.tracking.results import point_descriptors
     from distillery.workers.envs.base import Task
 
     tasks = tuple(
@@ -338,9 +339,9 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
 
 
 def test_a_run_says_before_it_starts_what_it_plays_off_the_authors_harness(tmp_path):
-    from distillery.orchestrator.cli import compose, rewrite_role_overrides
-    from distillery.orchestrator.config import to_config
-    from distillery.orchestrator.preflight import run_notices
+    from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+    from distillery.orchestrator.core.config import to_config
+    from distillery.orchestrator.planning.preflight import run_notices
 
     root = _data(tmp_path / "aw")
 

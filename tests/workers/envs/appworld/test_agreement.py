@@ -83,8 +83,8 @@ EXTRAS = ("jinja2==3.1.6", "MarkupSafe==3.0.2")  # evaluation_react.py imports j
 def _paper_student(model: str) -> ModelConfig:
     """The student's config as the paper's AppWorld experiments resolve it (composed
     once, before the two harnesses' threads start: Hydra's composition is global)."""
-    from distillery.orchestrator.cli import compose, rewrite_role_overrides
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+    from distillery.orchestrator.core.config import to_config
 
     overrides = ["experiment=appworld_table1", f"student={model}", "sweep={}"]
     return to_config(compose(rewrite_role_overrides(overrides))).student
@@ -308,8 +308,8 @@ def played(appworld_envs, appworld_data, reference_python, tmp_path_factory):
 
 def _paper_options() -> dict[str, Any]:
     """The benchmark options `experiment=appworld_table1` resolves to (the prompt)."""
-    from distillery.orchestrator.cli import compose, rewrite_role_overrides
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
+    from distillery.orchestrator.core.config import to_config
 
     cfg = to_config(compose(rewrite_role_overrides(["experiment=appworld_table1", "sweep={}"])))
     return dict(cfg.benchmark.options)
