@@ -83,6 +83,16 @@ def run_cli(argv: list[str]) -> int:
     # AppWorld data folder, no venv) says what is missing and how to get it. A plan
     # reports it with every other problem of the world (its pre-flight).
     except (RequirementsError, BenchmarkUnavailable) as exc:
+        if args.cfg:  # every point composed and validated; what is missing is the
+            # pre-flight's to check (data, venvs, keys, GPUs), not a reason to hide it
+            validated_configs(points)
+            print(
+                f"distillery: note: not planned (the pre-flight, --plan, lists what a run "
+                f"needs): {exc}",
+                file=sys.stderr,
+            )
+            print(config_documents(points, args.cfg, resolve=args.resolve, package=args.package))
+            return 0
         if not args.plan:
             return _refuse(exc)
         from distillery.orchestrator.planning.plan_check import plan_command

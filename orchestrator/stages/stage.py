@@ -54,6 +54,7 @@ RUNTIME_MODEL_FIELDS = frozenset(
         "name",
         "params_b",
         "known_weaknesses",  # read by other models' prompts (a stage using it holds it)
+        "paper_requests",  # read by the paper configs, whose values it sets count
         "base_url",
         "api_key_env",
         "request_timeout_s",

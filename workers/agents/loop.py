@@ -193,7 +193,7 @@ async def run_agent_loop(
             _note_injection(out, turn_index, -1, "user_message", user_text, content)
         if opens and turn_index == 0:
             memory = _memory_of(prompt, user_text, content)
-            out.messages[:] = _opening_messages(env, fmt, memory)
+            out.messages[:] = _opening_messages(env, fmt, memory, _framing(hooks))
         else:
             out.messages.append({"role": "user", "content": content})
         if turn_index == 0:
@@ -290,11 +290,23 @@ def _opens(env: Environment, fmt: str) -> bool:
     return opening is not None and opening(fmt, "") is not None
 
 
-def _opening_messages(env: Environment, fmt: str, memory: str) -> list[dict[str, Any]]:
-    """The benchmark's opening with `memory` in its place. Every message but the last
-    (the task's) is marked as the benchmark's prompt, so it is told apart from the
-    task's user turns (bookkeeping: `wire_messages` drops the marker)."""
-    messages = [dict(m) for m in env.opening_messages(fmt, memory)]  # type: ignore[attr-defined]
+def _framing(hooks: Any) -> str | None:
+    """How a memory method's own port frames its memory in a benchmark's opening prompt
+    (hooks' optional `prompt_framing`, e.g. the AMD authors' ReasoningBank port on
+    AppWorld); None: the benchmark's own framing."""
+    return getattr(hooks, "prompt_framing", None) if hooks is not None else None
+
+
+def _opening_messages(
+    env: Environment, fmt: str, memory: str, framing: str | None = None
+) -> list[dict[str, Any]]:
+    """The benchmark's opening with `memory` in its place (framed as `framing` says,
+    where the benchmark knows it). Every message but the last (the task's) is marked as
+    the benchmark's prompt, so it is told apart from the task's user turns
+    (bookkeeping: `wire_messages` drops the marker)."""
+    opening = env.opening_messages  # type: ignore[attr-defined]
+    found = opening(fmt, memory, framing) if framing else opening(fmt, memory)
+    messages = [dict(m) for m in found]
     return [{**m, "name": PROMPT_NAME} for m in messages[:-1]] + messages[-1:]
 
 
@@ -330,7 +342,7 @@ async def _after_step(
     if base_prompt or not _opens(env, fmt):
         _set_system_prompt(messages, prompt if base_prompt else prompt.rstrip())
         return opening
-    renewed = _opening_messages(env, fmt, prompt.strip())
+    renewed = _opening_messages(env, fmt, prompt.strip(), _framing(hooks))
     messages[:opening] = renewed
     return len(renewed)
 

@@ -23,6 +23,22 @@ _OWN_BODY_FIELDS = frozenset(
 )
 
 
+class PaperRequests(BaseModel):
+    """What a paper's authors sent one model on one benchmark, where it differs from the
+    model's own fields: applied by that benchmark's paper config (conf/paper/*.yaml
+    interpolates `student.paper_requests.<benchmark>.*`), cited by `source`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stop: tuple[str, ...] | None = None  # sent as the request's `stop`; None: not sent
+    # chat_template_kwargs.enable_thinking; None: no template kwargs sent
+    enable_thinking: bool | None = None
+    max_model_len: int | None = Field(default=None, gt=0)  # served context (vLLM)
+    # Where each value comes from (the authors' config file and line, a paper section),
+    # or "ours: <why>" where they published none; the settings table prints it.
+    source: dict[str, str] = Field(default_factory=dict)
+
+
 class ModelConfig(BaseModel):
     """One teacher, student or builder model.
 
@@ -70,6 +86,10 @@ class ModelConfig(BaseModel):
     # way vLLM and llama.cpp servers take it; None sends nothing (the template's default).
     enable_thinking: bool | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into every request
+    # Per benchmark, what the AMD authors sent this model there (stop strings, template
+    # kwargs, context), read by that benchmark's paper config; not itself part of a
+    # stage's identity (the values it puts in the fields above are).
+    paper_requests: dict[str, PaperRequests] = Field(default_factory=dict)
 
     # Reaching it.
     base_url: str | None = None  # external only

@@ -10,7 +10,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from distillery.workers.agents.loop import run_agent_loop
+from distillery.workers.envs.appworld.adapter import BUNDLED_PROMPTS
+from distillery.workers.envs.appworld.react import PromptTemplate
 from distillery.workers.envs.base import ParsedAction, Task, ToolCall, ToolResult
 from distillery.workers.envs.conventions import AgentConventions
 from distillery.workers.llm.types import ChatResult
@@ -60,9 +64,12 @@ class _World:
     def system_prompt(self, action_format: str) -> str:
         return "SYSTEM PROMPT"
 
-    def opening_messages(self, action_format: str, memory: str):
+    framings: list = field(default_factory=list)
+
+    def opening_messages(self, action_format: str, memory: str, framing: str | None = None):
         if not self.opening:
             return None
+        self.framings.append(framing)  # the memory method's port framing (AppWorld's)
         return [
             {"role": "user", "content": f"Demo. MEMORY[{memory}]"},
             {"role": "assistant", "content": "ok"},
@@ -101,6 +108,7 @@ def _play(opening: bool, remove: bool):
     policy = _Policy()
     world = _World(opening)
     asyncio.run(run_agent_loop(world, policy, 10, hooks, conventions=AgentConventions()))
+    _play.framings = world.framings  # type: ignore[attr-defined]
     return policy.seen, hooks.record()
 
 
@@ -119,6 +127,32 @@ def test_in_a_benchmarks_own_opening_the_slot_is_rendered_again_without_them():
     assert "MEMORY[Below are memory items" in seen[0][0]["content"]
     assert seen[1][0]["content"] == f"Demo. MEMORY[{WITHDRAWN}]"
     assert [m["content"] for m in seen[1][1:3]] == ["ok", "Task: Do it."]  # the rest as is
+    # Both renderings framed as the authors' ReasoningBank port frames its items.
+    framed = [f for f in _play.framings if f is not None]  # type: ignore[attr-defined]
+    assert framed == ["reasoning_bank", "reasoning_bank"]  # (None: the loop probing)
+
+
+def test_the_ports_framings_replace_aces_playbook_framing_in_the_shipped_prompt():
+    from distillery.workers.envs.appworld import framings
+    from distillery.workers.envs.appworld.adapter import AppWorld, AppWorldOptions
+
+    task = Task("a1_1", "appworld", ("Count my playlists.",), (), ())
+    env = AppWorld.__new__(AppWorld)  # the opening needs no data or worker
+    env.template = PromptTemplate.read(BUNDLED_PROMPTS["ace_generator"])
+    env._framings = {}
+    ace = env.opening_messages(task, "prompt", "ITEMS")
+    rb = env.opening_messages(task, "prompt", "ITEMS", "reasoning_bank")
+    memp = env.opening_messages(task, "prompt", "ITEMS", "memp")
+    assert ace and rb and memp and len(ace) == len(rb) == len(memp)
+    assert "### PLAYBOOK BEGIN\nITEMS\n### PLAYBOOK END" in ace[0]["content"]
+    assert "### MEMORY ITEMS BEGIN\nITEMS\n### MEMORY ITEMS END" in rb[0]["content"]
+    assert "### MEMORY BEGIN\nITEMS\n### MEMORY END" in memp[0]["content"]
+    assert "[FAILURE] memories" in memp[0]["content"] and "playbook" not in rb[0]["content"][:3000]
+    assert any(framings.PORT_CLOSING in m["content"] for m in rb)
+    assert not any(framings.PORT_CLOSING in m["content"] for m in ace)
+    assert AppWorldOptions(prompt_file="ace_generator").prompt_file == "ace_generator"
+    with pytest.raises(ValueError, match="unknown AppWorld memory framing"):
+        env.opening_messages(task, "prompt", "ITEMS", "nope")
 
 
 def test_the_catalog_entries_are_the_ports():
@@ -159,7 +193,10 @@ def test_amd_on_toolsandbox_reads_as_the_authors_code_sets_it():
     assert profile_for("toolsandbox") is TOOLSANDBOX
     config = TOOLSANDBOX.apply(RetrievalConfig())
     assert (config.threshold_wf, config.subtask_query, config.k_fn) == (0.5, "decompose", 2)
-    assert config.threshold_st == 0.45 and config.query == "user_turn"
+    # The authors' query (the simulated user's hidden instruction) and their Function
+    # hint's tool description are the profile's defaults.
+    assert config.threshold_st == 0.45 and config.query == "hidden_user_instruction"
+    assert config.fn_description and config.read_settings()["fn_description"] is True
     assert memory_method("amd").build_profile("toolsandbox") is None  # builds as on BFCL
 
     async def decompose(messages):
@@ -175,11 +212,12 @@ def test_amd_on_toolsandbox_reads_as_the_authors_code_sets_it():
         return lookup.asked
 
     asked = play(config)
-    assert asked[0] == ("wf", "Text Bob.", 1, 0.5)  # what the agent is given
+    assert asked[0] == ("wf", "Ask the agent to text Bob 'hi'.", 1, 0.5)  # the authors'
     assert asked[1] == ("st", ("find the contact", "send the message"), 1, 0.45)
-    # The hidden instruction only as the named option, recorded in identity.
-    hidden = TOOLSANDBOX.apply(RetrievalConfig(query="hidden_user_instruction"))
-    assert play(hidden)[0] == ("wf", "Ask the agent to text Bob 'hi'.", 1, 0.5)
-    assert hidden.read_settings()["query"] == "hidden_user_instruction"
-    assert "query" not in config.read_settings()
+    # The user's turn (what the agent is given) is ours, a named option in identity.
+    own = TOOLSANDBOX.apply(RetrievalConfig(query="user_turn"))
+    assert play(own)[0] == ("wf", "Text Bob.", 1, 0.5)
+    assert own.read_settings()["query"] == "user_turn"
+    assert config.read_settings()["query"] == "hidden_user_instruction"
+    hidden = config
     assert memory_method("amd").tags(hidden, "x")["amd_query"] == "hidden_user_instruction"

@@ -11,8 +11,9 @@ ReAct loop of ACE's fork of AppWorld's agent (`react.py` has each of its behavio
 cited; docs/fidelity/appworld.md lists them and the tests that prove them):
 
 - Prompt: the authors' generator prompt, a Jinja2 template of a conversation, read
-  from `prompt_file` (ACE's `experiments/prompts/appworld_react_generator_prompt.txt`;
-  its digest, not its path, is in episode identity); a memory method's memory goes
+  from `prompt_file` (`ace_generator`: ACE's `experiments/prompts/
+  appworld_react_generator_prompt.txt`, shipped in `prompts/` with its licence and set
+  by every paper experiment; its digest, not its name, is in episode identity); a memory method's memory goes
   into its memory slot (``{{ playbook }}``). Without a prompt file the adapter's own
   short ReAct prompt is used instead (world.py's PROMPT): the deviation
   `own_react_prompt`, recorded with the run and announced before it starts.
@@ -51,7 +52,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from distillery.workers.envs.appworld import react
+from distillery.workers.envs.appworld import framings, react
 from distillery.workers.envs.base import (
     BenchmarkUnavailable,
     ParsedAction,
@@ -78,10 +79,24 @@ DATA_HELP = (
     "<folder>`), copy <folder> here and set +benchmark.options.root=<folder>"
 )
 PROMPT_HELP = (
-    "+benchmark.options.prompt_file=<ace-appworld>/experiments/prompts/"
-    "appworld_react_generator_prompt.txt (ACE's fork of AppWorld, the prompt the AMD "
-    "authors' students were given)"
+    "+benchmark.options.prompt_file=ace_generator (ACE's AppWorld generator prompt, "
+    "shipped in workers/envs/appworld/prompts/ under its Apache-2.0 licence: the prompt "
+    "the AMD authors' students were given; every appworld_* paper experiment sets it)"
 )
+# Prompts shipped with the adapter, selected by name in `prompt_file` (a name, not a
+# path: the config says which prompt, wherever the package is installed).
+PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
+BUNDLED_PROMPTS = {"ace_generator": PROMPTS_DIR / "appworld_react_generator_prompt.txt"}
+# AppWorld's `random_seed` (AppWorld(...) default 100): ACE's configs and every AMD
+# authors' AppWorld config set 123 (`appworld_config: {random_seed: 123}`, e.g.
+# ace-appworld experiments/configs/ACE_offline_no_GT_evaluation.jsonnet line 32). It
+# seeds the world's randomness, e.g. the expiry of the tokens a login returns.
+ACE_RANDOM_SEED = 123
+
+
+def prompt_path(prompt_file: str) -> Path:
+    """The file `prompt_file` names: a bundled prompt's name, or a path."""
+    return BUNDLED_PROMPTS.get(prompt_file) or Path(prompt_file)
 
 
 class AppWorldOptions(IsolatedOptions):
@@ -97,17 +112,26 @@ class AppWorldOptions(IsolatedOptions):
     )
     prompt_file: str | None = Field(
         default=None,
-        description="The authors' ReAct generator prompt (a Jinja2 template of USER:/"
-        "ASSISTANT: messages with a memory slot), e.g. ACE's experiments/prompts/"
-        "appworld_react_generator_prompt.txt. Its digest, not its path, is in episode "
-        "identity. None: the adapter's own prompt (deviation own_react_prompt).",
+        description="The ReAct generator prompt (a Jinja2 template of USER:/ASSISTANT: "
+        "messages with a memory slot): `ace_generator` (ACE's, shipped: the AMD "
+        "authors' students' prompt; the paper experiments' setting) or a path to one. "
+        "Its digest, not its name, is in episode identity. None: the adapter's own "
+        "prompt (deviation own_react_prompt).",
+    )
+    random_seed: int = Field(
+        default=ACE_RANDOM_SEED,
+        description="AppWorld's random_seed (AppWorld's own default is 100; ACE's and the "
+        "AMD authors' configs set 123). Another value is recorded as the deviation "
+        "appworld_random_seed_not_aces.",
     )
 
     @field_validator("prompt_file")
     @classmethod
     def _readable_template(cls, value: str | None) -> str | None:
         if value is not None:
-            react.PromptTemplate.read(value)  # a clear refusal now, not in every episode
+            react.PromptTemplate.read(
+                prompt_path(value)
+            )  # a clear refusal now, not in every episode
         return value
 
     def identity(self) -> dict[str, Any]:
@@ -119,7 +143,7 @@ class AppWorldOptions(IsolatedOptions):
         refuses missing data with the way to get it."""
         out = {k: v for k, v in super().identity().items() if k not in ("root", "prompt_file")}
         if self.prompt_file is not None:
-            out["prompt"] = react.PromptTemplate.read(self.prompt_file).digest
+            out["prompt"] = react.PromptTemplate.read(prompt_path(self.prompt_file)).digest
         try:
             root = data_root(self)
         except BenchmarkUnavailable:
@@ -129,6 +153,8 @@ class AppWorldOptions(IsolatedOptions):
     def deviations(self) -> tuple[str, ...]:
         # Not a bool option, so not a declared deviation; recorded as one all the same.
         found = super().deviations()
+        if self.random_seed != ACE_RANDOM_SEED:
+            found = (*found, "appworld_random_seed_not_aces")
         return (*found, "own_react_prompt") if self.prompt_file is None else found
 
     def notices(self) -> tuple[str, ...]:
@@ -203,7 +229,9 @@ class AppWorld(IsolatedBenchmark):
         # This file and react.py decide what runs (the code a reply holds) and what the
         # model sees of it (messages, outputs, the context): part of the benchmark as
         # much as the world is.
-        sources = b"".join(Path(f).read_bytes() for f in (__file__, react.__file__))
+        sources = b"".join(
+            Path(f).read_bytes() for f in (__file__, react.__file__, framings.__file__)
+        )
         return (*super().fingerprint(), f"adapter:{hashlib.sha256(sources).hexdigest()}")
 
     def __init__(
@@ -212,19 +240,36 @@ class AppWorld(IsolatedBenchmark):
         settings = settings or AppWorldOptions()
         self.root = data_root(settings)  # refused before any venv or worker is involved
         self.template = (
-            react.PromptTemplate.read(settings.prompt_file) if settings.prompt_file else None
+            react.PromptTemplate.read(prompt_path(settings.prompt_file))
+            if settings.prompt_file
+            else None
         )
+        self._framings: dict[str, react.PromptTemplate] = {}
         super().__init__(settings, limits)
 
     def worker_environment(self) -> dict[str, str]:
         return {"APPWORLD_ROOT": str(self.root)}
 
-    def opening_messages(self, task: Task, action_format: str, memory: str) -> list[dict] | None:
+    def opening_messages(
+        self, task: Task, action_format: str, memory: str, framing: str | None = None
+    ) -> list[dict] | None:
         """The authors' prompt for `task` with `memory` in its slot (prompt format with a
-        prompt file); None: the system prompt and the task as its user message."""
+        prompt file), framed as the memory method's port frames it (`framing`, see
+        framings.py); None: the system prompt and the task as its user message."""
         if self.template is None or action_format != "prompt":
             return None
-        return self.template.messages(prompt_variables(task), memory)
+        return self._framed(framing).messages(prompt_variables(task), memory)
+
+    def _framed(self, framing: str | None) -> react.PromptTemplate:
+        assert self.template is not None
+        if framing is None:
+            return self.template
+        cached = self._framings.get(framing)
+        if cached is None:
+            text = framings.framed(self.template.text, framing)
+            cached = react.PromptTemplate(text, f"{self.template.source} [{framing}]")
+            self._framings[framing] = cached
+        return cached
 
     def parse_text(self, task: Task, text: str) -> ParsedAction:
         return parse_code_reply(text)

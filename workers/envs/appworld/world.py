@@ -220,7 +220,18 @@ class World:
         try:
             from appworld import AppWorld
 
-            self.world = AppWorld(task_id=task_id, experiment_name=EXPERIMENT)
+            # random_seed: ACE's and the AMD authors' 123 unless the options say
+            # otherwise (adapter.py ACE_RANDOM_SEED; AppWorld's own default is 100).
+            self.world = AppWorld(
+                task_id=task_id,
+                experiment_name=EXPERIMENT,
+                random_seed=int(options.get("random_seed", 123)),
+            )
+            # ACE's agent re-seeds Python's random once the world is open
+            # (base_agent.py `initialize`: set_random_seed(appworld_config's seed)).
+            from appworld.common.random import set_random_seed
+
+            set_random_seed(int(options.get("random_seed", 123)))
         except BaseException:
             shutil.rmtree(self.root, ignore_errors=True)  # close() is never called then
             raise

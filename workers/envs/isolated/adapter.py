@@ -244,11 +244,12 @@ class IsolatedBenchmark:
         return {}
 
     def opening_messages(
-        self, task: Task, action_format: str, memory: str
+        self, task: Task, action_format: str, memory: str, framing: str | None = None
     ) -> list[dict[str, Any]] | None:
         """A benchmark whose own loop opens with a conversation of its own (AppWorld's
-        ReAct prompt) returns it here, `memory` placed where that prompt puts it; None:
-        the system prompt and the task's first turn (override to open otherwise)."""
+        ReAct prompt) returns it here, `memory` placed where that prompt puts it (framed
+        as a memory method's port frames it, `framing`, where the benchmark knows that
+        framing); None: the system prompt and the task's first turn."""
         return None
 
     # -- how model output becomes calls (override for another action format) ---------
@@ -297,10 +298,12 @@ class IsolatedEnvironment:
     def parse_tool_calls(self, tool_calls: list[dict[str, Any]]) -> ParsedAction:
         return self._benchmark.parse_tool_calls(self.task, tool_calls)
 
-    def opening_messages(self, action_format: str, memory: str) -> list[dict[str, Any]] | None:
+    def opening_messages(
+        self, action_format: str, memory: str, framing: str | None = None
+    ) -> list[dict[str, Any]] | None:
         """The benchmark's own opening of the conversation with `memory` in its place,
         or None (the system prompt and the task's first turn); no I/O."""
-        return self._benchmark.opening_messages(self.task, action_format, memory)
+        return self._benchmark.opening_messages(self.task, action_format, memory, framing)
 
     def parse_text(self, text: str) -> ParsedAction:
         return self._benchmark.parse_text(self.task, text)

@@ -295,7 +295,12 @@ class AmdHooks:
 
     def _render_functions(self, hits: list[Hit]) -> str:
         code = self.config.representation("fn") == "code"
-        lines = [f"[Function memory] How a successful agent called `{hits[0].entry.function}`:"]
+        lines = []
+        if self.config.fn_description:  # the authors' ToolSandbox hint leads with the doc
+            described = next((h.entry.schema for h in hits if h.entry.schema), None)
+            if described:
+                lines.append(function_description(hits[0].entry.function, described))
+        lines.append(f"[Function memory] How a successful agent called `{hits[0].entry.function}`:")
         for hit in hits:
             rec: FunctionRecord = hit.entry
             if code or not rec.text:
@@ -356,3 +361,24 @@ def _with_content(obs: ToolResult, content: str) -> ToolResult:
     from dataclasses import replace
 
     return replace(obs, content=content)
+
+
+def function_description(name: str, schema: dict[str, Any]) -> str:
+    """A tool's description and parameters as the AMD authors' ToolSandbox student
+    appends them to a failed call's result (memory_augmented_agent.py
+    `_format_func_description`), from the OpenAI function schema the teacher was given
+    (a record's `schema`; a wrapped ``{"function": {...}}`` is unwrapped)."""
+    fn = schema.get("function", schema) if isinstance(schema.get("function"), dict) else schema
+    params = fn.get("parameters") or {}
+    props = params.get("properties") or {}
+    required = set(params.get("required") or [])
+    lines = [f"[Function Description] {fn.get('name') or name}: {fn.get('description', '')}"]
+    if props:
+        lines.append("Parameters:")
+        for param, info in props.items():
+            mark = " (required)" if param in required else ""
+            info = info if isinstance(info, dict) else {}
+            lines.append(
+                f"  - {param} ({info.get('type', '')}){mark}: {info.get('description', '')}"
+            )
+    return "\n".join(lines)

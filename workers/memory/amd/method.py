@@ -192,7 +192,7 @@ class AmdMethod(BaseMemoryMethod):
         out = {"memory_types": "+".join(settings.types)}
         if getattr(settings, "profile", None):  # AMD as on a benchmark of its own
             out["amd_profile"] = settings.profile  # type: ignore[attr-defined]
-        if settings.query != "user_turn":  # retrieval by what the agent is not given
+        if settings.query not in (None, "user_turn"):  # by what the agent is not given
             out["amd_query"] = settings.query
         if settings.thresholds_set_for != embedder:  # cosine scales differ between embedders
             out["thresholds_embedder"] = (

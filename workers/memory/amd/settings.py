@@ -19,8 +19,11 @@ SubtaskQuery = Literal["decompose", "per_turn"]
 # benchmark's simulated user has an instruction of its own (ToolSandbox), that hidden
 # instruction, as the AMD authors' ToolSandbox student retrieved
 # (toolsandbox/common/roles/memory_augmented_agent.py reads the SYSTEM->USER message).
-# Off by default: the agent never sees that instruction, so retrieving by it hands the
-# student the user's private goal, which no deployed agent has.
+# The user's turn on every benchmark but ToolSandbox, whose profile asks with the hidden
+# instruction as the authors' student did (the paper's ToolSandbox numbers come from
+# it); `query=user_turn` there is ours, a named option recorded in the stage identity:
+# the agent never sees that instruction, so retrieving by it hands the student the
+# user's private goal, which no deployed agent has.
 RetrievalQuery = Literal["user_turn", "hidden_user_instruction"]
 
 
@@ -49,7 +52,12 @@ class RetrievalConfig(BaseModel):
     subtask_query: SubtaskQuery = "per_turn"
     max_subtasks: int = Field(default=6, ge=1, le=12)
     block_max_chars: int = Field(default=6000, ge=200, description="Cap of the WF+ST block.")
-    query: RetrievalQuery = "user_turn"
+    # None: the benchmark's (its profile's; the user's turn where it sets none).
+    query: RetrievalQuery | None = None
+    # Function hints led by the failing tool's description and parameters, as the
+    # authors' ToolSandbox student appends them (memory_augmented_agent.py
+    # `_format_func_description`): the ToolSandbox profile's value.
+    fn_description: bool = False
 
     @model_validator(mode="after")
     def _types_known(self) -> RetrievalConfig:
@@ -76,13 +84,15 @@ class RetrievalConfig(BaseModel):
             out[f"k_{t}"] = self.k(t)
             out[f"threshold_{t}"] = self.threshold(t)
             out[f"representation_{t}"] = self.representation(t)
+        if "fn" in self.types and self.fn_description:  # off: existing keys unchanged
+            out["fn_description"] = True
         if "st" in self.types:
             out["subtask_query"] = self.subtask_query
             if self.subtask_query == "decompose":
                 out["max_subtasks"] = self.max_subtasks
         if "wf" in self.types or "st" in self.types:
             out["block_max_chars"] = self.block_max_chars
-            if self.query != "user_turn":  # off by default: existing keys unchanged
+            if self.query not in (None, "user_turn"):  # the default: existing keys unchanged
                 out["query"] = self.query
         return out
 
@@ -159,10 +169,11 @@ class ProfiledRetrievalConfig(RetrievalConfig):
     profile: str
 
     def read_settings(self) -> dict[str, Any]:
-        return {
-            **super().read_settings(),
-            "profile": f"{self.profile}:{profile_for(self.profile).version()}",
-        }
+        out = super().read_settings()
+        profiled = profile_for(self.profile).retrieval.get("query")
+        if ("wf" in self.types or "st" in self.types) and profiled and self.query != profiled:
+            out["query"] = self.query or "user_turn"  # off the profile's: a named choice
+        return {**out, "profile": f"{self.profile}:{profile_for(self.profile).version()}"}
 
 
 BFCL_NAME = "bfcl"
@@ -181,7 +192,16 @@ TOOLSANDBOX = BenchmarkProfile(
     # `build_static_memory_prompt`, store.py): Workflow top-1 at cosine >= 0.5, the task
     # decomposed into at most 6 labels for Subtask memory, and 2 Function examples per
     # failing tool (`max_examples=2`). Subtask cosine >= 0.45 is BFCL's default too.
-    retrieval={"threshold_wf": 0.5, "subtask_query": "decompose", "k_fn": 2},
+    # The proactive retrieval asks with the simulated user's hidden instruction
+    # (memory_augmented_agent.py `respond`: the last SYSTEM->USER message's task), and a
+    # Function hint carries the tool's description (`_format_func_description`).
+    retrieval={
+        "threshold_wf": 0.5,
+        "subtask_query": "decompose",
+        "k_fn": 2,
+        "query": "hidden_user_instruction",
+        "fn_description": True,
+    },
 )
 PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD, "toolsandbox": TOOLSANDBOX}
 # The prompt texts of each profile (module constants), part of its identity.

@@ -87,6 +87,13 @@ class MempHooks:
     _calls: int = 0
     _usage: Usage = field(default_factory=Usage)
 
+    @property
+    def prompt_framing(self) -> str | None:
+        """In a benchmark's own opening prompt (AppWorld's), the ports' framing of
+        labelled procedures (workers/envs/appworld/framings.py); the original's keeps
+        the prompt's own."""
+        return "memp" if self.show_outcome else None
+
     # -- EpisodeHooks -------------------------------------------------------------
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from distillery.workers.memory.audit import allowed_hits, audit_log
 from distillery.workers.memory.entries import MemorySource
@@ -35,6 +35,9 @@ class ReasoningBankHooks(ProactiveOnly):
     allows: Callable[[MemorySource], bool]
     log: dict[str, Any] = field(default_factory=_empty_log)
     _block: str = ""
+    # In a benchmark's own opening prompt (AppWorld's), the items are framed as the AMD
+    # authors' ReasoningBank port frames them (workers/envs/appworld/framings.py).
+    prompt_framing: ClassVar[str] = "reasoning_bank"
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
         if turn_index == 0:

@@ -135,10 +135,11 @@ def main(spec_path: str) -> None:
                     generator_model_config={
                         "name": run["model"],
                         "base_url": spec["base_url"],
-                        **spec["generation"],
+                        # a run's own: the authors' settings of its student
+                        **run.get("generation", spec["generation"]),
                     },
                     generator_prompt_file_path=spec["prompt_file"],
-                    trained_playbook_file_path=spec["playbook_file"],
+                    trained_playbook_file_path=run.get("playbook_file", spec["playbook_file"]),
                     ignore_multiple_calls=True,
                     max_steps=spec["max_steps"],
                     logger_config={"verbose": False, "color": False},

@@ -63,6 +63,14 @@ PLANS: dict[str, list[str]] = {
     ],
     # Never finishes: only the 40-step budget ends it.
     "long": [],
+    # Code that raises (an API AppWorld does not have, then a Python error): AppWorld's
+    # "Execution failed" traceback as the output, and the episode goes on.
+    "raises": [
+        _fenced("[s1] Try an API.", "apis.supervisor.show_nothing_at_all()"),
+        _fenced("[s2] And a bug.", "profile = None\nprint(profile['email'])"),
+        _fenced("[s3] Properly now.", PROFILE),
+        _fenced("[s4] Answer.", COMPLETE_EMAIL),
+    ],
 }
 _MARK = re.compile(r"^\[s(\d+)\]")
 

@@ -351,7 +351,7 @@ def test_a_run_says_before_it_starts_what_it_plays_off_the_authors_harness(tmp_p
 
     (own_prompt, native) = notices("student.action_format=native")
     assert "prompt_file is not set" in own_prompt and "own_react_prompt" in own_prompt
-    assert "appworld_react_generator_prompt.txt" in own_prompt  # the fix named
+    assert "prompt_file=ace_generator" in own_prompt  # the fix named (the shipped prompt)
     assert "action_format=native" in native and "native_function_calling" in native
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("USER:\nTask: {{ input_str }}")
