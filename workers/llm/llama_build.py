@@ -274,9 +274,7 @@ def check(venv: str | Path | None = None, gguf: str | Path | None = None) -> str
             f"token; rebuild it ({REBUILD}) and report the build's flags "
             f"({(record or {}).get('cmake_args', 'not recorded')})"
         )
-    last = next(
-        (line for line in reversed(done.stderr.splitlines()) if line.strip()), "no output"
-    )
+    last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no output")
     return f"llama.cpp check: the bundled model failed (exit {code}): {last[-300:]}"
 
 

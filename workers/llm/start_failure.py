@@ -43,7 +43,9 @@ def describe(
     answered; `log_text`: the end of its log."""
     what, why, remedy = _cause(backend, returncode, log_text, address)
     why = f": {why}" if why else ""
-    return f"model {name}: its server {what} during start-up{why}; {remedy} (server log: {log_path})"
+    return (
+        f"model {name}: its server {what} during start-up{why}; {remedy} (server log: {log_path})"
+    )
 
 
 def _cause(backend: str, code: int, log_text: str, address: str) -> tuple[str, str, str]:
