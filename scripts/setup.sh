@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 # The llama.cpp build's flags, chosen from this CPU (workers/llm/llama_build.py).
 BUILD_PY=workers/llm/llama_build.py
 if [ "${1:-}" = --print-cmake-args ]; then
-  exec "${PYTHON:-python3}" "$BUILD_PY" cmake-args
+  exec "${PYTHON:-python3}" -P "$BUILD_PY" cmake-args
 fi
 
 PYTHON=${PYTHON:-python3}
@@ -24,17 +24,17 @@ python -m pip install -q --upgrade pip
 # choice is recorded in the venv; a venv that finds itself on another CPU is rebuilt.
 # CMAKE_ARGS given by the user win (and are recorded). docs/backends/llama_cpp.md.
 LLAMA_CPP_PYTHON_VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
-CMAKE_ARGS=${CMAKE_ARGS:-$(python "$BUILD_PY" cmake-args)} || exit 2
+CMAKE_ARGS=${CMAKE_ARGS:-$(python -P "$BUILD_PY" cmake-args)} || exit 2
 export CMAKE_ARGS
 echo "distillery setup: installing the package and its dependencies ..."
 # The CPU build of torch first, so sentence-transformers does not pull a multi-GB CUDA
 # build (on this project's machines pip serves 2.13.0 from local disk).
 python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-if ! python "$BUILD_PY" current "$VENV" "$LLAMA_CPP_PYTHON_VERSION"; then
+if ! python -P "$BUILD_PY" current "$VENV" "$LLAMA_CPP_PYTHON_VERSION"; then
   # pip's own cache keys a built wheel on the source, not on CMAKE_ARGS (a machine that
   # once built other flags would get that wheel back): never it; ours, keyed on both.
   WHEELS=${DISTILLERY_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distillery/wheels}
-  KEYED="$WHEELS/$(python "$BUILD_PY" key "$LLAMA_CPP_PYTHON_VERSION")"
+  KEYED="$WHEELS/$(python -P "$BUILD_PY" key "$LLAMA_CPP_PYTHON_VERSION")"
   if ! ls "$KEYED"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     echo "distillery setup: building llama.cpp for this CPU (once per set of flags, ~4 min): $CMAKE_ARGS"
     rm -rf "$KEYED.partial" && mkdir -p "$KEYED.partial"
@@ -43,7 +43,7 @@ if ! python "$BUILD_PY" current "$VENV" "$LLAMA_CPP_PYTHON_VERSION"; then
     rm -rf "$KEYED" && mv "$KEYED.partial" "$KEYED"
   fi
   python -m pip install -q --no-deps --force-reinstall "$KEYED"/llama_cpp_python-*.whl
-  python "$BUILD_PY" record "$VENV" "$LLAMA_CPP_PYTHON_VERSION"
+  python -P "$BUILD_PY" record "$VENV" "$LLAMA_CPP_PYTHON_VERSION"
 fi
 # setuptools prints a boxed "Editable installation" warning for every editable build;
 # it is about its own import mechanics, nothing to act on (DISTILLERY_VERBOSE=1 keeps it).

@@ -7,12 +7,13 @@ build by generating one token with the bundled SmolLM2. Why this and not llama.c
 runtime selection (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS): docs/backends/llama_cpp.md.
 
 Stdlib only above `check()`: setup.sh runs this file by its path before distillery is
-installed (`python workers/llm/llama_build.py cmake-args`).
+installed (`python -P workers/llm/llama_build.py cmake-args`).
 
-    python workers/llm/llama_build.py cmake-args          # CMAKE_ARGS for this CPU
-    python workers/llm/llama_build.py key VERSION         # the wheel cache's key
-    python workers/llm/llama_build.py current VENV VERSION  # exit 0: built as chosen
-    python workers/llm/llama_build.py record VENV VERSION
+    python -P workers/llm/llama_build.py cmake-args          # CMAKE_ARGS for this CPU
+    python -P workers/llm/llama_build.py cmake-args --portable  # any x86-64 with AVX2
+    python -P workers/llm/llama_build.py key VERSION         # the wheel cache's key
+    python -P workers/llm/llama_build.py current VENV VERSION  # exit 0: built as chosen
+    python -P workers/llm/llama_build.py record VENV VERSION
     python -m distillery.workers.llm.llama_build check [VENV]  # one token, or one line
 
 Test hooks (faking another machine): DISTILLERY_CPUINFO (a cpuinfo file),
@@ -137,6 +138,15 @@ def needs_of(cmake_line: str) -> tuple[str, ...]:
         if a.startswith("-DGGML_") and a.upper().endswith(("=ON", "=1", "=TRUE"))
     }
     return tuple(f for option, wanted in X86_OPTIONS if option in on for f in wanted)
+
+
+# x86-64's AVX2 baseline (Haswell, AMD Zen 1 and later): what an image built once for
+# every node gets (docs/backends/llama_cpp.md, "The Kubernetes CPU image").
+PORTABLE_X86_FLAGS = ("sse4_2", "avx", "avx2", "bmi2", "fma", "f16c")
+
+
+def portable() -> Build:
+    return choose("x86_64", "Linux", f"flags\t: {' '.join(PORTABLE_X86_FLAGS)}\n")
 
 
 def this_machine() -> Build:
@@ -281,7 +291,9 @@ def check(venv: str | Path | None = None, gguf: str | Path | None = None) -> str
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
     try:
-        if command == "cmake-args":
+        if command == "cmake-args" and rest == ["--portable"]:
+            print(portable().cmake_line)
+        elif command == "cmake-args":
             print(this_machine().cmake_line)
         elif command == "key":
             line = os.environ.get("CMAKE_ARGS") or this_machine().cmake_line
