@@ -39,20 +39,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 import distillery.conf  # noqa: E402,F401  (registers the model schema with Hydra)
-from distillery.orchestrator.config import (  # noqa: E402
-    ConfigError,
-    DistilleryConfig,
-    to_config,
-)
-from distillery.orchestrator.errors import UserError  # noqa: E402
-from distillery.orchestrator.hydra_flags import (  # noqa: E402
+from distillery.orchestrator.cli.hydra_flags import (  # noqa: E402
     app_help,
     config_documents,
     hydra_tool,
     parse_flags,
     typo_hint,
 )
-from distillery.orchestrator.requirements_check import RequirementsError  # noqa: E402
+from distillery.orchestrator.core.config import (  # noqa: E402
+    ConfigError,
+    DistilleryConfig,
+    to_config,
+)
+from distillery.orchestrator.core.errors import UserError  # noqa: E402
+from distillery.orchestrator.planning.requirements_check import RequirementsError  # noqa: E402
 from distillery.workers.envs.base import BenchmarkUnavailable  # noqa: E402
 
 # Teacher and student are both drawn from the `model` config group; Hydra spells that
@@ -280,7 +280,7 @@ def run_cli(argv: list[str]) -> int:
     except (RequirementsError, BenchmarkUnavailable) as exc:
         if not args.plan:
             return _refuse(exc)
-        from distillery.orchestrator.plan_check import plan_command
+        from distillery.orchestrator.planning.plan_check import plan_command
 
         return plan_command(validated_configs(points), unplanned=exc)
     except (ValueError, UserError) as exc:  # ConfigError, a bad split...
@@ -294,16 +294,16 @@ def run_cli(argv: list[str]) -> int:
         return 0
 
     from distillery import redaction
-    from distillery.orchestrator.requirements_check import check_requirements
-    from distillery.orchestrator.run import print_summary, run_sweep, unscored_points
+    from distillery.orchestrator.driver.run import print_summary, run_sweep, unscored_points
+    from distillery.orchestrator.planning.requirements_check import check_requirements
 
     redaction.install()  # keys never reach stdout, stderr or logs, whoever prints them
-    from distillery.orchestrator.preflight import run_notices
+    from distillery.orchestrator.planning.preflight import run_notices
 
     for notice in run_notices(configs):  # said before anything runs (and with --plan)
         print(f"distillery: note: {notice}", file=sys.stderr)
     if args.plan:
-        from distillery.orchestrator.plan_check import plan_command
+        from distillery.orchestrator.planning.plan_check import plan_command
 
         return plan_command(configs)
     try:  # the services a run talks to answer, before Ray starts
@@ -350,9 +350,9 @@ def validate_sweep(
     pass through here, so they accept and refuse the same configs with the same message.
     What needs I/O (folders writable, a bucket, key variables set, servers answering) is
     checked before a run only: `run_cli`'s service check and `preflight.check_run`."""
-    from distillery.orchestrator.plan import plan_sweep
-    from distillery.orchestrator.preflight import check_config
-    from distillery.orchestrator.requirements_check import check_requirements
+    from distillery.orchestrator.planning.plan import plan_sweep
+    from distillery.orchestrator.planning.preflight import check_config
+    from distillery.orchestrator.planning.requirements_check import check_requirements
 
     configs = validated_configs(points)
     # What is installed first (planning loads the benchmark's tasks); `models`: the
@@ -400,7 +400,7 @@ def _refuse_hydra(exc: BaseException, overrides: list[str]) -> int:
 
 
 def _refuse(exc: BaseException) -> int:
-    from distillery.orchestrator.requirements_check import RequirementsError
+    from distillery.orchestrator.planning.requirements_check import RequirementsError
 
     if isinstance(exc, RequirementsError):  # one line per missing piece
         for missing in exc.missing:
@@ -418,7 +418,7 @@ def route(argv: list[str]) -> int:
     before the subcommand too (`distillery -v memory list ...`): it only turns the
     third-party messages back on and is not passed to the subcommand."""
     from distillery import redaction
-    from distillery.orchestrator.quiet import quiet_third_party
+    from distillery.orchestrator.cli.quiet import quiet_third_party
 
     # Before anything can print: every subcommand's output, logs and tracebacks are
     # redacted (the keys of this environment and of the command line, such as a URL's
@@ -428,7 +428,7 @@ def route(argv: list[str]) -> int:
     rest = [a for a in argv if a not in _VERBOSE]
     command = rest[0] if rest else None
     if command == "memory":
-        from distillery.orchestrator.memory_cli import main as memory_main
+        from distillery.orchestrator.cli.memory_cli import main as memory_main
 
         return memory_main(rest[1:])
     if command == "report":
@@ -436,11 +436,11 @@ def route(argv: list[str]) -> int:
 
         return report_main(rest[1:])
     if command == "compare":
-        from distillery.orchestrator.compare import main as compare_main
+        from distillery.orchestrator.cli.compare import main as compare_main
 
         return compare_main(rest[1:])
     if command == "submit":
-        from distillery.orchestrator.submit import main as submit_main
+        from distillery.orchestrator.cluster.submit import main as submit_main
 
         return submit_main(rest[1:])
     return run_cli(argv)  # a sweep: run_cli reads -v itself (one of its flags)

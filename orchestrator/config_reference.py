@@ -1,8 +1,8 @@
 """The configuration reference, generated from the typed config models: every key, its
 type, its default and where that default comes from, as Markdown.
 
-    python -m distillery.orchestrator.config_reference            # print it
-    python -m distillery.orchestrator.config_reference --out FILE # write it
+    python -m distillery.orchestrator.cli.config_reference            # print it
+    python -m distillery.orchestrator.cli.config_reference --out FILE # write it
 
 The manual (MkDocs) builds its "Configuration reference" page from this at build time
 (scripts/mkdocs_hooks.py), so the page can never disagree with the code.
@@ -61,7 +61,7 @@ class Key:
 
 def reference() -> str:
     """The whole reference page (Markdown)."""
-    from distillery.orchestrator.config import DistilleryConfig
+    from distillery.orchestrator.core.config import DistilleryConfig
     from distillery.workers.envs.registry import benchmark_class, known_benchmarks
     from distillery.workers.llm.config import ModelConfig
     from distillery.workers.memory.registry import known_methods, memory_method
@@ -71,7 +71,7 @@ def reference() -> str:
         "# Configuration reference",
         "",
         "Every key of a run's config, generated from the typed models that validate it "
-        "(`python -m distillery.orchestrator.config_reference` prints this page). "
+        "(`python -m distillery.orchestrator.cli.config_reference` prints this page). "
         "**Default** is what `distillery` with no arguments runs with; **from** says "
         "where that value is set: a file of `conf/` (the last one composed wins, as in "
         "Hydra; the model's own default is given too where it differs) or the typed "
@@ -100,7 +100,7 @@ def reference() -> str:
         "Each entry is one evaluated method (one MLflow child run); `methods=[...]` "
         "selects entries by name.",
     ]
-    from distillery.orchestrator.config import MethodConfig
+    from distillery.orchestrator.core.config import MethodConfig
 
     out += _table(_keys(MethodConfig, "method_catalog.NAME", {}, set()))
     out += [

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from distillery.orchestrator.config import DistilleryConfig
+from distillery.orchestrator.core.config import DistilleryConfig
 
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 CFG_CHOICES = ("job", "hydra", "all")
@@ -135,7 +135,7 @@ def config_documents(
     """The composed config of every sweep point as one labelled YAML document each
     (`---` between them, a comment saying which point it is), as `--cfg` prints them:
     `job` the config, `hydra` Hydra's own, `all` both."""
-    from distillery.orchestrator.cli import compose
+    from distillery.orchestrator.core.compose import compose
 
     docs = []
     total = len(points)
@@ -172,7 +172,7 @@ def config_documents(
 def app_help() -> str:
     """`distillery --help`: the usage, distillery's flags and the config groups with
     their options (as a Hydra application's help lists them)."""
-    from distillery.orchestrator import cli
+    from distillery.orchestrator.cli import app as cli
 
     lines = [(cli.__doc__ or "").rstrip(), "", "Flags:"]
     lines += [
@@ -202,7 +202,7 @@ def app_help() -> str:
     lines.append("")
     lines.append("Every key, its type, default and where the default comes from: the manual's")
     lines.append("configuration reference (mkdocs serve), or")
-    lines.append("python -m distillery.orchestrator.config_reference")
+    lines.append("python -m distillery.orchestrator.cli.config_reference")
     return "\n".join(lines)
 
 
@@ -226,7 +226,7 @@ def config_groups() -> dict[str, list[str]]:
 
 def hydra_tool(overrides: list[str], args: Flags) -> int:
     """`--hydra-help` and `--info`: Hydra's own, on distillery's config as composed."""
-    from distillery.orchestrator.cli import prepared_overrides
+    from distillery.orchestrator.core.compose import prepared_overrides
 
     full = prepared_overrides(overrides)
     # Hydra's --info configures the root logger (DEBUG, to stdout): give it back after.
@@ -275,7 +275,7 @@ def typo_hint(message: str, overrides: list[str]) -> str | None:
     if not found:
         return None
     key = found.group(1)
-    from distillery.orchestrator.cli import compose
+    from distillery.orchestrator.core.compose import compose
 
     others = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key]
     try:

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from distillery.orchestrator.config import DistilleryConfig
-from distillery.orchestrator.errors import UserError
-from distillery.orchestrator.plan import StageGraph, server_key
+from distillery.orchestrator.core.config import DistilleryConfig
+from distillery.orchestrator.core.errors import UserError
+from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.redaction import redact, url_secrets
 from distillery.workers.envs.registry import action_format_deviation, benchmark_options
 from distillery.workers.llm.config import ModelConfig
@@ -112,7 +112,7 @@ def run_notices(configs: list[DistilleryConfig]) -> list[str]:
     """What a user must know before the run starts, each once: the benchmark's notices
     for its options, and a model playing the benchmark in an action format its own
     harness does not (a recorded deviation)."""
-    from distillery.orchestrator.requirements_check import models_in_use
+    from distillery.orchestrator.planning.requirements_check import models_in_use
 
     found: dict[str, None] = {}
     for cfg in configs:

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distillery.orchestrator.config import DistilleryConfig
-from distillery.orchestrator.errors import UserError
-from distillery.orchestrator.plan import StageGraph
-from distillery.orchestrator.preflight import (
+from distillery.orchestrator.core.config import DistilleryConfig
+from distillery.orchestrator.core.errors import UserError
+from distillery.orchestrator.planning.plan import StageGraph
+from distillery.orchestrator.planning.preflight import (
     PreflightError,
     _check_remote_root,
     check_cluster,
@@ -43,7 +43,10 @@ from distillery.orchestrator.preflight import (
     check_tracking_uri_value,
     endpoints_in_use,
 )
-from distillery.orchestrator.requirements_check import missing_requirements, models_in_use
+from distillery.orchestrator.planning.requirements_check import (
+    missing_requirements,
+    models_in_use,
+)
 from distillery.redaction import redact
 from distillery.workers.llm.config import ModelConfig
 
@@ -122,7 +125,7 @@ def _endpoints(configs: list[DistilleryConfig], graph: StageGraph | None, uses_m
     if graph is not None:
         yield from endpoints_in_use(graph, uses_memory)
         return
-    from distillery.orchestrator.preflight import _model_endpoint
+    from distillery.orchestrator.planning.preflight import _model_endpoint
 
     for cfg in configs:  # no plan (the benchmark cannot list its tasks): the configs
         for role, model in models_in_use(cfg):

@@ -16,15 +16,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from distillery.orchestrator.config import ClusterConfig, DistilleryConfig
-from distillery.orchestrator.heartbeat import Heartbeat
-from distillery.orchestrator.ledger import Ledger, read_sweep_record
-from distillery.orchestrator.live_runs import LiveRuns
-from distillery.orchestrator.locks import run_locks
-from distillery.orchestrator.observers import notify
-from distillery.orchestrator.plan import StageGraph, format_plan, plan_sweep, stage_status
-from distillery.orchestrator.preflight import check_run
-from distillery.orchestrator.results import (
+from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
+from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
+from distillery.orchestrator.execution.heartbeat import Heartbeat
+from distillery.orchestrator.execution.observers import notify
+from distillery.orchestrator.execution.sweep import Sweep
+from distillery.orchestrator.planning.plan import (
+    StageGraph,
+    format_plan,
+    plan_sweep,
+    stage_status,
+)
+from distillery.orchestrator.planning.preflight import check_run
+from distillery.orchestrator.state.ledger import Ledger, read_sweep_record
+from distillery.orchestrator.state.locks import run_locks
+from distillery.orchestrator.tracking.live_runs import LiveRuns
+from distillery.orchestrator.tracking.results import (
     MethodResult,
     RunResult,
     SweepResult,
@@ -38,10 +45,12 @@ from distillery.orchestrator.results import (
     sweep_parent,
     write_sweep_tables,
 )
-from distillery.orchestrator.stage_runs import log_stage_runs, stage_reports, write_stage_figures
-from distillery.orchestrator.stats import NO_SCORED_EPISODES
-from distillery.orchestrator.sweep import Sweep
-from distillery.orchestrator.tracking import Tracker, safe_params, ui_hint
+from distillery.orchestrator.tracking.stage_runs import (
+    log_stage_runs,
+    stage_reports,
+    write_stage_figures,
+)
+from distillery.orchestrator.tracking.tracker import Tracker, safe_params, ui_hint
 from distillery.redaction import install as install_redaction
 from distillery.redaction import redact, register_secrets, secrets_in
 
@@ -100,7 +109,7 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         contextlib.closing(sweep.servers),
     ):
         if cfg.cluster.joins:  # the keys the driver has, on every node too, before a stage
-            from distillery.orchestrator.preflight import (
+            from distillery.orchestrator.planning.preflight import (
                 check_node_variables,
                 variables_read_on_nodes,
             )

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from distillery.orchestrator.cli import run_cli
-from distillery.orchestrator.plan import resolve_tasks
+from distillery.orchestrator.cli.app import run_cli
+from distillery.orchestrator.planning.plan import resolve_tasks
 from tests.support.sweep_config import sweep_config
 
 ANSWER_BENCHMARKS = ("gsm8k", "math", "mbpp", "humaneval")
@@ -77,7 +77,7 @@ def test_an_undeclared_option_is_refused_by_name(capsys):
 
 
 def test_help_and_the_reference_list_the_keys(capsys):
-    from distillery.orchestrator.config_reference import reference
+    from distillery.orchestrator.cli.config_reference import reference
 
     assert run_cli(["--help"]) == 0
     out = capsys.readouterr().out

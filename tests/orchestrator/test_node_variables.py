@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.errors import UserError
-from distillery.orchestrator.plan import plan_sweep
-from distillery.orchestrator.preflight import (
+from distillery.orchestrator.core.errors import UserError
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.preflight import (
     PreflightError,
     check_node_variables,
     variables_read_on_nodes,

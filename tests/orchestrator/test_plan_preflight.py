@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from distillery.orchestrator.cli import run_cli
-from distillery.orchestrator.ledger import Ledger
-from distillery.orchestrator.plan import plan_sweep, stage_status
-from distillery.orchestrator.plan_totals import plan_totals
+from distillery.orchestrator.cli.app import run_cli
+from distillery.orchestrator.planning.plan import plan_sweep, stage_status
+from distillery.orchestrator.planning.plan_totals import plan_totals
+from distillery.orchestrator.state.ledger import Ledger
 from distillery.testing.scripted_server import run_stub_server
 from distillery.workers.llm.servers import free_port
 from distillery.workers.trajectories import EpisodeSummary
@@ -26,7 +26,7 @@ def _plan(capsys, *argv: str) -> tuple[int, str, list[str]]:
 def test_every_problem_a_run_would_stop_on_is_reported_at_once(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DISTILLERY_TEST_UNSET_KEY", raising=False)
-    monkeypatch.setattr("distillery.orchestrator.readiness.local_gpus", lambda: None)
+    monkeypatch.setattr("distillery.orchestrator.planning.readiness.local_gpus", lambda: None)
     closed = free_port()  # nothing listens there
     code, out, said = _plan(
         capsys,
@@ -143,7 +143,7 @@ def test_every_model_role_of_a_sweep_is_checked_without_a_traceback(tmp_path, mo
 
 def test_totals_per_model_with_usd_and_gpu_hours(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("distillery.orchestrator.readiness.local_gpus", lambda: 8)
+    monkeypatch.setattr("distillery.orchestrator.planning.readiness.local_gpus", lambda: 8)
     code, out, said = _plan(
         capsys,
         "benchmark.limit=4",

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from distillery.orchestrator.cli import run_cli
+from distillery.orchestrator.cli.app import run_cli
 from distillery.testing.scripted_server import run_stub_server
 from tests.support import REPO_ROOT
 
@@ -231,9 +231,7 @@ def build_manual(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _warnings(done: subprocess.CompletedProcess[str]) -> list[str]:
-    return [
-        line for line in (done.stdout + done.stderr).splitlines() if line.startswith("WARNING")
-    ]
+    return [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("WARNING")]
 
 
 def test_the_manual_builds_strictly(tmp_path):
@@ -267,8 +265,8 @@ def test_the_strict_build_fails_on_a_planted_broken_link(tmp_path):
 
 def test_the_configuration_reference_covers_every_key():
     """Every key of the typed config, with a type, a default and where it comes from."""
-    from distillery.orchestrator.config import DistilleryConfig
-    from distillery.orchestrator.config_reference import reference
+    from distillery.orchestrator.cli.config_reference import reference
+    from distillery.orchestrator.core.config import DistilleryConfig
     from distillery.workers.llm.config import ModelConfig
 
     page = reference()
@@ -305,7 +303,7 @@ def test_the_quickstart_line_runs_end_to_end(tmp_path):
     with run_stub_server(script=f"{__name__}:quickstart_student") as url:
         student = ["student=external", f"student.base_url={url}", "student.model=scripted"]
         out = subprocess.run(
-            [sys.executable, "-c", "from distillery.orchestrator.cli import main; main()"]
+            [sys.executable, "-c", "from distillery.orchestrator.cli.app import main; main()"]
             + argv
             + student,
             cwd=tmp_path,
@@ -346,7 +344,7 @@ def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
     monkeypatch.chdir(tmp_path)
     argv = _argv(line, tmp_path)
     if argv[0] == "memory":
-        from distillery.orchestrator.memory_cli import main as memory_main
+        from distillery.orchestrator.cli.memory_cli import main as memory_main
         from distillery.workers.memory.store import MemoryStore
         from tests.workers.memory.test_store_retrieval import WFS, write_amd
 
@@ -368,7 +366,7 @@ def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
         assert "sweep sweep-a" in capsys.readouterr().out
         return
     if argv[0] == "compare":  # two points of the hand-made sweep of test_report
-        from distillery.orchestrator.compare import main as compare_main
+        from distillery.orchestrator.cli.compare import main as compare_main
         from tests.orchestrator.test_report import write_sweep
 
         write_sweep(tmp_path / "distillery_runs")
@@ -379,7 +377,7 @@ def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
         argv = argv[: argv.index("|")]
     if argv[0] == "submit":
         if "--k8s" in argv:  # renders a RayJob: runs as it is
-            from distillery.orchestrator.submit import main as submit_main
+            from distillery.orchestrator.cluster.submit import main as submit_main
 
             assert submit_main(argv[1:]) == 0, capsys.readouterr().err
             assert "kind: RayJob" in capsys.readouterr().out
@@ -426,15 +424,15 @@ def test_command_line_runs(line, tmp_path, monkeypatch, capsys, plan_offline):
 
 
 def _sweep_of(argv: list[str]) -> list:
-    from distillery.orchestrator.cli import rewrite_role_overrides, sweep_points
-    from distillery.orchestrator.hydra_flags import parse_flags
+    from distillery.orchestrator.cli.hydra_flags import parse_flags
+    from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 
     flags = parse_flags(argv)
     return sweep_points(rewrite_role_overrides(flags.overrides), multirun=flags.multirun)
 
 
 def _keys_valid(argv: list[str]) -> None:
-    from distillery.orchestrator.config import to_config
+    from distillery.orchestrator.core.config import to_config
 
     for _, composed in _sweep_of(argv):
         to_config(composed)  # raises ConfigError naming the key
@@ -443,8 +441,8 @@ def _keys_valid(argv: list[str]) -> None:
 def _needs_data_not_here(argv: list[str]) -> bool:
     """Whether the line's benchmark cannot list its tasks on this machine (its data is
     the user's to fetch); anything else it refuses is the line's own error."""
-    from distillery.orchestrator.config import ConfigError, to_config
-    from distillery.orchestrator.plan import resolve_tasks
+    from distillery.orchestrator.core.config import ConfigError, to_config
+    from distillery.orchestrator.planning.plan import resolve_tasks
     from distillery.workers.envs.base import BenchmarkUnavailable
 
     try:

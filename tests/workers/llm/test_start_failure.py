@@ -123,7 +123,7 @@ def _sweep_with_student_server(tmp_path: Path, command: list[str]) -> subprocess
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "distillery.orchestrator.cli", *argv],
+        [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv],
         cwd=tmp_path,
         env=env,
         capture_output=True,
