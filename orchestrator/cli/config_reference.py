@@ -79,7 +79,7 @@ def reference() -> str:
         "its source (a paper, the authors' code, or ours with the reason).",
         "",
         "Set any key on the command line (`distillery benchmark.limit=20`), add a key "
-        "that is not in the composed config with `+` (`+benchmark.options.split=dev`), "
+        "that is not in the composed config with `+` (`+builder_models.NAME={...}`), "
         "select a config group option with `GROUP=OPTION` (`student=qwen3_4b`).",
     ]
     skip = {"teacher", "student", "method_catalog", "builder_models"}
@@ -126,9 +126,10 @@ def reference() -> str:
         "",
         "## Benchmark options: `benchmark.options.*`",
         "",
-        "Each benchmark validates its own options (set them with "
-        "`+benchmark.options.KEY=VALUE`); an option that deviates from the benchmark's "
-        "own pipeline is recorded with every run.",
+        "Each benchmark declares and validates its own options (set one with "
+        "`benchmark.options.KEY=VALUE`, e.g. `benchmark.options.data_path=FOLDER`; a key "
+        "its options do not declare is refused by name); an option that deviates from the "
+        "benchmark's own pipeline is recorded with every run.",
     ]
     for name in known_benchmarks():
         try:

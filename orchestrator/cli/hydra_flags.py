@@ -19,6 +19,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from distillery.orchestrator.core.config import DistilleryConfig
+
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 CFG_CHOICES = ("job", "hydra", "all")
 # Flags of a @hydra.main application that have no meaning here (distillery composes
@@ -188,6 +190,15 @@ def app_help() -> str:
     ]
     for group, options in config_groups().items():
         lines.append(f"  {group}: {', '.join(options)}")
+    lines += ["", "Benchmark options (benchmark.options.KEY=VALUE; each benchmark's own):"]
+    from distillery.workers.envs.registry import benchmark_class, known_benchmarks
+
+    for name in known_benchmarks():
+        try:
+            keys = list(benchmark_class(name).options_model.model_fields)
+        except Exception as exc:  # noqa: BLE001 - a benchmark that does not load here
+            keys = [f"(not loadable here: {type(exc).__name__})"]
+        lines.append(f"  {name}: {', '.join(keys)}")
     lines.append("")
     lines.append("Every key, its type, default and where the default comes from: the manual's")
     lines.append("configuration reference (mkdocs serve), or")

@@ -103,6 +103,12 @@ def prepared_overrides(overrides: list[str]) -> list[str]:
             "hydra.searchpath is set by the distillery.conf entry points of installed "
             f"packages ({', '.join(extra)}); register a config package there instead"
         )
+    # A benchmark's options are declared by its options model, not by conf/ (whose
+    # `options: {}` Hydra would refuse a key of): `benchmark.options.KEY=V` is set as
+    # Hydra's upsert, and the model refuses a key it does not declare, by name.
+    overrides = [
+        f"++{o}" if o.startswith("benchmark.options.") and "=" in o else o for o in overrides
+    ]
     catalogs = method_catalog_files(["distillery.conf", *(p.removeprefix("pkg://") for p in extra)])
     if not any(_selects_catalogs(o) for o in overrides):
         overrides = [f"method_catalog=[{','.join(catalogs)}]", *overrides]

@@ -108,6 +108,13 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         contextlib.closing(sweep.memory),
         contextlib.closing(sweep.servers),
     ):
+        if cfg.cluster.joins:  # the keys the driver has, on every node too, before a stage
+            from distillery.orchestrator.planning.preflight import (
+                check_node_variables,
+                variables_read_on_nodes,
+            )
+
+            check_node_variables(variables_read_on_nodes(graph))
         sweep_json.write_json(
             {
                 "sweep_id": sweep.sweep_id,

@@ -399,6 +399,15 @@ def endpoints_in_use(graph: StageGraph, uses_memory: bool) -> Iterator[Endpoint]
         choice = cfg.memory.builder.model
         if model is not None and choice not in ("teacher", "none"):
             yield _model_endpoint(f"builder_models.{choice}", model)
+    for stage in graph.stages.values():  # further models a stage calls (a brew's curator)
+        cfg = graph.configs[0]
+        keys = {"teacher": cfg.teacher, "student": cfg.student}
+        keys.update({f"builder_models.{k}": m for k, m in cfg.builder_models.items()})
+        for role, model in stage.other_models.items():
+            if model.backend == "oracle" or server_key(model) not in used:
+                continue
+            key = next((k for k, m in keys.items() if m == model), role)  # the config's key
+            yield _model_endpoint(key, model)
     if uses_memory:
         cfg = graph.configs[0]
         embedder = cfg.memory.embedder
@@ -458,4 +467,65 @@ def _check_http(url: str, key: str) -> None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise PreflightError(
             f"{key}: {redact(url)!r} is not an http(s) URL (e.g. http://host:8000/v1)"
+        )
+
+
+def variables_read_on_nodes(graph: StageGraph) -> dict[str, str]:
+    """Every environment variable the run's workers read where they run (variable ->
+    the key that names it): each model's `api_key_env`, whatever role it plays in a
+    stage (teacher, student, builder, curator, ...), the embedder's and the store's, and
+    the benchmark's own (a simulated user's key)."""
+    names: dict[str, str] = {}
+    for stage in graph.stages.values():
+        for role, model in stage.models.items():
+            if model.api_key_env:
+                names.setdefault(model.api_key_env, f"{role}={model.name}: api_key_env")
+    for endpoint in _unique_endpoints(graph, _uses_memory(graph)):
+        if endpoint.api_key_env:
+            names.setdefault(endpoint.api_key_env, f"{endpoint.key}.api_key_env")
+    for cfg in graph.configs:
+        needed = benchmark_options(cfg.benchmark.name, cfg.benchmark.options)
+        for name in needed.required_environment():
+            names.setdefault(name, "benchmark.options")
+    return names
+
+
+def check_node_variables(names: dict[str, str]) -> None:
+    """On a joined Ray cluster (Ray initialised): every variable in `names` is set on
+    every live node, where episode workers and the memory service read them (the
+    driver's environment does not travel to a node's workers). One line naming each
+    missing variable and its nodes; raises PreflightError."""
+    if not names:
+        return
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def unset(variables: list[str]) -> list[str]:
+        return [v for v in variables if not os.environ.get(v)]
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = [
+        unset.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote(sorted(names))
+        for n in nodes
+    ]
+    missing: dict[str, list[str]] = {}
+    for node, found in zip(nodes, ray.get(refs, timeout=300), strict=True):
+        where = node.get("NodeManagerHostname") or node.get("NodeManagerAddress") or "?"
+        address = node.get("NodeManagerAddress")
+        label = f"{where} ({address})" if address and address != where else where
+        for name in found:
+            missing.setdefault(name, []).append(label)
+    if missing:
+        raise PreflightError(
+            "; ".join(
+                f"{names[name]}: environment variable {name} is not set on node(s) "
+                f"{', '.join(nodes_)} of the joined Ray cluster, where the run's workers "
+                "read it (the driver's environment does not reach them): set it in those "
+                "nodes' environment before `ray start`, or submit the run with "
+                f"`distillery submit --env {name} ...`"
+                for name, nodes_ in sorted(missing.items())
+            )
         )

@@ -109,7 +109,7 @@ def world_problems(
     for text in _gpu_problems(configs, gpu_count or local_gpus):
         add(text)
     if probe_endpoints and graph is not None:
-        for role, model in _probe_targets(configs):
+        for role, model in _probe_targets(configs, graph):
             where = f"{role}.base_url={redact(model.base_url or '')}: "
             if any(p.text.startswith(where) for p in found.values()):
                 continue  # said already: nothing answers there
@@ -238,17 +238,23 @@ def local_gpus() -> int | None:
 # -- endpoints, with the exact request shape --------------------------------------------
 
 
-def _probe_targets(configs: Iterable[DistilleryConfig]) -> list[tuple[str, ModelConfig]]:
+def _probe_targets(
+    configs: Iterable[DistilleryConfig], graph: StageGraph | None = None
+) -> list[tuple[str, ModelConfig]]:
+    """Every external model the sweep calls, by role: teachers, students and builders of
+    the configs, and every further model a planned stage calls (a brew's curator)."""
     seen: set[str] = set()
     out = []
-    for cfg in configs:
-        for role, model in models_in_use(cfg):
-            if model.backend != "external" or not model.base_url:
-                continue
-            ident = model.model_dump_json(exclude={"name"})
-            if ident not in seen:
-                seen.add(ident)
-                out.append((role, model))
+    used = [pair for cfg in configs for pair in models_in_use(cfg)]
+    if graph is not None:
+        used += [pair for stage in graph.stages.values() for pair in stage.models.items()]
+    for role, model in used:
+        if model.backend != "external" or not model.base_url:
+            continue
+        ident = model.model_dump_json(exclude={"name"})
+        if ident not in seen:
+            seen.add(ident)
+            out.append((role, model))
     return out
 
 
@@ -259,7 +265,12 @@ def probe_endpoint(role: str, model: ModelConfig, graph: StageGraph) -> str | No
     from distillery.workers.episodes import AgentJob, EpisodeRunner
     from distillery.workers.llm.types import RequestConfigError
 
-    cfg = next(c for c in graph.configs if c.teacher == model or c.student == model)
+    # The point whose benchmark the model serves: any model of a config or of its
+    # stages (teacher, student, builder, curator, ...); all share the benchmark's shape.
+    cfg = next(
+        (c for c in graph.configs if any(model == m for _, m in models_in_use(c))),
+        graph.configs[0],
+    )
     quick = model.model_copy(
         update={
             "max_retries": 0,

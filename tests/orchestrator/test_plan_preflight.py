@@ -97,6 +97,50 @@ def test_the_endpoint_is_sent_the_runs_own_first_request(tmp_path, monkeypatch, 
         assert "pre-flight: every check passed" in out
 
 
+def test_every_model_role_of_a_sweep_is_checked_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """One sweep naming a model in every role: teacher, student, a builder model
+    (`+builder_models.NAME` with memory.builder.model=NAME: the pre-flight's probe looked
+    models up among teachers and students only and died of StopIteration), AgentBrew's
+    curator (a builder_models entry) and an OpenAI-kind embedder. Each is probed or
+    checked, a missing key is one line naming its key, and nothing raises."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-embedder")
+    monkeypatch.delenv("DISTILLERY_TEST_CURATOR_KEY", raising=False)
+    with run_stub_server("distillery.testing.scripts:always_text", record=True) as url:
+        argv = [
+            "benchmark.limit=2",
+            "protocol=cross_split",
+            "methods=[teacher,zero_shot,amd_wf,agentbrew]",
+            f"output_dir={tmp_path / 'runs'}",
+            "teacher=external",
+            "teacher.model=stub",
+            "student=external",
+            "student.model=stub",
+            f"teacher.base_url={url}",
+            f"student.base_url={url}",
+            f"+builder_models.writer={{name: writer, backend: external, model: stub, "
+            f"base_url: '{url}'}}",
+            f"+builder_models.cur={{name: cur, backend: external, model: stub, "
+            f"base_url: '{url}', api_key_env: DISTILLERY_TEST_CURATOR_KEY}}",
+            "memory.builder.model=writer",
+            "+method_catalog.agentbrew.retrieval={brew: {curator: cur}}",
+            "memory/embedder=text_embedding_3_small",
+            f"memory.embedder.base_url={url}",
+        ]
+        code, out, said = _plan(capsys, *argv)
+        assert code == 2, said
+        assert said[0].startswith(
+            "builder_models.cur.api_key_env: environment variable DISTILLERY_TEST_CURATOR_KEY "
+            "is not set"
+        ), said
+        assert said[-1].startswith("pre-flight: 1 problem(s)"), said
+        # with the curator's key set, every model is sent the run's first request
+        monkeypatch.setenv("DISTILLERY_TEST_CURATOR_KEY", "sk-test-curator")
+        code, out, said = _plan(capsys, *argv)
+        assert (code, said) == (0, []), said
+        assert "pre-flight: every check passed" in out
+
+
 def test_totals_per_model_with_usd_and_gpu_hours(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("distillery.orchestrator.planning.readiness.local_gpus", lambda: 8)

@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.servers import GpuLeaseImpl, LlmServerImpl
+from distillery.workers.llm.start_failure import ServerStartError
 from distillery.workers.storage import Location
 
 log = logging.getLogger(__name__)
@@ -132,8 +133,13 @@ class ModelServerPool:
             for replica in self.replicas:
                 self._spawn(replica)
             urls = ray.get([self._start_ref(r) for r in self.replicas])
-        except BaseException:
+        except BaseException as exc:
             self.shutdown()
+            cause = getattr(exc, "cause", None)  # a RayTaskError carries the actor's error
+            if isinstance(cause, ServerStartError):
+                # One line for the console; Ray's traceback only in the log.
+                log.debug("model %s: start-up failed:\n%s", self.cfg.name, exc)
+                raise cause from None
             raise
         for replica, url in zip(self.replicas, urls, strict=True):
             replica.url, replica.state = url, "up"

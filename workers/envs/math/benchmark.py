@@ -79,9 +79,9 @@ BREW_SIZE = 1000  # AgentBrew appendix A.2: the first 1,000 training problems
 BREW_SPLITS = ("agentbrew_brew", "agentbrew_train")
 DATA_HELP = {
     "full": "unpack MATH.tar (github.com/hendrycks/math) and set "
-    "+benchmark.options.data_path=<the folder holding train/ and test/>",
+    "benchmark.options.data_path=<the folder holding train/ and test/>",
     "math500": "put test.jsonl of PRM800K's prm800k/math_splits (github.com/openai/prm800k) "
-    "in a folder and set +benchmark.options.data_path=<folder>",
+    "in a folder and set benchmark.options.data_path=<folder>",
 }
 _UNIQUE_ID = re.compile(r"^(train|test)/([a-z_]+)/(\d+)\.json$")
 _MEMO = Memo()

@@ -80,9 +80,9 @@ PLUS_FILES = ("MbppPlus.jsonl.gz", "MbppPlus.jsonl", "MbppPlus-v0.2.0.jsonl.gz",
 TIMEOUT_S = 60.0
 DATA_HELP = {
     "sanitized": "put sanitized-mbpp.json (github.com/google-research/google-research, "
-    "mbpp/) in a folder and set +benchmark.options.data_path=<folder>",
+    "mbpp/) in a folder and set benchmark.options.data_path=<folder>",
     "plus": "put MbppPlus.jsonl.gz of github.com/evalplus/mbppplus_release (release v0.2.0) "
-    "in a folder and set +benchmark.options.data_path=<folder>",
+    "in a folder and set benchmark.options.data_path=<folder>",
 }
 SPLITS = {
     "test": lambda n: 11 <= n <= 510,
