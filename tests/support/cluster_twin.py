@@ -46,7 +46,7 @@ class GroupShape:
     """One Ray group of the rendered RayCluster, as `ray start` sees a pod of it."""
 
     name: str  # "head" or the worker group's name
-    num_cpus: float
+    num_cpus: int  # `ray start --num-cpus` takes a whole number
     num_gpus: int
     resources: dict[str, float] = field(default_factory=dict)
     replicas: int = 1
@@ -76,7 +76,7 @@ def _shape(name: str, group: Mapping[str, Any], replicas: int, max_replicas: int
     params = group.get("rayStartParams", {})
     pod_cpus, gpus = _pod_cpus_and_gpus(group["template"])
     # Ray reads the container's CPU limit when num-cpus is not given (as in a pod).
-    num_cpus = float(params.get("num-cpus", pod_cpus))
+    num_cpus = int(float(params.get("num-cpus", pod_cpus)))
     gpus = int(params.get("num-gpus", gpus))
     return GroupShape(name, num_cpus, gpus, _ray_start_resources(params), replicas, max_replicas)
 
@@ -99,21 +99,22 @@ class ClusterTwin:
     groups: dict[str, GroupShape]
     pods: dict[str, int]  # group -> pods started
     ray: LocalRayCluster
+    env: dict[str, str]  # every pod's environment (its Secrets and ConfigMaps)
 
     def node_names(self, group: str) -> list[str]:
         return [f"{group}-{i}" for i in range(self.pods.get(group, 0))]
 
-    def driver_env(self, calls_dir: Path) -> dict[str, str]:
-        """What the RayJob's driver gets on the head pod: the cluster's address (Ray's
-        job supervisor sets RAY_ADDRESS) and its token."""
+    def driver_env(self) -> dict[str, str]:
+        """What the RayJob's driver gets on the head pod: the pods' environment, the
+        cluster's address (Ray's job supervisor sets RAY_ADDRESS) and its token."""
         return {
             **os.environ,
+            **self.env,
             **self.ray.env,
             "RAY_ADDRESS": self.ray.address,
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
             "HF_HUB_OFFLINE": "1",
             "MLFLOW_DISABLE_TELEMETRY": "true",
-            CALLS_DIR_ENV: str(calls_dir),
         }
 
 
@@ -152,7 +153,7 @@ def start_twin(
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return ClusterTwin(overlay, groups, dict(wanted), ray)
+    return ClusterTwin(overlay, groups, dict(wanted), ray, dict(env or {}))
 
 
 @contextmanager
@@ -178,8 +179,8 @@ def entrypoint(overrides: list[str]) -> list[str]:
     ]
 
 
-def stand_in_vllm(gpus: int, script: str) -> list[str]:
-    """Overrides making every student a scripted server that the pool starts as it
+def stand_in_vllm(role: str, gpus: int, script: str) -> list[str]:
+    """Overrides making `role`'s model a scripted server that the pool starts as it
     would a vLLM replica of `gpus` GPUs on cluster=kuberay: one replica in a placement
     group of the bundle {CPU 1, GPU `gpus`, distillery_gpus_<gpus> 1} (pool.placement_bundles
     and ClusterConfig.replica_resources), which only a pod of group vllm-<gpus>gpu has."""
@@ -193,18 +194,18 @@ def stand_in_vllm(gpus: int, script: str) -> list[str]:
         "'{port}'",
     ]
     return [
-        "student.backend=command",
-        "student.base_url=null",
-        f"student.command=[{','.join(command)}]",
-        f"student.command_cwd={REPO_ROOT}",
-        "student.server_host=127.0.0.1",  # every twin node is this machine's loopback
-        "student.replicas=1",
-        "student.server_num_cpus=1",
-        f"+student.server_resources={{GPU:{gpus},distillery_gpus_{gpus}:1}}",
-        "student.startup_timeout_s=120",
+        f"{role}.backend=command",
+        f"{role}.base_url=null",
+        f"{role}.command=[{','.join(command)}]",
+        f"{role}.command_cwd={REPO_ROOT}",
+        f"{role}.server_host=127.0.0.1",  # every twin node is this machine's loopback
+        f"{role}.replicas=1",
+        f"{role}.server_num_cpus=1",
+        f"+{role}.server_resources={{GPU:{gpus},distillery_gpus_{gpus}:1}}",
+        f"{role}.startup_timeout_s=120",
         # vLLM's own launch flags (the stand-in is no vLLM)
-        "student.reasoning_parser=null",
-        "student.tool_call_parser=null",
+        f"{role}.reasoning_parser=null",
+        f"{role}.tool_call_parser=null",
     ]
 
 
