@@ -135,10 +135,10 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
     assert episodes["success"].all()  # the stand-in replays the ground truth
     truth = ground_truth_calls(n_tasks)
     assert dict(zip(episodes["task_id"], episodes["n_llm_calls"], strict=True)) == truth
-    # Two stand-in servers (one per cluster); the first answered at least the finished
-    # episodes, and the retry no more than the rest plus the episodes in flight.
+    # The stand-in servers answered every recorded call at least once (episodes in
+    # flight when the head died were played again).
     counts = counted_calls(calls_dir)
-    assert len(counts) == 2 and sum(counts.values()) >= sum(truth.values())
+    assert counts and sum(counts.values()) >= sum(truth.values())
 
 
 def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path):
