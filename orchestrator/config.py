@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from distillery.orchestrator.protocols import ProtocolConfig
+from distillery.orchestrator.core.protocols import ProtocolConfig
 from distillery.workers.envs.registry import (
     BenchmarkLoadError,
     benchmark_deviations,
@@ -427,7 +427,7 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
             named, msg = msg.split(": ", 1)  # whole-config checks name their key first
             key = prefix + named
         if err["type"] == "extra_forbidden":
-            from distillery.orchestrator.hydra_flags import model_field_suggestion
+            from distillery.orchestrator.core.config import model_field_suggestion
 
             close = None if prefix else model_field_suggestion(tuple(err["loc"]))
             if close:

@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from distillery.orchestrator.config import ClusterConfig
+from distillery.orchestrator.core.config import ClusterConfig
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.types import RequestConfigError
 from distillery.workers.placement import PlacementTimeout, asks, placement_message

@@ -12,8 +12,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from distillery.orchestrator.config import ClusterConfig
-from distillery.orchestrator.dispatch import PLACEMENT_POLL_S, EpisodeWorkers
+from distillery.orchestrator.core.config import ClusterConfig
+from distillery.orchestrator.execution.dispatch import PLACEMENT_POLL_S, EpisodeWorkers
 from distillery.workers.episodes import AgentJob, PlayRequest
 from distillery.workers.trajectories import EpisodeSummary
 

@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from distillery.orchestrator.plan import StageGraph, server_key
-from distillery.orchestrator.stages import StageKey
+from distillery.orchestrator.planning.plan import StageGraph, server_key
+from distillery.orchestrator.stages.stage import StageKey
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.storage import Location
 

@@ -4,7 +4,7 @@ resources (free/total), so that "0/16 episodes after 240 s" becomes "4 of 8 epis
 workers not placed in 900 s; each asks CPU 1, distillery_cpu 1; free per node: ...".
 
 Used by every wait for actors or placement groups (episode workers in
-orchestrator/dispatch.py, model server replicas in workers/llm/pool.py)."""
+orchestrator/execution/dispatch.py, model server replicas in workers/llm/pool.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from distillery.orchestrator.k8s import (
+from distillery.orchestrator.cluster.k8s import (
     build_rayjob,
     build_weights_job,
     kustomize,
@@ -30,7 +30,7 @@ from distillery.orchestrator.k8s import (
     template_defaults,
     weights_template,
 )
-from distillery.orchestrator.submit import PreparedSweep
+from distillery.orchestrator.cluster.submit import PreparedSweep
 from distillery.workers.llm.config import ModelConfig
 from tests.k8s.kuberay_rules import cluster_errors, rayjob_errors
 from tests.k8s.validation import REPO_ROOT, core_errors, crd_errors
@@ -362,7 +362,11 @@ def test_rayjob_shuts_down_retries_and_ends():
     (submitter,) = spec["submitterPodTemplate"]["spec"]["containers"]
     assert submitter["image"] == head["image"]
     assert job["metadata"]["namespace"] == "distillery"
-    assert shlex.split(spec["entrypoint"])[:3] == ["python", "-m", "distillery.orchestrator.cli"]
+    assert shlex.split(spec["entrypoint"])[:3] == [
+        "python",
+        "-m",
+        "distillery.orchestrator.cli.app",
+    ]
 
 
 def ray_version() -> str:
@@ -386,7 +390,7 @@ def test_the_runbook_documents_one_command_per_overlay():
 
 
 def test_submit_k8s_renders_a_valid_rayjob_for_the_sweep(tmp_path, capsys):
-    from distillery.orchestrator.submit import SWEEP_ID_KEY, SWEEP_LABEL, main, prepare
+    from distillery.orchestrator.cluster.submit import SWEEP_ID_KEY, SWEEP_LABEL, main, prepare
 
     out = tmp_path / "job.yaml"
     argv = ["benchmark.limit=3", "output_dir=s3://mine/runs", "student=qwen3_4b"]
@@ -501,8 +505,8 @@ def test_each_replica_size_is_placed_on_its_own_gpu_group():
         _derive_autoscaling_config_from_ray_cr,
     )
 
-    from distillery.orchestrator.config import ClusterConfig
-    from distillery.orchestrator.k8s import gpu_groups
+    from distillery.orchestrator.cluster.k8s import gpu_groups
+    from distillery.orchestrator.core.config import ClusterConfig
     from distillery.workers.llm.pool import placement_bundles
     from tests.k8s.kuberay_rules import ray_start_flag
 

@@ -23,15 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distillery.orchestrator.k8s import (
-    rayjob_template,
-    render_overlay,
-    template_defaults,
-)
-from distillery.orchestrator.k8s import (
-    the_raycluster as raycluster_of,
-)
-from distillery.orchestrator.submit import merge_overrides
+from distillery.orchestrator.cluster.k8s import rayjob_template, render_overlay, template_defaults
+from distillery.orchestrator.cluster.k8s import the_raycluster as raycluster_of
+from distillery.orchestrator.cluster.submit import merge_overrides
 from tests.support import REPO_ROOT
 from tests.support.ray_cluster import LocalRayCluster
 
@@ -174,7 +168,7 @@ def entrypoint(overrides: list[str]) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "distillery.orchestrator.cli",
+        "distillery.orchestrator.cli.app",
         *merge_overrides(defaults, overrides),
     ]
 
