@@ -19,8 +19,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from distillery.orchestrator.core.config import DistilleryConfig
-
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 CFG_CHOICES = ("job", "hydra", "all")
 # Flags of a @hydra.main application that have no meaning here (distillery composes

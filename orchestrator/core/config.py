@@ -111,12 +111,35 @@ class ClusterConfig(_Frozen):
     # (and the autoscaler starts) a pod of the group with exactly N GPUs on one node.
     # None: any node with N free GPUs.
     gpu_node_resource: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # A custom Ray resource only the nodes meant for episode workers advertise (k8s/: the
+    # cpu group's distillery_cpu, one per CPU): each worker reserves worker_num_cpus of it
+    # besides its CPUs, so no worker lands on (or waits for) a GPU pod or the head. None:
+    # any node with free CPUs. Workers are spread over the nodes with room (SPREAD).
+    worker_resource: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # Benchmarks whose episodes run model-written code or worlds in the namespace sandbox
+    # (workers/sandbox): their workers reserve `sandbox_resource` instead, advertised only
+    # by the grading group (k8s/: pods whose seccomp/AppArmor profiles allow the jail's
+    # namespaces; docs/cluster.md "Sandboxes on the nodes").
+    sandbox_resource: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    sandboxed_benchmarks: tuple[str, ...] = ()
+    # Deadline for episode workers and server replicas to be placed. Ours: on Kubernetes
+    # it covers the autoscaler starting a pod and a cold pull of the image (the GPU image
+    # is ~10 GB); after it the stage fails with what it asked and what each node has free.
+    placement_timeout_s: float = Field(default=900.0, gt=0)
 
     def replica_resources(self, gpus: int) -> dict[str, float]:
         """The custom Ray resource a replica of `gpus` GPUs reserves on this cluster."""
         if self.gpu_node_resource is None or gpus < 1:
             return {}
         return {f"{self.gpu_node_resource}_{gpus}": 1.0}
+
+    def worker_resources(self, benchmark: str) -> dict[str, float]:
+        """The custom resource an episode worker of `benchmark` reserves on this cluster."""
+        if self.sandbox_resource is not None and benchmark in self.sandboxed_benchmarks:
+            return {self.sandbox_resource: self.worker_num_cpus}
+        if self.worker_resource is not None:
+            return {self.worker_resource: self.worker_num_cpus}
+        return {}
 
     @property
     def joins(self) -> bool:

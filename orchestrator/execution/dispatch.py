@@ -1,5 +1,6 @@
 """Dispatch of one agent's episodes over Ray episode workers: bounded in flight,
-spread over the cluster's nodes, each worker with its share of every server
+spread over the nodes with room for them (never pinned to a full one), every wait for
+their placement bounded, each worker with its share of every server
 replica's slots, lost workers (or their nodes) replaced and their tasks dispatched
 again. Returns what ran and what was retried."""
 
@@ -17,6 +18,13 @@ from tqdm import tqdm
 from distillery.orchestrator.core.config import ClusterConfig
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.types import RequestConfigError
+from distillery.workers.placement import PlacementTimeout, asks, placement_message
+
+# How often the dispatch loop looks at workers being (re)placed while it waits.
+PLACEMENT_POLL_S = 5.0
+# Once the first worker is placed, the stage waits for the others while each arrives
+# within this long of the one before (the rest join the stage as they are placed).
+PLACEMENT_SETTLE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -95,54 +103,133 @@ def worker_capacity(
 
 
 class EpisodeWorkers:
-    """The Ray episode workers of one agent job, spread over the cluster's nodes; a lost
-    worker (its actor, or its node) is replaced in place (`generation` counts it)."""
+    """The Ray episode workers of one agent job, spread over the nodes that have room
+    for them; a lost worker (its actor, or its node) is replaced wherever there is room
+    (`generation` counts it).
+
+    No wait for placement is unbounded. A worker is `placed` once its actor answers;
+    the stage starts as soon as one is (the rest join as room appears: an autoscaler's
+    new pod), and a worker still not placed `cluster.placement_timeout_s` after it was
+    asked for is given up with one line (what it asks, what every node has free); with
+    none placed at all the stage fails with that line (PlacementTimeout)."""
 
     def __init__(
         self, job: AgentJob, endpoints: list[str], cluster: ClusterConfig, n: int, directory: Any
     ) -> None:
         self.job, self.endpoints, self.cluster, self.directory = job, endpoints, cluster, directory
         self.n = n
-        self.homes = worker_nodes(cluster.worker_num_cpus)
         self.workers: list[Any] = []
         self.generation = [0] * n  # bumped when a worker is replaced
+        self.placed: set[int] = set()  # workers whose actor answered
+        self.nodes: dict[int, str] = {}  # placed worker -> its Ray node
+        # Workers not yet placed: index -> (its ready() ref, when it was asked for).
+        self.placing: dict[int, tuple[Any, float]] = {}
+        self.given_up: set[int] = set()  # never placed by the deadline
+
+    @property
+    def asks(self) -> dict[str, float]:
+        """What one worker reserves: its CPUs, and the cluster's episode-worker resource
+        (only the nodes meant for workers have it: never the head or a GPU pod)."""
+        return {
+            "CPU": self.cluster.worker_num_cpus,
+            **self.cluster.worker_resources(self.job.benchmark),
+        }
 
     def _spawn(self, index: int) -> Any:
-        # Dealt over the nodes that can hold one; soft, so a worker whose node is gone
-        # or full is placed anywhere.
+        # SPREAD places each worker on a node with room for it now, and never pins one
+        # to a node (a soft node affinity waits on a full node for ever: Ray moves it
+        # only when that node is gone or infeasible).
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        home = self.homes[index % len(self.homes)] if self.homes else None
-        strategy = NodeAffinitySchedulingStrategy(home, soft=True) if home else "SPREAD"
-        return (
+        custom = self.cluster.worker_resources(self.job.benchmark)
+        actor = (
             ray.remote(EpisodeWorkerImpl)
             .options(
                 num_cpus=self.cluster.worker_num_cpus,
+                resources=custom or None,
                 max_concurrency=self.cluster.episodes_per_worker,
-                scheduling_strategy=strategy,
+                scheduling_strategy="SPREAD",
             )
             .remote(self.job, self.endpoints, self.directory, (index, self.n))
         )
+        self.placed.discard(index)
+        self.placing[index] = (actor.ready.remote(), time.monotonic())
+        return actor
 
     def start(self) -> tuple[list[str], str | None]:
-        """Start them: their nodes, and the preflight's message when the server could
-        not be reached (a request refused for how it was built raises here, at its
-        first)."""
+        """Start them: the nodes of those placed, and the preflight's message when the
+        server could not be reached (a request refused for how it was built raises
+        here, at its first). None placed by the deadline raises PlacementTimeout."""
         import ray
 
         self.workers = [self._spawn(w) for w in range(self.n)]
         try:
-            nodes = ray.get([w.ready.remote() for w in self.workers])
-            unreachable = ray_get(self.workers[0].preflight.remote())
+            refs = [ref for ref, _ in self.placing.values()]
+            timeout = self.cluster.placement_timeout_s
+            first, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+            if not first:
+                raise PlacementTimeout(self._placement_line(self.n, timeout))
+            # The others while they keep arriving (a node starts its worker processes
+            # one by one); those without room join the stage when they are placed.
+            placed = len(first)
+            while placed < len(refs):
+                more, _ = ray.wait(refs, num_returns=placed + 1, timeout=PLACEMENT_SETTLE_S)
+                if len(more) == placed:
+                    break
+                placed = len(more)
+            self.poll()
+            unreachable = ray_get(self.workers[min(self.placed)].preflight.remote())
         except BaseException:
             self.close()
             raise
-        return nodes, unreachable
+        return [self.nodes[w] for w in sorted(self.placed)], unreachable
+
+    def _placement_line(self, missing: int, waited_s: float) -> str:
+        return placement_message(
+            f"episode workers of {self.job.stage} {self.job.role}:{self.job.model.name}",
+            missing,
+            self.n,
+            waited_s,
+            [self.asks],
+        )
+
+    def poll(self) -> None:
+        """Workers placed since the last look join `placed`; one still not placed after
+        the deadline is given up (a warning line), unless it is the last hope: with no
+        worker placed, PlacementTimeout."""
+        import ray
+
+        if not self.placing:
+            return
+        refs = {ref: index for index, (ref, _) in self.placing.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            index = refs[ref]
+            del self.placing[index]
+            try:
+                self.nodes[index] = ray.get(ref)
+            except Exception:  # died as it started: its first episode replaces it
+                self.nodes[index] = "?"
+            self.placed.add(index)
+        timeout = self.cluster.placement_timeout_s
+        now = time.monotonic()
+        late = [i for i, (_, since) in self.placing.items() if now - since > timeout]
+        if not late:
+            return
+        line = self._placement_line(len(late), timeout)
+        if not self.placed:
+            raise PlacementTimeout(line)
+        for index in late:
+            del self.placing[index]
+            self.given_up.add(index)
+            with contextlib.suppress(Exception):
+                ray.kill(self.workers[index])
+        tqdm.write(f"  warning: {line}; going on with {len(self.placed)} placed")
 
     def replace(self, index: int, born: int, exc: BaseException) -> bool:
         """Replace worker `index` lost with `exc`, unless it was replaced already since
-        generation `born` (another of its episodes saw the loss first)."""
+        generation `born` (another of its episodes saw the loss first). The replacement
+        is placed wherever there is room (until then its episodes go to the others)."""
         import ray
 
         if born != self.generation[index]:
@@ -157,16 +244,18 @@ class EpisodeWorkers:
         )
         return True
 
-    def cpu_times(self) -> list[float]:
+    def cpu_times(self) -> dict[int, float]:
         import ray
 
-        return ray.get([w.cpu_time_s.remote() for w in self.workers])
+        placed = sorted(self.placed)
+        times = ray.get([self.workers[w].cpu_time_s.remote() for w in placed])
+        return dict(zip(placed, times, strict=True))
 
     def routing_stats(self) -> Counter[str]:
         import ray
 
         total: Counter[str] = Counter()
-        for stats in ray.get([w.routing_stats.remote() for w in self.workers]):
+        for stats in ray.get([self.workers[w].routing_stats.remote() for w in sorted(self.placed)]):
             total.update(stats)
         return total
 
@@ -234,7 +323,12 @@ def run_agent(
     if unreachable:  # a server down or a reply of any shape: the episodes decide
         tqdm.write(f"warning: {job.model.name} preflight request: {unreachable[:300]}")
     if progress and len(set(nodes)) > 1:
-        tqdm.write(f"  {pool.n} episode workers on {len(set(nodes))} nodes")
+        tqdm.write(f"  {len(nodes)} episode workers on {len(set(nodes))} nodes")
+    if pool.placing:
+        tqdm.write(
+            f"  {len(pool.placing)} of {pool.n} episode workers wait for room (asking "
+            f"{asks(pool.asks)}); the stage starts with {len(pool.placed)}"
+        )
     cpu_before = pool.cpu_times()
     started = time.perf_counter()
 
@@ -246,8 +340,9 @@ def run_agent(
     bar = _Progress(len(task_ids), desc or f"{job.stage} {job.role}:{job.model.name}", progress)
     try:
         while pending or owner:
+            pool.poll()  # workers placed since, or given up (none at all: it raises)
             while pending:
-                free = [w for w in range(pool.n) if busy[w] < caps[w]]
+                free = [w for w in sorted(pool.placed) if busy[w] < caps[w]]
                 if not free or len(owner) >= capacity.in_flight:
                     break
                 index = min(free, key=lambda w: (busy[w] / caps[w], w))
@@ -255,8 +350,13 @@ def run_agent(
                 ref = pool.workers[index].run_task.remote(task_id)
                 owner[ref] = (index, pool.generation[index], task_id)
                 busy[index] += 1
-            done, _ = ray.wait(list(owner), num_returns=1)
+            # Never an unbounded wait: workers being placed are looked at every few
+            # seconds (their deadline ends the stage when no worker is left).
+            waiting = list(owner) or [ref for ref, _ in pool.placing.values()]
+            done, _ = ray.wait(waiting, num_returns=1, timeout=PLACEMENT_POLL_S)
             for ref in done:
+                if ref not in owner:  # a worker placed: dispatched to on the next turn
+                    continue
                 index, born, task_id = owner.pop(ref)
                 busy[index] -= 1
                 try:
@@ -266,7 +366,7 @@ def run_agent(
                     # the agent's. Replace it once and dispatch its tasks again.
                     pending.append(task_id)
                     if pool.replace(index, born, exc):
-                        cpu_before[index] = 0.0
+                        cpu_before.pop(index, None)
                         infra["worker_restarts"] += 1
                     continue
                 if on_summary is not None:  # the ledger: recorded as soon as it lands
@@ -275,7 +375,8 @@ def run_agent(
                 infra["episode_retries"] += max(0, summary.attempts - 1)
                 bar.update(summary, len(summaries), len(owner))
         wall_s = time.perf_counter() - started
-        worker_cpu_s = sum(pool.cpu_times()) - sum(cpu_before)
+        cpu_after = pool.cpu_times()
+        worker_cpu_s = sum(cpu_after.values()) - sum(cpu_before.get(w, 0.0) for w in cpu_after)
         infra.update(pool.routing_stats())
     finally:
         bar.close()
@@ -283,15 +384,3 @@ def run_agent(
     order = {t: i for i, t in enumerate(task_ids)}
     ordered = sorted(summaries, key=lambda s: order[s.task_id])
     return AgentRun(ordered, wall_s, worker_cpu_s, dict(infra))
-
-
-def worker_nodes(num_cpus: float) -> list[str]:
-    """Alive nodes with room for an episode worker (a KubeRay head with num-cpus 0 has
-    none)."""
-    import ray
-
-    return [
-        n["NodeID"]
-        for n in ray.nodes()
-        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= num_cpus
-    ]

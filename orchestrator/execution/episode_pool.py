@@ -13,7 +13,7 @@ from typing import Any
 from tqdm import tqdm
 
 from distillery.orchestrator.core.config import ClusterConfig
-from distillery.orchestrator.execution.dispatch import EpisodeWorkers
+from distillery.orchestrator.execution.dispatch import PLACEMENT_POLL_S, EpisodeWorkers
 from distillery.workers.episodes import AgentJob, PlayRequest
 from distillery.workers.trajectories import EpisodeSummary
 
@@ -60,7 +60,11 @@ class EpisodePool:
             raise RuntimeError("the episode pool is not started")
         async with self._slots:
             while True:
-                index = min(range(self.n_workers), key=lambda w: (self._busy[w], w))
+                workers.poll()  # placed since, or given up (none left at all: it raises)
+                if not workers.placed:  # every worker being (re)placed: bounded by poll
+                    await asyncio.sleep(PLACEMENT_POLL_S)
+                    continue
+                index = min(workers.placed, key=lambda w: (self._busy[w], w))
                 born = workers.generation[index]
                 worker = workers.workers[index]
                 self._busy[index] += 1

@@ -22,6 +22,10 @@ class ServerPool:
         self.graph = graph
         # Joined cluster: servers listen on their node's address for workers elsewhere.
         self.node_address = graph.configs[0].cluster.joins
+        # A joined cluster may grow (an autoscaler, a cold image pull): its placement
+        # deadline; a private Ray has what it has (the model's startup timeout).
+        cluster = graph.configs[0].cluster
+        self.placement_timeout_s = cluster.placement_timeout_s if cluster.joins else None
         # The servers' logs: in the sweep's folder, on the output root's filesystem (an
         # object store too: copied there as they grow, so they outlive GPU pods).
         self.log_dir = log_dir.uri
@@ -50,7 +54,13 @@ class ServerPool:
                     f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}"
                 )
 
-            pool = start_pool(self.placed(model), self.log_dir, report, self.node_address)
+            pool = start_pool(
+                self.placed(model),
+                self.log_dir,
+                report,
+                self.node_address,
+                self.placement_timeout_s,
+            )
             self.say(
                 f"  model {model.name}: {model.replicas} replicas on {len(set(pool.nodes))} nodes"
             )

@@ -460,9 +460,12 @@ def test_a_sweep_named_with_a_leading_digit_gets_a_name_kuberay_accepts():
 # -- pods: least privilege ----------------------------------------------------------------
 
 
-# The pods whose processes start benchmark worlds or the code sandbox: the driver (on the
-# head: it lists tasks through a world) and the CPU episode workers.
-SANDBOX_PODS = ("/head", "/cpu")
+# The one pod group whose processes start benchmark worlds or the code sandbox (the
+# episode workers of cluster.sandboxed_benchmarks): Localhost profiles that are the
+# runtime's defaults plus the jail's calls (k8s/security/). Pod Security "restricted"
+# admits a Localhost seccomp profile; nothing here is Unconfined.
+SANDBOX_PODS = ("/grading",)
+SANDBOX_SECCOMP = "operator/distillery/distillery-sandbox.json"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -471,14 +474,17 @@ def test_every_pod_runs_unprivileged(overlay):
         for where, pod in pod_specs(obj):
             context = pod.get("securityContext", {})
             assert context.get("runAsNonRoot") is True, where
-            profile = context.get("seccompProfile", {}).get("type")
+            seccomp = context.get("seccompProfile", {})
             if where.endswith(SANDBOX_PODS):
-                # They start model-run code in namespaces of distillery's own sandbox,
-                # which the runtime's default profile refuses (unshare without
-                # CAP_SYS_ADMIN); everything else keeps the default profile.
-                assert profile == "Unconfined", where
+                assert seccomp == {"type": "Localhost", "localhostProfile": SANDBOX_SECCOMP}
+                assert context["appArmorProfile"] == {
+                    "type": "Localhost",
+                    "localhostProfile": "distillery-sandbox",
+                }, where
             else:
-                assert profile == "RuntimeDefault", where
+                # The head (every key, the Ray token) and the cpu workers included.
+                assert seccomp == {"type": "RuntimeDefault"}, where
+            assert "Unconfined" not in json.dumps(pod), where
         for where, c in containers(obj):
             context = c.get("securityContext", {})
             assert context.get("allowPrivilegeEscalation") is False, where
@@ -536,11 +542,20 @@ def test_each_replica_size_is_placed_on_its_own_gpu_group():
         # reaches `ray start` as valid JSON.
         flag = ray_start_flag("resources", spec["rayStartParams"]["resources"])
         assert json.loads(flag.split("=", 1)[1]) == {f"distillery_gpus_{gpus}": 1}
-    # Episode workers (1 CPU each under cluster=kuberay) never fit on a GPU pod.
-    assert all(
-        types[g]["resources"]["CPU"] < kuberay["worker_num_cpus"] + 1
-        for g in gpu_groups(cluster).values()
-    )
+    # Episode workers reserve a resource only the cpu group (and, for sandboxed
+    # benchmarks, only the grading group) advertises: never placed on a GPU pod or the
+    # head, however many CPUs those have free.
+    for benchmark, home in (("bfcl_multi_turn_base", "cpu"), ("mbpp", "grading")):
+        asks = {"CPU": cluster_cfg.worker_num_cpus, **cluster_cfg.worker_resources(benchmark)}
+        hosts = [
+            name
+            for name, node in types.items()
+            if all(node["resources"].get(k, 0) >= v for k, v in asks.items())
+        ]
+        assert hosts == [home], (benchmark, hosts)
+    # The resource counts a pod's CPUs: as many workers as the pod has CPUs for.
+    cpu_node = types["cpu"]["resources"]
+    assert cpu_node[cluster_cfg.worker_resource] == cpu_node["CPU"] == 4
 
 
 def test_gpu_pods_read_weights_offline_from_the_cache_the_weights_job_fills():

@@ -56,7 +56,9 @@ class LocalRayCluster:
         """What a process needs to join this cluster (token auth included)."""
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, **SLOW_MACHINE_ENV}
 
-    def start_head(self, num_cpus: float, resources: dict[str, float] | None = None) -> None:
+    def start_head(
+        self, num_cpus: float, resources: dict[str, float] | None = None, num_gpus: int = 0
+    ) -> None:
         self._start(
             "head",
             [
@@ -72,20 +74,32 @@ class LocalRayCluster:
             ],
             num_cpus,
             resources,
+            num_gpus,
         )
 
     def add_node(
-        self, name: str, num_cpus: float, resources: dict[str, float] | None = None
+        self,
+        name: str,
+        num_cpus: float,
+        resources: dict[str, float] | None = None,
+        num_gpus: int = 0,
     ) -> None:
-        self._start(name, ["--address", self.address], num_cpus, resources)
+        """A node joining the head; `num_gpus` are Ray's GPU resource only (no device:
+        what a pod's GPUs are to placement)."""
+        self._start(name, ["--address", self.address], num_cpus, resources, num_gpus)
 
     def _start(
-        self, name: str, args: list[str], num_cpus: float, resources: dict[str, float] | None
+        self,
+        name: str,
+        args: list[str],
+        num_cpus: float,
+        resources: dict[str, float] | None,
+        num_gpus: int = 0,
     ) -> None:
         # A node whose agents start too slowly on a loaded machine dies at start-up
         # (Ray's own timeout): try again, a bounded number of times.
         for attempt in range(1, 4):
-            node = self._launch(name, args, num_cpus, resources, attempt)
+            node = self._launch(name, args, num_cpus, resources, attempt, num_gpus)
             if self._wait_started(node):
                 self.nodes[name] = node
                 return
@@ -101,6 +115,7 @@ class LocalRayCluster:
         num_cpus: float,
         resources: dict[str, float] | None,
         attempt: int,
+        num_gpus: int = 0,
     ) -> RayNode:
         ports = [
             f"--{option}={free_port()}"
@@ -124,6 +139,8 @@ class LocalRayCluster:
             str(self.temp_dir),
             "--num-cpus",
             str(num_cpus),
+            "--num-gpus",
+            str(num_gpus),
             "--resources",
             json.dumps({f"node_{name}": 1.0, **(resources or {})}),
             "--disable-usage-stats",

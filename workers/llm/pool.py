@@ -26,6 +26,7 @@ from typing import Any, cast
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.servers import GpuLeaseImpl, LlmServerImpl
 from distillery.workers.llm.start_failure import ServerStartError
+from distillery.workers.placement import PlacementTimeout, placement_message
 from distillery.workers.storage import Location
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,12 @@ class ModelServerPool:
         log_dir: str | Path,
         on_event: Callable[[PoolEvent], None] | None = None,
         node_address: bool = False,
+        placement_timeout_s: float | None = None,
     ) -> None:
         self.cfg = cfg
+        # How long a replica's placement group may wait for a node (on Kubernetes: the
+        # autoscaler's new pod and a cold image pull); None: the model's startup timeout.
+        self.placement_timeout_s = placement_timeout_s or cfg.startup_timeout_s
         self.node_address = node_address  # serve on the node's address (clusters)
         # A local folder (made absolute: actors run elsewhere) or a URI (an object store:
         # each server's log is copied there as it grows).
@@ -132,7 +137,7 @@ class ModelServerPool:
             self._wait_placed([r.group for r in self.replicas], bundles)
             for replica in self.replicas:
                 self._spawn(replica)
-            urls = ray.get([self._start_ref(r) for r in self.replicas])
+            urls = self._wait_started([self._start_ref(r) for r in self.replicas])
         except BaseException as exc:
             self.shutdown()
             cause = getattr(exc, "cause", None)  # a RayTaskError carries the actor's error
@@ -196,16 +201,42 @@ class ModelServerPool:
     def _wait_placed(self, groups: list[Any], bundles: list[dict[str, float]]) -> None:
         import ray
 
-        ready, _ = ray.wait(
-            [g.ready() for g in groups], num_returns=len(groups), timeout=self.cfg.startup_timeout_s
-        )
+        timeout = self.placement_timeout_s
+        ready, _ = ray.wait([g.ready() for g in groups], num_returns=len(groups), timeout=timeout)
         if len(ready) < len(groups):
-            raise RuntimeError(
-                f"model {self.cfg.name}: {len(groups) - len(ready)} of {len(groups)} replicas "
-                f"could not be placed in {self.cfg.startup_timeout_s:.0f} s (each needs "
-                f"{bundles} on one node): the cluster lacks the resources"
+            raise PlacementTimeout(
+                f"model {self.cfg.name}: "
+                + placement_message(
+                    "replicas (their bundles on one node)",
+                    len(groups) - len(ready),
+                    len(groups),
+                    timeout,
+                    bundles,
+                )
+                + "; the cluster lacks the resources"
                 + _custom_resource_hint(bundles)
             )
+
+    def _wait_started(self, refs: list[Any]) -> list[str]:
+        """The replicas' URLs once their servers answer; bounded: each server has its
+        startup timeout, and an actor that never starts (its process not scheduled)
+        ends the wait with the cluster's resources."""
+        import ray
+
+        timeout = self.cfg.startup_timeout_s + 60  # the server's own deadline, then ours
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if len(ready) < len(refs):
+            raise PlacementTimeout(
+                f"model {self.cfg.name}: "
+                + placement_message(
+                    "replica servers started (placed but not answering)",
+                    len(refs) - len(ready),
+                    len(refs),
+                    timeout,
+                    placement_bundles(self.cfg),
+                )
+            )
+        return cast(list[str], ray.get(refs))
 
     def _spawn(self, replica: ReplicaState) -> None:
         import ray
@@ -370,12 +401,14 @@ def start_pool(
     log_dir: str | Path = "distillery_logs",
     on_event: Callable[[PoolEvent], None] | None = None,
     node_address: bool = False,
+    placement_timeout_s: float | None = None,
 ) -> ModelServerPool:
     """Start a launched model's replicas (Ray must be initialised). `node_address`:
-    servers listen on their node's address (a multi-node cluster), not loopback."""
+    servers listen on their node's address (a multi-node cluster), not loopback;
+    `placement_timeout_s`: how long replicas may wait for room (the cluster's)."""
     if not cfg.launched:
         raise ValueError(f"backend {cfg.backend!r} is not launched by distillery")
-    pool = ModelServerPool(cfg, log_dir, on_event, node_address)
+    pool = ModelServerPool(cfg, log_dir, on_event, node_address, placement_timeout_s)
     started = time.perf_counter()
     pool.start()
     log.info(

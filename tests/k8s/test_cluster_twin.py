@@ -1,0 +1,200 @@
+"""The paper's sweeps on a twin of the cluster k8s/ creates (tests/support/cluster_twin.py):
+the gpu overlay rendered, a loopback Ray cluster with exactly its groups' shapes (a head
+with num-cpus 0, the cpu group's pod with 4 CPUs and distillery_cpu 4, GPU pods with
+num-cpus 1, their GPUs and distillery_gpus_<N>), and the sweep run by the RayJob's own
+entrypoint (`distillery submit --k8s`'s command, cluster=kuberay) with scripted servers
+standing in for vLLM (started by the pool, in the placement groups of vLLM replicas on
+the GPU group) and for the API teacher.
+
+- A 16-episode collection by a GPU-served teacher with 8 workers x 1 CPU, where only 4
+  fit (the deadlock of issue 33: workers pinned to full nodes waited for ever): the
+  stage starts with the 4 placed, says what the others wait for, finishes; then the
+  head is killed mid-sweep and the resubmitted sweep finishes every task exactly once.
+- BFCL Table 1's shape: the API teacher's collection, the AMD build, four students on
+  the GPU group, zero-shot and AMD each, every model call counted exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from distillery.testing.bfcl_scripts import _tasks_by_first_turn
+from distillery.testing.scripted_server import run_stub_server, stub_stats
+from tests.support.cluster_twin import (
+    CALLS_DIR_ENV,
+    cluster_twin,
+    counted_calls,
+    entrypoint,
+    stand_in_vllm,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="renders k8s/ with kubectl"),
+]
+
+REPLAY = "tests.support.cluster_twin:counted_replay_native"
+
+
+def ground_truth_calls(n_tasks: int) -> dict[str, int]:
+    """The chat requests a ground-truth replay makes per task (each turn's calls, one
+    step each, then a call-free closing reply)."""
+    calls = {}
+    for candidates in _tasks_by_first_turn().values():
+        for task, truth in candidates:
+            calls[task.task_id] = sum(len(turn) + 1 for turn in truth)
+    return {f"multi_turn_base_{i}": calls[f"multi_turn_base_{i}"] for i in range(n_tasks)}
+
+
+def local_outputs(tmp_path: Path) -> list[str]:
+    """The RayJob's defaults point at in-cluster services; here: this test's folders."""
+    return [
+        f"output_dir={tmp_path / 'runs'}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        "memory.store.url=null",
+        "memory.store.api_key_env=null",
+        "agent.retry_backoff_s=0",
+    ]
+
+
+def sweep_episodes(tmp_path: Path) -> pd.DataFrame:
+    (sweep_dir,) = (tmp_path / "runs" / "sweeps").iterdir()
+    return pd.read_parquet(sweep_dir / "episodes.parquet")
+
+
+def done_files(tmp_path: Path, kind: str) -> int:
+    return len(list((tmp_path / "runs").glob(f"stages/{kind}/*/done/*.json")))
+
+
+def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_head(tmp_path):
+    n_tasks = 16
+    calls_dir = tmp_path / "calls"
+    calls_dir.mkdir()
+    overrides = [
+        *local_outputs(tmp_path),
+        "benchmark.limit=16",
+        "methods=[teacher]",
+        "model@teacher=qwen3_32b",
+        *stand_in_vllm("teacher", 1, REPLAY),
+        "cluster.placement_timeout_s=300",  # a failure says so in minutes
+    ]
+
+    def submit(twin, log: Path) -> subprocess.Popen:
+        return subprocess.Popen(
+            entrypoint(overrides),
+            cwd=tmp_path,
+            env=twin.driver_env(),
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    pods = {"cpu": 1, "vllm-1gpu": 1}
+    env = {CALLS_DIR_ENV: str(calls_dir)}  # the pods' environment
+    first_log = tmp_path / "first.log"
+    with cluster_twin("gpu", pods, env) as twin:
+        assert (twin.groups["head"].num_cpus, twin.groups["cpu"].num_cpus) == (0, 4)
+        driver = submit(twin, first_log)
+        deadline = time.monotonic() + 600
+        while done_files(tmp_path, "collect") < 4:
+            assert driver.poll() is None, first_log.read_text()[-4000:]
+            assert time.monotonic() < deadline, "the collection did not get going"
+            time.sleep(0.5)
+        twin.ray.kill_node("head")  # the head pod: its driver goes with it
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    first = first_log.read_text()
+    # 8 workers asked for, 4 CPUs of distillery_cpu: the stage did not wait for the rest.
+    assert re.search(
+        r"4 of 8 episode workers wait for room \(asking CPU 1, distillery_cpu 1\); "
+        r"the stage starts with 4",
+        first,
+    ), first[-4000:]
+    finished_before = done_files(tmp_path, "collect")
+    assert 4 <= finished_before <= n_tasks
+
+    # The RayJob's retry: a fresh cluster of the same shape, the same command.
+    with cluster_twin("gpu", pods, env) as twin:
+        second_log = tmp_path / "second.log"
+        resumed = submit(twin, second_log)
+        assert resumed.wait(timeout=900) == 0, second_log.read_text()[-4000:]
+    second = second_log.read_text()
+    assert "recovered the lock of a run that is gone" in second
+    assert done_files(tmp_path, "collect") == n_tasks
+    episodes = sweep_episodes(tmp_path)
+    assert len(episodes) == n_tasks and not episodes.duplicated(["point_id", "task_id"]).any()
+    assert episodes["success"].all()  # the stand-in replays the ground truth
+    truth = ground_truth_calls(n_tasks)
+    assert dict(zip(episodes["task_id"], episodes["n_llm_calls"], strict=True)) == truth
+    # The stand-in servers answered every recorded call at least once (episodes in
+    # flight when the head died were played again).
+    counts = counted_calls(calls_dir)
+    assert counts and sum(counts.values()) >= sum(truth.values())
+
+
+def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path):
+    n_tasks = 2
+    students = ["qwen3_4b", "gemma4_e4b", "qwen3_8b", "llama3_1_8b"]
+    calls_dir = tmp_path / "calls"
+    calls_dir.mkdir()
+    with (
+        run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as api,
+        cluster_twin(
+            "gpu",
+            # Stages run by depth: every student's server is up from its zero-shot stage
+            # to its AMD stage, one GPU pod each (the autoscaler would start them).
+            {"cpu": 1, "vllm-1gpu": len(students)},
+            # the pods' environment: the distillery-keys Secret's key, the counters
+            {"OPENAI_API_KEY": "twin-key", CALLS_DIR_ENV: str(calls_dir)},
+        ) as twin,
+    ):
+        overrides = [
+            *local_outputs(tmp_path),
+            "experiment=bfcl_table1",
+            f"benchmark.limit={n_tasks}",
+            "methods=[teacher,zero_shot,amd_wf_st_fn]",
+            f"sweep.student=[{','.join(students)}]",
+            "sweep.seed=[0]",
+            "memory.builder.model=none",  # deterministic entries: the stand-in writes none
+            f"teacher.base_url={api}",  # the API teacher (gpt-5-mini)
+            "teacher.model=scripted",
+            f"memory.embedder.base_url={api}",
+            *stand_in_vllm("student", 1, REPLAY),
+            "cluster.placement_timeout_s=300",  # a failure says so in minutes
+            "cluster.num_workers=1",  # CI's budget: one worker process per stage
+        ]
+        env = twin.driver_env()
+        done = subprocess.run(
+            entrypoint(overrides),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-5000:]
+        teacher_calls = int(stub_stats(api)["requests"])
+    truth = ground_truth_calls(n_tasks)
+    per_play = sum(truth.values())
+    # The API teacher played the collection once; every student's replica (its own
+    # server on its own GPU pod) answered its zero-shot and AMD episodes.
+    assert teacher_calls == per_play
+    counts = counted_calls(calls_dir)
+    assert sorted(counts.values()) == [2 * per_play] * len(students), counts
+    episodes = sweep_episodes(tmp_path)
+    assert len(episodes) == n_tasks * (1 + 2 * len(students))
+    assert not episodes.duplicated(["point_id", "task_id"]).any()
+    assert episodes["success"].all()
+    # Each student's replica was placed in the GPU group's bundle.
+    for name in ("qwen3-4b", "gemma4-e4b", "qwen3-8b", "llama3.1-8b"):
+        assert f"model {name}: 1 replicas on 1 nodes" in output
