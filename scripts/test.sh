@@ -14,6 +14,15 @@ if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev
     echo "distillery tests: PostgreSQL is missing (apt-get install postgresql); its tests will skip"
   fi
 fi
+# tests/workers/llm/test_llama_build.py runs the llama.cpp build on an emulated AVX2-only
+# CPU (qemu-x86_64 -cpu Haswell): the build must run on CPUs without this machine's flags.
+if ! command -v qemu-x86_64 >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null
+  else
+    echo "distillery tests: qemu-user is missing (apt-get install qemu-user); the emulated-CPU test skips"
+  fi
+fi
 # tests/orchestrator/test_mlflow_ui.py renders MLflow's UI in headless Chromium.
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
