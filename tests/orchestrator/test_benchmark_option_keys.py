@@ -20,7 +20,9 @@ ANSWER_BENCHMARKS = ("gsm8k", "math", "mbpp", "humaneval")
 @pytest.mark.parametrize("name", ANSWER_BENCHMARKS)
 def test_data_path_is_set_without_a_plus(name, tmp_path, capsys):
     """The key is taken and reaches the benchmark: an empty folder is refused by the
-    benchmark itself, naming the folder and the file it lacks (not as an unknown key)."""
+    benchmark itself, naming the folder and the file it lacks (not as an unknown key).
+    `--cfg job` prints the config all the same (issue 36: what is missing is the
+    pre-flight's to list) and says why it is not planned."""
     code = run_cli(
         [
             "--cfg",
@@ -32,7 +34,7 @@ def test_data_path_is_set_without_a_plus(name, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "unknown key" not in err
-    assert code == 2 and str(tmp_path) in err, err
+    assert code == 0 and "not planned" in err and str(tmp_path) in err, err
     assert "+benchmark.options" not in err  # the advice names the key as it is set
 
 
@@ -64,7 +66,7 @@ def test_the_plus_form_still_works(tmp_path, capsys):
         ]
     )
     err = capsys.readouterr().err
-    assert code == 2 and "no test.jsonl in" in err and "unknown key" not in err, err
+    assert code == 0 and "no test.jsonl in" in err and "unknown key" not in err, err
 
 
 def test_an_undeclared_option_is_refused_by_name(capsys):
