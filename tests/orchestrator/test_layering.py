@@ -9,7 +9,8 @@ import never runs, so it cannot make a cycle; the only upward ones allowed are t
 exceptions below, each with its reason, and an exception no import needs any more fails
 too (it would silently allow a new one).
 
-The order, lowest first, is what the real imports say (docs/development.md draws it):
+The order, lowest first (LAYERS), is what the real imports say, each layer argued
+beside it; docs/development.md draws it (test_development_map.py keeps the picture true).
 """
 
 from __future__ import annotations
