@@ -286,7 +286,7 @@ class CallCounter:
 
 def bench_driver(args: argparse.Namespace) -> None:
     """Episodes through run_agent (the sweep's dispatcher), then the point logged to
-    MLflow (SQLite) by the sweep's own Tracker.log_agent, as results.py's _log_points does,
+    MLflow (SQLite) by the sweep's own Tracker.log_agent, as results.py's log_points does,
     once per mark (the first 1,000 episodes, 2,000, ...): its time and MLflow calls."""
     from distillery.orchestrator.core.config import ClusterConfig
     from distillery.orchestrator.driver.run import ray_session

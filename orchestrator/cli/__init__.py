@@ -4,20 +4,42 @@ compare, submit), Hydra's flags, the quiet output and the generated config refer
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from distillery.orchestrator.cli.app import main
+    from distillery.orchestrator.cli.app import main, route, run_cli, validate_sweep
+    from distillery.orchestrator.cli.compare import (
+        CompareError,
+        find_side,
+        side_from_mlflow,
+    )
+    from distillery.orchestrator.cli.config_reference import reference
+    from distillery.orchestrator.cli.hydra_flags import parse_flags
 
-__all__ = ["main"]
+__all__ = [
+    "CompareError",
+    "find_side",
+    "main",
+    "parse_flags",
+    "reference",
+    "route",
+    "run_cli",
+    "side_from_mlflow",
+    "validate_sweep",
+]
 
+# Each name's module is imported when the name is first read, so importing one module of the
+# package does not import the others (cli.app imports Hydra);
+# pyright sees the imports above (core/exports.py).
+if not TYPE_CHECKING:
+    from distillery.orchestrator.core.exports import lazy_exports
 
-def __getattr__(name: str) -> Any:
-    # The console script (`distillery = distillery.orchestrator.cli:main`) and
-    # `python -m distillery.orchestrator.cli` import cli.app on first use, so importing
-    # a sibling (cli.compare, cli.hydra_flags) does not set up the whole command line.
-    if name == "main":
-        from distillery.orchestrator.cli.app import main
-
-        return main
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "app": ("main", "route", "run_cli", "validate_sweep"),
+            "compare": ("CompareError", "find_side", "side_from_mlflow"),
+            "config_reference": ("reference",),
+            "hydra_flags": ("parse_flags",),
+        },
+    )

@@ -216,9 +216,9 @@ def run_id_by_prefix(prefix: str, tracking_uri: str) -> str | None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.report.publish import _tracking_store_missing
+    from distillery.orchestrator.report.publish import tracking_store_missing
 
-    if _tracking_store_missing(tracking_uri):
+    if tracking_store_missing(tracking_uri):
         return None
     client = MlflowClient(tracking_uri)
     try:
@@ -250,9 +250,9 @@ def side_from_mlflow(run_id: str, tracking_uri: str) -> EvalSide | None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.report.publish import _tracking_store_missing
+    from distillery.orchestrator.report.publish import tracking_store_missing
 
-    if _tracking_store_missing(tracking_uri):
+    if tracking_store_missing(tracking_uri):
         return None
     client = MlflowClient(tracking_uri)
     try:

@@ -35,13 +35,13 @@ from distillery.orchestrator.tracking.results import (
     MethodResult,
     RunResult,
     SweepResult,
-    _local,
-    _log_points,
-    _shared_params,
     config_params,
     git_sha,
+    local_or_uri,
     log_infra_counts,
+    log_points,
     package_versions,
+    shared_params,
     sweep_parent,
     write_sweep_tables,
 )
@@ -90,7 +90,7 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
     previous = read_sweep_record(sweep_json)
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment)
     # The sweep's settings, with the catalog cut to the methods it evaluates.
-    shared = _shared_params([safe_params(config_params(c, None, c.methods)) for c in graph.configs])
+    shared = shared_params([safe_params(config_params(c, None, c.methods)) for c in graph.configs])
     tags = {
         "distillery.sweep_id": sweep.sweep_id,
         "git_sha": git_sha(),
@@ -142,7 +142,7 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         finally:
             notify(sweep.observers, "close")
             log_infra_counts(sweep, tracker, pid)
-        logged = _log_points(sweep, tracker, pid, tags, live.logged)
+        logged = log_points(sweep, tracker, pid, tags, live.logged)
         # Stages that report of themselves (a brew's statistics): a run each.
         reports = stage_reports(sweep)
         stage_runs = log_stage_runs(sweep, tracker, pid, tags, reports)
@@ -154,12 +154,17 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         split = graph.points[ids[0]].split
         results.append(
             RunResult(
-                sweep.sweep_id, _local(sweep.sweep_dir), split, methods, pid, cfg_i.tracking_uri
+                sweep.sweep_id,
+                local_or_uri(sweep.sweep_dir),
+                split,
+                methods,
+                pid,
+                cfg_i.tracking_uri,
             )
         )
     return SweepResult(
         sweep.sweep_id,
-        _local(sweep.sweep_dir),
+        local_or_uri(sweep.sweep_dir),
         results,
         sweep.stages_run,
         sweep.stages_cached,

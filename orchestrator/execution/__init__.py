@@ -1,3 +1,71 @@
 """Running the stage graph: the sweep, episode dispatch and worker pools, model servers, memory
 and outcome-driven (ordered) stages, what observes a run (observers, heartbeat) and its metrics.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distillery.orchestrator.execution.dispatch import INFRA_COUNTS, ray_get, run_agent
+    from distillery.orchestrator.execution.heartbeat import Heartbeat
+    from distillery.orchestrator.execution.memory_stage import MemoryStage
+    from distillery.orchestrator.execution.metrics import agent_metrics
+    from distillery.orchestrator.execution.observers import StageObserver, notify
+    from distillery.orchestrator.execution.ordered_run import OrderedRun
+    from distillery.orchestrator.execution.ordered_stage import (
+        OrderedEpisodeStage,
+        Reply,
+        TaskContext,
+        stage_events,
+    )
+    from distillery.orchestrator.execution.server_pool import ServerPool, gpus_of
+    from distillery.orchestrator.execution.sweep import (
+        Sweep,
+        in_benchmark_order,
+        longest_first,
+        sweep_id_for,
+    )
+
+__all__ = [
+    "Heartbeat",
+    "INFRA_COUNTS",
+    "MemoryStage",
+    "OrderedEpisodeStage",
+    "OrderedRun",
+    "Reply",
+    "ServerPool",
+    "StageObserver",
+    "Sweep",
+    "TaskContext",
+    "agent_metrics",
+    "gpus_of",
+    "in_benchmark_order",
+    "longest_first",
+    "notify",
+    "ray_get",
+    "run_agent",
+    "stage_events",
+    "sweep_id_for",
+]
+
+# Each name's module is imported when the name is first read, so importing one module of the
+# package does not import the others (the sweep imports the workers' episode runner and
+# pyarrow); pyright sees the imports above (core/exports.py).
+if not TYPE_CHECKING:
+    from distillery.orchestrator.core.exports import lazy_exports
+
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "dispatch": ("INFRA_COUNTS", "ray_get", "run_agent"),
+            "heartbeat": ("Heartbeat",),
+            "memory_stage": ("MemoryStage",),
+            "metrics": ("agent_metrics",),
+            "observers": ("StageObserver", "notify"),
+            "ordered_run": ("OrderedRun",),
+            "ordered_stage": ("OrderedEpisodeStage", "Reply", "TaskContext", "stage_events"),
+            "server_pool": ("ServerPool", "gpus_of"),
+            "sweep": ("Sweep", "in_benchmark_order", "longest_first", "sweep_id_for"),
+        },
+    )

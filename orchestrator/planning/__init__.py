@@ -1,3 +1,108 @@
 """Whether a sweep can run and what it will cost, before anything starts: the stage graph (plan),
 its --plan check and totals, pre-flight and readiness checks, requirements, point descriptors.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distillery.orchestrator.planning.descriptors import name_sweep
+    from distillery.orchestrator.planning.plan import (
+        EvalPoint,
+        StageGraph,
+        format_plan,
+        plan_sweep,
+        resolve_tasks,
+        server_key,
+        stage_line,
+        stage_status,
+    )
+    from distillery.orchestrator.planning.plan_check import plan_command
+    from distillery.orchestrator.planning.preflight import (
+        PreflightError,
+        check_benchmark_environment,
+        check_cluster,
+        check_config,
+        check_node_variables,
+        check_output_dir,
+        check_required_env,
+        check_run,
+        run_notices,
+        variables_read_on_nodes,
+    )
+    from distillery.orchestrator.planning.requirements_check import (
+        RequirementsError,
+        check_requirements,
+        missing_requirements,
+        models_in_use,
+    )
+
+__all__ = [
+    "EvalPoint",
+    "PreflightError",
+    "RequirementsError",
+    "StageGraph",
+    "check_benchmark_environment",
+    "check_cluster",
+    "check_config",
+    "check_node_variables",
+    "check_output_dir",
+    "check_required_env",
+    "check_requirements",
+    "check_run",
+    "format_plan",
+    "missing_requirements",
+    "models_in_use",
+    "name_sweep",
+    "plan_command",
+    "plan_sweep",
+    "resolve_tasks",
+    "run_notices",
+    "server_key",
+    "stage_line",
+    "stage_status",
+    "variables_read_on_nodes",
+]
+
+# Each name's module is imported when the name is first read, so importing one module of the
+# package does not import the others (plan imports the ledger's pyarrow); pyright sees the
+# imports above (core/exports.py).
+if not TYPE_CHECKING:
+    from distillery.orchestrator.core.exports import lazy_exports
+
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "descriptors": ("name_sweep",),
+            "plan": (
+                "EvalPoint",
+                "StageGraph",
+                "format_plan",
+                "plan_sweep",
+                "resolve_tasks",
+                "server_key",
+                "stage_line",
+                "stage_status",
+            ),
+            "plan_check": ("plan_command",),
+            "preflight": (
+                "PreflightError",
+                "check_benchmark_environment",
+                "check_cluster",
+                "check_config",
+                "check_node_variables",
+                "check_output_dir",
+                "check_required_env",
+                "check_run",
+                "run_notices",
+                "variables_read_on_nodes",
+            ),
+            "requirements_check": (
+                "RequirementsError",
+                "check_requirements",
+                "missing_requirements",
+                "models_in_use",
+            ),
+        },
+    )

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from distillery.orchestrator.report.build import Report
 
 
-def _tracking_store_missing(uri: str) -> str | None:
+def tracking_store_missing(uri: str) -> str | None:
     """A local store that does not exist: MLflow would silently create an empty one."""
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
@@ -69,7 +69,7 @@ def log_report(out_dir: Path, tracking_uri: str, run_id: str) -> str:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.tracking import MlflowClient
 
-    missing = _tracking_store_missing(tracking_uri)
+    missing = tracking_store_missing(tracking_uri)
     if missing:
         raise FileNotFoundError(
             f"tracking store {missing} not found (a relative tracking URI is resolved from "

@@ -2,7 +2,9 @@
 contract every kind implements (run, status, progress, costs) and the registry of kinds by name.
 """
 
+from distillery.orchestrator.stages.kinds import stage_type
 from distillery.orchestrator.stages.stage import (
+    RUNTIME_MODEL_FIELDS,
     BankSource,
     BankStage,
     BuildStage,
@@ -17,12 +19,14 @@ from distillery.orchestrator.stages.stage import (
     StageKey,
     StageReport,
     StageStatus,
+    agent_prompt_fingerprint,
     digest_of,
     effective_seed,
     model_identity,
 )
 
-# Plugins imported these from distillery.orchestrator.stages (a module until issue 32).
+# Plugins imported these from distillery.orchestrator.stages (a module until issue 32); both
+# modules are cheap (stage.py imports nothing of the orchestrator at runtime), so no laziness.
 __all__ = [
     "BankSource",
     "BankStage",
@@ -32,13 +36,16 @@ __all__ = [
     "EpisodeStage",
     "EvaluateStage",
     "MemoryRead",
+    "RUNTIME_MODEL_FIELDS",
     "RenderStage",
     "Stage",
     "StageFigure",
     "StageKey",
     "StageReport",
     "StageStatus",
+    "agent_prompt_fingerprint",
     "digest_of",
     "effective_seed",
     "model_identity",
+    "stage_type",
 ]

@@ -93,11 +93,12 @@ class SweepResult:
     tracking_uri: str
 
 
-def _local(location: Location) -> Path | str:
+def local_or_uri(location: Location) -> Path | str:
+    """A folder as the results show it: a local path, or the object store's URI."""
     return location.local_path if location.is_local else location.uri
 
 
-def _log_points(
+def log_points(
     sweep: Sweep,
     tracker: Tracker,
     parent_id: str,
@@ -264,7 +265,7 @@ def log_point(
         point.method,
         point.role,
         point.model,
-        _local(episodes_dir),
+        local_or_uri(episodes_dir),
         summaries,
         metrics,
         child_id,
@@ -494,6 +495,7 @@ def sweep_parent(tracker: Tracker, sweep_id: str) -> str | None:
     return parents[0].info.run_id if parents else None
 
 
-def _shared_params(all_params: list[dict[str, str]]) -> dict[str, str]:
+def shared_params(all_params: list[dict[str, str]]) -> dict[str, str]:
+    """The parameters every point of a sweep has with the same value (its parent run's)."""
     first = all_params[0]
     return {k: v for k, v in first.items() if all(p.get(k) == v for p in all_params[1:])}
