@@ -2,7 +2,7 @@
 emitted span by span through the run's `MlflowClient` (`traces.episode_trace` is the
 plan of each), those logged before for episodes no longer sampled are deleted, so a
 re-logged point keeps one trace per episode. The `Tracker` logs a point's child run and
-hands its episodes here (`Tracker.log_traces`).
+hands its episodes here (`Tracker.log_agent`: `tracker.trace_log.log`).
 """
 
 from __future__ import annotations

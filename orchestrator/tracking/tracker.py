@@ -277,7 +277,7 @@ class Tracker:
             self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FAILED))
             raise
         if trace_sample != 0:
-            self.log_traces(child_id, traces, trace_sample, point_id=point_id, tags=trace_tags)
+            self.trace_log.log(child_id, traces, trace_sample, point_id, trace_tags)
         self.client.set_terminated(
             child_id, RunStatus.to_string(RunStatus.FINISHED), end_time=end_time_ms
         )
@@ -419,20 +419,6 @@ class Tracker:
             self.client.log_dict(run_id, redact_obj(document), name)
         if episodes_dir is not None and episodes_dir.exists():
             self.client.log_artifacts(run_id, str(episodes_dir), artifact_path="trajectories")
-
-    # -- traces ------------------------------------------------------------------------
-
-    def log_traces(
-        self,
-        run_id: str,
-        records: Sequence[EpisodeRecord],
-        sample: int | None = None,
-        point_id: str | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """Log `records` as traces of run `run_id` (`trace_log.TraceLog.log`: sampled,
-        idempotent, best effort). Returns the ids of the new traces."""
-        return self.trace_log.log(run_id, records, sample, point_id, tags)
 
 
 def _batches(
