@@ -21,12 +21,8 @@ from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.execution.heartbeat import Heartbeat
 from distillery.orchestrator.execution.observers import notify
 from distillery.orchestrator.execution.sweep import Sweep
-from distillery.orchestrator.planning.plan import (
-    StageGraph,
-    format_plan,
-    plan_sweep,
-    stage_status,
-)
+from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
+from distillery.orchestrator.planning.plan_listing import format_plan, stage_status
 from distillery.orchestrator.planning.preflight import check_run
 from distillery.orchestrator.state.ledger import Ledger, read_sweep_record
 from distillery.orchestrator.state.locks import run_locks

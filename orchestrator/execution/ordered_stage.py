@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from pydantic import BaseModel
 
@@ -49,6 +49,7 @@ from distillery.orchestrator.stages.stage import (
 )
 from distillery.orchestrator.state.journal import Journal
 from distillery.workers.envs.base import Task
+from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.retrieval import Isolation
 from distillery.workers.trajectories import (
@@ -172,6 +173,51 @@ class OrderedEpisodeStage(EpisodeStage):
 
     def program(self) -> TaskProgram:
         raise NotImplementedError(f"{type(self).__name__} has no program")
+
+    @classmethod
+    def plan_on_memory_split(
+        cls,
+        planner: Any,
+        player: ModelConfig,
+        identity: dict[str, Any],
+        label: str,
+        *,
+        bounds_key: str = "bounds",
+        **fields: Any,
+    ) -> Self:
+        """A node of this kind that `player` plays on the point's memory split, added to
+        the plan with the split's tasks to play: the `plan` of a kind that learns from
+        the memory split (ACE's and ExpeL's teacher, AgentBrew's brew).
+
+        Its identity: what decides the split's episodes (`planner.episode_identity` of
+        `player` under the memory split's options), the split's task digest and label,
+        the kind's own entries (`identity`: its models, its settings), the embedder
+        and, off their defaults, the memory bounds (under `bounds_key`: the brew's
+        pinned keys name them `memory_bounds`). `label` gets the task count appended;
+        `fields` are the node's own fields (`memory_kind`, `settings`, `other_models`,
+        `wave_size`, ...).
+        """
+        cfg, split = planner.cfg, planner.split
+        full = {
+            **planner.episode_identity(player, 0, memory=True),
+            "memory_task_ids": planner.memory_task_ids(),
+            "split": split.memory_split,
+            **identity,
+            "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
+        }
+        if cfg.memory.bounds.identity():  # off their defaults: other entries
+            full[bounds_key] = cfg.memory.bounds.identity()
+        node = cls(
+            identity=full,
+            upstream=(),
+            label=f"{label} ({len(split.memory_ids)} tasks)",
+            model=planner.served(player),
+            split=split.memory_split,
+            options=planner.memory_options,
+            **fields,
+        )
+        planner.add(node, split.memory_ids)
+        return node
 
     def code(self) -> dict[str, str]:
         return {**super().code(), "program": digest_of(list(self.program().texts()))}

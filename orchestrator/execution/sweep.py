@@ -22,7 +22,8 @@ from distillery.orchestrator.execution.metrics import agent_metrics
 from distillery.orchestrator.execution.observers import StageObserver, notify
 from distillery.orchestrator.execution.server_pool import ServerPool
 from distillery.orchestrator.planning.descriptors import name_sweep
-from distillery.orchestrator.planning.plan import EvalPoint, StageGraph, server_key, stage_line
+from distillery.orchestrator.planning.plan import EvalPoint, StageGraph, server_key
+from distillery.orchestrator.planning.plan_listing import stage_line
 from distillery.orchestrator.stages.stage import (
     EpisodeStage,
     MemoryRead,

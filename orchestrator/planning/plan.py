@@ -8,9 +8,6 @@ distinct builder config, and one zero-shot stage per student and seed.
 
 from __future__ import annotations
 
-import functools
-import json
-import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +15,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from distillery.orchestrator.core.config import ConfigError, DistilleryConfig, MethodConfig
-from distillery.orchestrator.core.protocols import TaskSplit, ids_sha, split_apart, split_tasks
-from distillery.orchestrator.planning.descriptors import SweepNames, name_sweep
+from distillery.orchestrator.core.protocols import TaskSplit, ids_sha
+from distillery.orchestrator.planning.plan_listing import (  # re-exported: imported from here
+    PlannedStatus as PlannedStatus,
+)
+from distillery.orchestrator.planning.plan_listing import format_plan as format_plan
+from distillery.orchestrator.planning.plan_listing import stage_line as stage_line
+from distillery.orchestrator.planning.plan_listing import stage_status as stage_status
+from distillery.orchestrator.planning.tasks import (
+    memory_options,
+    resolve_memory_tasks,
+    split_for,
+)
+from distillery.orchestrator.planning.tasks import resolve_tasks as resolve_tasks
 from distillery.orchestrator.stages.kinds import stage_type
 from distillery.orchestrator.stages.stage import (
     BankSource,
@@ -30,18 +38,11 @@ from distillery.orchestrator.stages.stage import (
     RenderStage,
     Stage,
     StageKey,
-    StageStatus,
     digest_of,
     model_identity,
 )
-from distillery.orchestrator.state.ledger import Ledger
 from distillery.workers.envs.base import Task
-from distillery.workers.envs.registry import (
-    benchmark_class,
-    benchmark_splits,
-    identity_options,
-    make_benchmark,
-)
+from distillery.workers.envs.registry import identity_options
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.applicability import refusal
 from distillery.workers.memory.registry import memory_method
@@ -111,90 +112,6 @@ class StageGraph:
 def server_key(model: ModelConfig) -> str:
     """Points that use the same model (however labelled) share its servers."""
     return digest_of(model.model_dump(mode="json", exclude={"name"}))[:16]
-
-
-def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
-    """Load the split on the driver, so a bad task id fails before Ray starts."""
-    b = cfg.benchmark
-    # All the options: identity leaves out where things are (AppWorld's `root`, a venv)
-    # and may add what is not an option (AppWorld's data digest).
-    options = json.dumps(dict(b.options), sort_keys=True)
-    tasks = list(_load_tasks(b.name, options, b.limit, tuple(b.task_ids) if b.task_ids else None))
-    if b.sample is not None and b.sample < len(tasks):
-        chosen = set(random.Random(b.sample_seed).sample([t.task_id for t in tasks], b.sample))
-        tasks = [t for t in tasks if t.task_id in chosen]
-    return tasks
-
-
-@functools.lru_cache(maxsize=16)
-def _load_tasks(
-    name: str, options: str, limit: int | None, task_ids: tuple[str, ...] | None
-) -> tuple:
-    """Once per process and selection: the points of a sweep mostly share their tasks."""
-    bench = make_benchmark(name, json.loads(options))
-    return tuple(bench.load_tasks(limit=limit, task_ids=list(task_ids) if task_ids else None))
-
-
-def memory_options(cfg: DistilleryConfig) -> dict[str, Any] | None:
-    """The benchmark options the memory split is played with under protocol=split (the
-    configured options with `split` set to the memory split); None otherwise (the
-    memory tasks are the configured split's)."""
-    protocol = cfg.protocol
-    if protocol.name != "split":
-        return None
-    name = cfg.benchmark.name
-    splits = benchmark_splits(name)
-    if not splits:
-        raise ConfigError(
-            f"invalid config at protocol.name: benchmark {name} has no splits of its own "
-            "(its options have no `split`); use protocol=cross_split to split its tasks"
-        )
-    if protocol.memory_split not in splits:
-        raise ConfigError(
-            f"invalid config at protocol.memory_split: {protocol.memory_split!r} is no split "
-            f"of {name}; its splits: {', '.join(splits)}"
-        )
-    played = {**cfg.benchmark.options, **protocol.memory_options, "split": protocol.memory_split}
-    if protocol.memory_options:
-        from distillery.workers.envs.registry import benchmark_options
-
-        try:
-            benchmark_options(name, played)
-        except ValueError as exc:  # pydantic's ValidationError is one
-            raise ConfigError(
-                f"invalid config at protocol.memory_options: {name} refuses them with the "
-                f"memory split ({str(exc).splitlines()[0][:300]})"
-            ) from None
-    return played
-
-
-def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:
-    """protocol=split: the memory split's tasks (the first `memory_limit` in the
-    benchmark's order, or of a seeded shuffle: `memory_shuffle_seed`); None for the
-    other protocols."""
-    options = memory_options(cfg)
-    if options is None:
-        return None
-    text = json.dumps(options, sort_keys=True)
-    protocol = cfg.protocol
-    if protocol.memory_shuffle_seed is None:
-        return list(_load_tasks(cfg.benchmark.name, text, protocol.memory_limit, None))
-    tasks = list(_load_tasks(cfg.benchmark.name, text, None, None))
-    random.Random(protocol.memory_shuffle_seed).shuffle(tasks)
-    return tasks[: protocol.memory_limit] if protocol.memory_limit else tasks
-
-
-def split_for(
-    cfg: DistilleryConfig, tasks: list[Task], memory: list[Task] | None = None
-) -> TaskSplit:
-    if memory is not None:
-        return split_apart([t.task_id for t in memory], [t.task_id for t in tasks], cfg.protocol)
-    return split_tasks(
-        [t.task_id for t in tasks],
-        cfg.protocol,
-        {t.task_id: t.group_id for t in tasks},
-        group_by_default=benchmark_class(cfg.benchmark.name).groups_are_scenarios,
-    )
 
 
 def _episode_identity(
@@ -554,56 +471,3 @@ def _check_shared_runtime(configs: list[DistilleryConfig]) -> None:
                 f"{key}: sweep points must share it (one {key} per sweep); sweep it in "
                 "separate invocations instead"
             )
-
-
-@dataclass(frozen=True)
-class PlannedStatus:
-    """A stage of the graph and what its node type says `--plan` should show of it."""
-
-    stage: Stage
-    status: StageStatus
-
-    @property
-    def is_cached(self) -> bool:
-        return self.status.cached
-
-    @property
-    def state(self) -> str:
-        return self.status.state
-
-
-def stage_status(graph: StageGraph, ledger: Ledger) -> list[PlannedStatus]:
-    return [
-        PlannedStatus(stage, stage.status(ledger, set(graph.needs.get(key, set()))))
-        for key, stage in graph.stages.items()
-    ]
-
-
-def stage_line(graph: StageGraph, key: StageKey, names: SweepNames | None = None) -> str:
-    """A stage's label and what tells it from the sweep's other stages (`k_st=3`)."""
-    label = graph.stages[key].label
-    names = names or name_sweep(graph)
-    extra = [part for part in names.stage(key).split() if part not in label.split()]
-    return " ".join([label, *extra])
-
-
-def format_plan(graph: StageGraph, statuses: list[PlannedStatus]) -> str:
-    names = name_sweep(graph)
-    lines = [
-        f"plan: {len(graph.configs)} sweep point(s), {len(graph.points)} evaluation point(s), "
-        f"{len(graph.stages)} stage(s)"
-    ]
-    if names.shared:
-        lines.append(f"  every point: {names.shared}")
-    for st in statuses:
-        key = st.stage.key
-        ups = ", ".join(str(u) for u in st.stage.upstream) or "-"
-        line = stage_line(graph, key, names)
-        lines.append(f"  {str(key):26s} {st.state:34s} {line}  <- {ups}")
-    lines.append(f"{len(graph.points)} evaluation point(s), each one MLflow child run:")
-    for point in graph.points.values():
-        head = f"{point.method_name} {point.model.name}"
-        lines.append(f"  {head:34s} {names.point(point.point_id) or '-':40s} on {point.stage}")
-    n_run = sum(not s.is_cached for s in statuses)
-    lines.append(f"{len(statuses) - n_run} stage(s) cached, {n_run} to run")
-    return "\n".join(lines)

@@ -10,7 +10,8 @@ import sys
 from typing import TextIO, cast
 
 from distillery.orchestrator.core.config import DistilleryConfig
-from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.plan_listing import format_plan, stage_status
 from distillery.orchestrator.planning.plan_totals import format_totals, plan_totals
 from distillery.orchestrator.planning.preflight import (
     PreflightError,

@@ -23,7 +23,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from distillery.orchestrator.planning.plan import PlannedStatus, StageGraph, server_key
+from distillery.orchestrator.planning.plan import StageGraph, server_key
+from distillery.orchestrator.planning.plan_listing import PlannedStatus
 from distillery.orchestrator.stages.stage import Stage
 from distillery.orchestrator.state.ledger import Ledger
 from distillery.workers.envs.base import Task

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 EPISODE_TAG = "distillery.episode"  # trace tag: task_id/episode_id, for idempotent re-logs
+POINT_ID_TAG = "distillery.point_id"  # run and trace tag: the evaluation point
 _MAX_SPAN_TEXT = 4000  # characters kept of a model message or an observation in a span
 # Who gives an episode its verdict: the benchmark's own checker, run as code.
 _VERDICT_SOURCE = AssessmentSource(

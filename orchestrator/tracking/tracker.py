@@ -8,7 +8,8 @@ tag, table and document before it reaches MLflow.
 Everything is logged from the driver through `MlflowClient` with explicit run ids (never
 the fluent active-run stack), so one process can open the parent, log many children in
 any order and reopen both when a sweep is resumed. Re-logging a point is idempotent: the
-child is found by its `distillery.point_id` tag and updated in place.
+child is found by its `distillery.point_id` tag and updated in place. A child's episodes
+are written as traces by `trace_log.TraceLog`, through the same client.
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ from mlflow.entities import (  # noqa: E402
     Run,
     RunStatus,
     RunTag,
-    SpanStatusCode,
 )
-from mlflow.entities.span import NO_OP_SPAN_TRACE_ID  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.mlflow_tags import (  # noqa: E402
@@ -52,16 +51,8 @@ from mlflow.utils.mlflow_tags import (  # noqa: E402
     MLFLOW_RUN_TYPE_GENAI_EVALUATE,
 )
 
-from distillery.orchestrator.tracking.traces import (  # noqa: E402
-    EPISODE_TAG,
-    annotate_trace,
-    episode_key,
-    episode_trace,
-    sample_episodes,
-    stale_traces,
-    success_label,
-    verdict,
-)
+from distillery.orchestrator.tracking.trace_log import TraceLog  # noqa: E402
+from distillery.orchestrator.tracking.traces import POINT_ID_TAG, success_label  # noqa: E402
 from distillery.redaction import (  # noqa: E402
     REDACTED,
     is_secret_key,
@@ -85,7 +76,6 @@ _BATCH_PARAMS = 100
 _BATCH_TAGS = 100
 _BATCH_ENTITIES = 1000
 
-POINT_ID_TAG = "distillery.point_id"
 CHANGED_PARAM_TAG = "distillery.param_changed."  # + key: a param whose value changed
 
 
@@ -168,6 +158,7 @@ class Tracker:
         self.experiment = experiment
         self.parent_run_id: str | None = None
         self._context_tags = _context_tags()
+        self.trace_log = TraceLog(self.client, uri, self.experiment_id)
 
     # -- runs -------------------------------------------------------------------------
 
@@ -286,7 +277,7 @@ class Tracker:
             self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FAILED))
             raise
         if trace_sample != 0:
-            self.log_traces(child_id, traces, trace_sample, point_id=point_id, tags=trace_tags)
+            self.trace_log.log(child_id, traces, trace_sample, point_id, trace_tags)
         self.client.set_terminated(
             child_id, RunStatus.to_string(RunStatus.FINISHED), end_time=end_time_ms
         )
@@ -428,145 +419,6 @@ class Tracker:
             self.client.log_dict(run_id, redact_obj(document), name)
         if episodes_dir is not None and episodes_dir.exists():
             self.client.log_artifacts(run_id, str(episodes_dir), artifact_path="trajectories")
-
-    # -- traces ------------------------------------------------------------------------
-
-    def log_traces(
-        self,
-        run_id: str,
-        records: Sequence[EpisodeRecord],
-        sample: int | None = None,
-        point_id: str | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """Log `records` (one per task; `sample` of them when given, see
-        `sample_episodes`) as traces of run `run_id`, each with the benchmark's verdict
-        as feedback assessments (`episode_feedback`) and its task as the trace's session.
-        Each trace is tagged with `tags` (the point's method, student, ...), the run id,
-        the task id and the verdict, so the traces list can be filtered by any of them.
-
-        Idempotent: traces of the run already logged for a sampled episode are kept,
-        those of episodes no longer in the sample are deleted. Best effort: a failure
-        logs a warning and never fails the run. Returns the ids of the new traces."""
-        new_ids: list[str] = []
-        try:
-            if mlflow.get_tracking_uri() != self.uri:
-                mlflow.set_tracking_uri(self.uri)  # the exporter follows the global URI
-            chosen = sample_episodes(records, sample)
-            wanted = {episode_key(r) for r in chosen}
-            existing = self._traces_of(run_id)
-            stale = [tid for key, ids in existing.items() for tid in stale_traces(key, ids, wanted)]
-            if stale:
-                self.client.delete_traces(self.experiment_id, trace_ids=stale)
-            for record in chosen:
-                if episode_key(record) in existing:
-                    continue
-                trace_id = self._emit_trace(run_id, record, point_id, tags or {})
-                if trace_id is not None:
-                    new_ids.append(trace_id)
-            # Traces are exported asynchronously; make them durable before the run ends.
-            mlflow.flush_trace_async_logging()
-        except Exception as exc:  # tracing must never break a sweep
-            _log.warning("run %s: logging episode traces failed: %s", run_id, exc, exc_info=True)
-        return new_ids
-
-    def _traces_of(self, run_id: str) -> dict[str, list[str]]:
-        """Episode key -> trace ids already logged for this run."""
-        out: dict[str, list[str]] = {}
-        token: str | None = None
-        while True:
-            page = self.client.search_traces(
-                locations=[self.experiment_id],
-                run_id=run_id,
-                include_spans=False,
-                max_results=500,
-                page_token=token,
-            )
-            for trace in page:
-                key = trace.info.tags.get(EPISODE_TAG)
-                if key is not None:
-                    out.setdefault(key, []).append(trace.info.trace_id)
-            token = page.token
-            if not token:
-                return out
-
-    def _emit_trace(
-        self,
-        run_id: str,
-        record: EpisodeRecord,
-        point_id: str | None,
-        extra_tags: Mapping[str, str],
-    ) -> str | None:
-        plan = episode_trace(record)
-        tags = {
-            **{k: redact(str(v))[:_MAX_TAG_LEN] for k, v in extra_tags.items()},
-            "run_id": run_id,
-            "task_id": record.task_id,
-            # What the checker said (the trace's status says it too: OK only on success).
-            "verdict": verdict(record),
-            EPISODE_TAG: episode_key(record),
-            "distillery.task_id": record.task_id,
-            "distillery.success": str(record.success),
-            "distillery.termination": record.termination,
-            "distillery.agent": record.agent,
-        }
-        if point_id is not None:
-            tags[POINT_ID_TAG] = point_id
-        root_plan = plan.root
-        spans: list[Any] = []
-        # MlflowClient.start_trace(run_id=...) writes trace metadata `mlflow.sourceRun`,
-        # which is what links a trace to a run (search_traces(run_id=...), the run's
-        # Traces tab); explicit experiment_id avoids the fluent "current experiment".
-        root = self.client.start_trace(
-            name=root_plan.name,
-            span_type=root_plan.span_type,
-            inputs=root_plan.inputs,
-            attributes=root_plan.attributes,
-            tags=tags,
-            experiment_id=self.experiment_id,
-            start_time_ns=root_plan.start_ns,
-            run_id=run_id,
-        )
-        trace_id = root.trace_id
-        if trace_id == NO_OP_SPAN_TRACE_ID:
-            _log.warning("tracing is disabled (mlflow.tracing.disable?); no episode traces")
-            return None
-        try:
-            # Children are in start order, a parent before its children; a parent ends
-            # after them, so every span is closed once all spans are started.
-            for child in plan.children:
-                parent = root if child.parent is None else spans[child.parent]
-                spans.append(
-                    self.client.start_span(
-                        name=child.name,
-                        trace_id=trace_id,
-                        parent_id=parent.span_id,
-                        span_type=child.span_type,
-                        inputs=child.inputs,
-                        attributes=child.attributes,
-                        start_time_ns=child.start_ns,
-                    )
-                )
-            for child, span in reversed(list(zip(plan.children, spans, strict=True))):
-                self.client.end_span(
-                    trace_id=trace_id,
-                    span_id=span.span_id,
-                    outputs=child.outputs,
-                    status=child.status,
-                    end_time_ns=child.end_ns,
-                )
-            annotate_trace(trace_id, record)
-        except Exception:
-            # Close the trace so it is not left open in MLflow's in-memory trace manager.
-            self.client.end_trace(trace_id, status=SpanStatusCode.ERROR)
-            raise
-        self.client.end_trace(
-            trace_id,
-            outputs=root_plan.outputs,
-            status=root_plan.status,
-            end_time_ns=root_plan.end_ns,
-        )
-        return trace_id
 
 
 def _batches(

@@ -15,7 +15,7 @@ import pytest
 
 from distillery.orchestrator.cli.app import run_cli, validate_sweep
 from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning import tasks as tasks_module
 from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
 from distillery.workers.envs.base import Task
 
@@ -49,7 +49,7 @@ def listing(monkeypatch):
         )
         return tasks if limit is None else tasks[:limit]
 
-    monkeypatch.setattr(plan_module, "_load_tasks", load)
+    monkeypatch.setattr(tasks_module, "_load_tasks", load)
 
 
 def _graph(experiment: str, *overrides: str) -> StageGraph:

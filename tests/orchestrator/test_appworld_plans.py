@@ -20,7 +20,7 @@ import pytest
 
 from distillery.orchestrator.cli.app import run_cli, validate_sweep
 from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning import tasks as tasks_module
 from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
 from distillery.orchestrator.stages.stage import BuildStage, EvaluateStage
 from distillery.workers.envs.base import Task
@@ -90,7 +90,7 @@ def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
     lines of these experiments' configs. AppWorld's train split, the math benchmarks
     and MBPP(+) (without a data_path) are listed by split."""
     listings = {"appworld": _appworld_tasks(), "toolsandbox": _toolsandbox_tasks()}
-    real = plan_module._load_tasks
+    real = tasks_module._load_tasks
 
     def load(name, options, limit, task_ids):
         split = json.loads(options).get("split")
@@ -110,7 +110,7 @@ def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
             tasks = tuple(t for t in tasks if t.task_id in set(task_ids))
         return tasks if limit is None else tasks[:limit]
 
-    monkeypatch.setattr(plan_module, "_load_tasks", load)
+    monkeypatch.setattr(tasks_module, "_load_tasks", load)
     answers = {name: _answer_tasks(name, "test") for name in ANSWER_SPLITS}
     return {**listings, **answers, "mbpp": _mbpp_tasks({})}
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from distillery.orchestrator.cli.app import run_cli
-from distillery.orchestrator.planning.plan import resolve_tasks
+from distillery.orchestrator.planning.tasks import resolve_tasks
 from tests.support.sweep_config import sweep_config
 
 ANSWER_BENCHMARKS = ("gsm8k", "math", "mbpp", "humaneval")

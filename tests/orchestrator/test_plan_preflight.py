@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from distillery.orchestrator.cli.app import run_cli
-from distillery.orchestrator.planning.plan import plan_sweep, stage_status
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.plan_listing import stage_status
 from distillery.orchestrator.planning.plan_totals import plan_totals
 from distillery.orchestrator.state.ledger import Ledger
 from distillery.testing.scripted_server import run_stub_server

@@ -231,9 +231,7 @@ def build_manual(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _warnings(done: subprocess.CompletedProcess[str]) -> list[str]:
-    return [
-        line for line in (done.stdout + done.stderr).splitlines() if line.startswith("WARNING")
-    ]
+    return [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("WARNING")]
 
 
 def test_the_manual_builds_strictly(tmp_path):
@@ -444,7 +442,7 @@ def _needs_data_not_here(argv: list[str]) -> bool:
     """Whether the line's benchmark cannot list its tasks on this machine (its data is
     the user's to fetch); anything else it refuses is the line's own error."""
     from distillery.orchestrator.core.config import ConfigError, to_config
-    from distillery.orchestrator.planning.plan import resolve_tasks
+    from distillery.orchestrator.planning.tasks import resolve_tasks
     from distillery.workers.envs.base import BenchmarkUnavailable
 
     try:

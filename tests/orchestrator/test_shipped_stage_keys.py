@@ -23,7 +23,7 @@ import pytest
 
 from distillery.orchestrator.cli.app import validate_sweep
 from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
-from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning import tasks as tasks_module
 from distillery.orchestrator.planning.plan import plan_sweep
 from tests.orchestrator.test_appworld_plans import use_listing
 from tests.support import REPO_ROOT
@@ -43,15 +43,15 @@ def shipped(tmp_path_factory) -> dict[str, list[str]]:
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("APPWORLD_ROOT", raising=False)  # no data digest: the same keys anywhere
         mp.chdir(tmp_path_factory.mktemp("cwd"))
-        real = plan_module._load_tasks
+        real = tasks_module._load_tasks
         listings = use_listing(mp)
-        listed = plan_module._load_tasks
+        listed = tasks_module._load_tasks
 
         def load(name, options, limit, task_ids):
             source = listed if name in listings else real
             return source(name, options, limit, task_ids)
 
-        mp.setattr(plan_module, "_load_tasks", load)
+        mp.setattr(tasks_module, "_load_tasks", load)
         return {name: planned_keys(name) for name in EXPERIMENTS}
 
 

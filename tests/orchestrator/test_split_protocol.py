@@ -13,7 +13,7 @@ from distillery.orchestrator.cli.app import validate_sweep
 from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
 from distillery.orchestrator.core.config import ConfigError
 from distillery.orchestrator.core.protocols import ids_sha
-from distillery.orchestrator.planning import plan as plan_module
+from distillery.orchestrator.planning import tasks as tasks_module
 from distillery.orchestrator.planning.plan import plan_sweep
 from distillery.orchestrator.stages.stage import BuildStage, CollectStage, EvaluateStage
 from distillery.workers.envs.base import Task
@@ -26,7 +26,7 @@ SPLITS = {"train": 90, "test_normal": 168, "test_challenge": 417}
 @pytest.fixture
 def appworld_splits(monkeypatch):
     """AppWorld's listing by split: `<split>_<i>` in scenarios of three."""
-    real = plan_module._load_tasks
+    real = tasks_module._load_tasks
 
     def load(name, options, limit, task_ids):
         if name != "appworld":
@@ -39,7 +39,7 @@ def appworld_splits(monkeypatch):
         return tasks if limit is None else tasks[:limit]
 
     monkeypatch.delenv("APPWORLD_ROOT", raising=False)
-    monkeypatch.setattr(plan_module, "_load_tasks", load)
+    monkeypatch.setattr(tasks_module, "_load_tasks", load)
 
 
 def graph_of(*overrides: str):

@@ -16,7 +16,8 @@ import pytest
 from distillery.orchestrator.core.compose import compose, rewrite_role_overrides
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.execution import sweep
-from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.plan_listing import format_plan, stage_status
 from distillery.orchestrator.stages import kinds as stage_kinds
 from distillery.orchestrator.stages import stage as stages
 from distillery.orchestrator.stages.stage import (

@@ -11,7 +11,8 @@ from distillery.orchestrator.core.compose import (
     sweep_points,
 )
 from distillery.orchestrator.core.config import ConfigError, to_config
-from distillery.orchestrator.planning.plan import format_plan, plan_sweep, stage_status
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.plan_listing import format_plan, stage_status
 from distillery.orchestrator.stages import stage as stages
 from distillery.orchestrator.state.ledger import BankOutput, Ledger
 from distillery.workers.episodes import EpisodeSummary

@@ -30,10 +30,10 @@ Plan = Callable[[list[list[str]], list[list[str]]], list[list[Reply]]]
 @functools.cache
 def _tasks() -> dict[tuple[str, ...], tuple[list[list[str]], list[list[str]]]]:
     """User turns -> (ground truth with named arguments, ground truth as written)."""
-    from distillery.workers.envs.bfcl import _load
+    from distillery.workers.envs.bfcl_tasks import load_data
 
     bench = BfclMultiTurnBase()
-    entries, answers, _ = _load()
+    entries, answers, _ = load_data()
     out = {}
     for task in bench.load_tasks():
         out[task.turns] = (bench.oracle_turns(task), answers[task.task_id])

@@ -275,11 +275,11 @@ def _code(node_type: type, benchmark: str) -> dict[str, str]:
 
 
 def test_a_prompt_change_of_the_benchmark_changes_its_stage_keys(toy, monkeypatch):
-    from distillery.workers.envs import bfcl
+    from distillery.workers.envs import bfcl, bfcl_tasks
 
     before = bfcl.BfclMultiTurnBase.fingerprint()
     code_before = _code(stages.CollectStage, BFCL)
-    monkeypatch.setattr(bfcl, "PYTHON_HINT", bfcl.PYTHON_HINT + " Really.")
+    monkeypatch.setattr(bfcl_tasks, "PYTHON_HINT", bfcl_tasks.PYTHON_HINT + " Really.")
     assert bfcl.BfclMultiTurnBase.fingerprint() != before
     assert _code(stages.EvaluateStage, BFCL) != code_before
     # A benchmark of another package is hashed the same way, by its name in the identity.

@@ -111,21 +111,15 @@ class BrewStage(OrderedEpisodeStage):
         memory = set(planner.split.memory_ids)
         method = memory_method(kind)
         identity: dict[str, Any] = {
-            **planner.episode_identity(student, 0, memory=True),
             "teacher": planner.model_identity(teacher),
             "curator": planner.model_identity(curator),
-            "memory_task_ids": planner.memory_task_ids(),
             # The brew's order (the memory split as planned: the benchmark's order, or a
             # seeded shuffle of it) decides what each task reads.
             "order": ids_sha([t for t in planner.graph.tasks if t in memory]),
-            "split": planner.split.memory_split,
             # Who plays, teaches and curates is in identity as the models themselves.
             "brew": brew.model_dump(mode="json", exclude={"student", "teacher", "curator"}),
             "read": method.read_identity(plays),
-            "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
         }
-        if cfg.memory.bounds.identity():
-            identity["memory_bounds"] = cfg.memory.bounds.identity()
         # Who the teacher writes for (student-aware prompts): the model's size and known
         # weaknesses are not part of its own identity (they do not change its answers)
         # but change the teacher's prompts here. The catalog's weaknesses override the
@@ -139,19 +133,15 @@ class BrewStage(OrderedEpisodeStage):
             identity["student_profile"] = {k: v for k, v in profile.items() if v}
         options = planner.memory_options
         played = f" ({options['split']} split)" if options else ""
-        node = cls(
-            identity=identity,
-            upstream=(),
-            label=(
-                f"brew student={student.name} teacher={teacher.name} "
-                f"{cfg.benchmark.name}{played} ({len(planner.split.memory_ids)} tasks)"
-            ),
-            model=planner.served(student),
+        return cls.plan_on_memory_split(
+            planner,
+            student,
+            identity,
+            f"brew student={student.name} teacher={teacher.name} {cfg.benchmark.name}{played}",
+            bounds_key="memory_bounds",
             other_models={"teacher": teacher, "curator": curator},
             memory_kind=kind,
             settings=plays,
-            split=planner.split.memory_split,
-            options=options,
             wave_size=brew.wave_size,
             order_seed=brew.order_seed,
             sweep_seed=0,  # every seed's evaluation reads the same brewed memory
@@ -160,8 +150,6 @@ class BrewStage(OrderedEpisodeStage):
                 "options": dict(options if options is not None else cfg.benchmark.options),
             },
         )
-        planner.add(node, planner.split.memory_ids)
-        return node
 
 
 def _model(cfg: Any, choice: str, name: str, role: str) -> ModelConfig:

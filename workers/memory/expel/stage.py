@@ -211,30 +211,16 @@ class ExpelStage(OrderedEpisodeStage):
             others[REFLECTOR] = teacher
         if builder is not None:
             others[INSIGHT_MODEL] = builder
-        identity = {
-            **planner.episode_identity(teacher, 0, memory=True),
-            "method": inputs["memory_kind"],
-            "memory_task_ids": planner.memory_task_ids(),
-            "split": planner.split.memory_split,
-            "models": {role: planner.model_identity(m) for role, m in sorted(others.items())},
-            "build": settings.build_identity(),
-            "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
-        }
-        if cfg.memory.bounds.identity():  # off their defaults: other entries
-            identity["bounds"] = cfg.memory.bounds.identity()
-        node = cls(
-            identity=identity,
-            upstream=(),
-            label=(
-                f"expel teacher={teacher.name} {cfg.benchmark.name} "
-                f"({len(planner.split.memory_ids)} tasks)"
-            ),
-            model=planner.served(teacher),
+        return cls.plan_on_memory_split(
+            planner,
+            teacher,
+            {
+                "method": inputs["memory_kind"],
+                "models": {role: planner.model_identity(m) for role, m in sorted(others.items())},
+                "build": settings.build_identity(),
+            },
+            f"expel teacher={teacher.name} {cfg.benchmark.name}",
             other_models=others,
             memory_kind=inputs["memory_kind"],
             settings=settings,
-            split=planner.split.memory_split,
-            options=planner.memory_options,
         )
-        planner.add(node, planner.split.memory_ids)
-        return node

@@ -300,6 +300,7 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
     from distillery.orchestrator.cli.app import validate_sweep
     from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
     from distillery.orchestrator.planning import plan as plan_module
+    from distillery.orchestrator.planning import tasks as tasks_module
     from distillery.orchestrator.tracking.results import point_descriptors
     from distillery.workers.envs.base import Task
 
@@ -313,7 +314,7 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
         seen_options.append(json.loads(options))
         return tasks
 
-    monkeypatch.setattr(plan_module, "_load_tasks", listing)
+    monkeypatch.setattr(tasks_module, "_load_tasks", listing)
 
     def plan(root: Path):
         overrides = ["benchmark=appworld", "teacher=oracle", f"+benchmark.options.root={root}"]

@@ -154,3 +154,26 @@ def test_a_shuffled_memory_split_gives_nested_mixed_brew_sets(tmp_path):
     large, brew_large = brewed(20)
     assert large[:10] == small and small != [f"train_{i}" for i in range(10)]
     assert brew_small.identity["order"] != brew_large.identity["order"]
+
+
+def test_the_stages_learning_on_the_memory_split_hold_its_identity_alike(tmp_path):
+    """ACE, ExpeL and the brew plan their node with one helper
+    (`OrderedEpisodeStage.plan_on_memory_split`): the split's episodes, task digest and
+    label, the embedder and memory bounds off their defaults (the brew names them
+    `memory_bounds`, the name its pinned keys hold), the task count in the label and
+    the memory split's tasks to play."""
+    graph = _graph(tmp_path, "methods=[ace,expel,agentbrew]", "memory.bounds.max_field_chars=5000")
+    stages = {k.kind: s for k, s in graph.stages.items() if k.kind in ("ace", "expel", "brew")}
+    assert set(stages) == {"ace", "expel", "brew"}
+    for kind, stage in stages.items():
+        bounds = "memory_bounds" if kind == "brew" else "bounds"
+        assert stage.identity[bounds] == {"max_field_chars": 5000}, kind
+        assert stage.identity["split"] == stage.split == "memory"
+        assert stage.identity["memory_task_ids"] and stage.identity["embedder"]
+        assert stage.label.endswith(" (7 tasks)") and len(graph.needs[stage.key]) == 7
+    assert stages["ace"].identity["agent"]["model"] == "org/big"  # the teacher plays
+    assert stages["brew"].identity["agent"]["model"] == "org/small"  # the student brews
+    assert stages["ace"].identity["method"] == "ace" and "models" in stages["expel"].identity
+    # The bounds are part of the key: off their defaults, another node.
+    plain = _graph(tmp_path, "methods=[ace]")
+    assert [k for k in plain.stages if k.kind == "ace"] != [stages["ace"].key]
