@@ -8,16 +8,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from distillery.orchestrator.planning.descriptors import name_sweep
-    from distillery.orchestrator.planning.plan import (
-        EvalPoint,
-        StageGraph,
+    from distillery.orchestrator.planning.plan import EvalPoint, StageGraph, plan_sweep, server_key
+    from distillery.orchestrator.planning.plan_listing import (
+        PlannedStatus,
         format_plan,
-        plan_sweep,
-        resolve_tasks,
-        server_key,
         stage_line,
         stage_status,
     )
+    from distillery.orchestrator.planning.tasks import resolve_tasks
     from distillery.orchestrator.planning.plan_check import plan_command
     from distillery.orchestrator.planning.preflight import (
         PreflightError,
@@ -40,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EvalPoint",
+    "PlannedStatus",
     "PreflightError",
     "RequirementsError",
     "StageGraph",
@@ -75,16 +74,9 @@ if not TYPE_CHECKING:
         __name__,
         {
             "descriptors": ("name_sweep",),
-            "plan": (
-                "EvalPoint",
-                "StageGraph",
-                "format_plan",
-                "plan_sweep",
-                "resolve_tasks",
-                "server_key",
-                "stage_line",
-                "stage_status",
-            ),
+            "plan": ("EvalPoint", "StageGraph", "plan_sweep", "server_key"),
+            "plan_listing": ("PlannedStatus", "format_plan", "stage_line", "stage_status"),
+            "tasks": ("resolve_tasks",),
             "plan_check": ("plan_command",),
             "preflight": (
                 "PreflightError",
