@@ -11,7 +11,7 @@ from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.expel import prompts
 from distillery.workers.memory.expel.hooks import ExpelHooks
 from distillery.workers.memory.expel.records import COLLECTIONS, STORE_PREFIX
-from distillery.workers.memory.expel.settings import ExpelSettings
+from distillery.workers.memory.expel.settings import ORIGINAL_EMBEDDER, ExpelSettings
 from distillery.workers.memory.feedback import with_shared_feedback
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.reflexion.prompts import HOOK_TEXTS as REFLECTION_HOOK_TEXTS
@@ -63,7 +63,12 @@ class Expel(BaseMemoryMethod):
         return out
 
     def tags(self, settings: ExpelSettings, embedder: str) -> dict[str, str]:
-        return {"expel_k": str(settings.k), "expel_insights": str(settings.insights).lower()}
+        out = {"expel_k": str(settings.k), "expel_insights": str(settings.insights).lower(),
+               "expel_max_example_chars": str(settings.max_example_chars)}  # fmt: skip
+        if embedder.removeprefix("sentence-transformers/") != ORIGINAL_EMBEDDER:
+            # Task similarity (its examples) is a cosine of the original's embedder.
+            out["expel_embedder"] = f"original {ORIGINAL_EMBEDDER}, run with {embedder}"
+        return out
 
     def report_columns(self, settings: ExpelSettings) -> dict[str, Any]:
         # `k_examples`: examples read per query of collection `examples` (an integer: a

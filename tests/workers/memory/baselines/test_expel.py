@@ -201,3 +201,21 @@ def test_the_student_reads_every_insight_by_rank_and_the_similar_successes():
     quiet = Expel().hooks(task("t"), FakeSearch(), ExpelSettings(k=0, insights=False),
                           allows, None)  # fmt: skip
     assert run(quiet.before_turn(0, "q", "SYSTEM")) == "SYSTEM"
+
+
+def test_the_embedder_and_example_budget_are_recorded_against_the_originals():
+    from distillery.orchestrator.core.compose import compose
+    from distillery.orchestrator.core.config import to_config
+
+    settings = ExpelSettings(max_example_chars=20_000)  # the budget: a setting per entry
+    tags = Expel().tags(settings, "all-MiniLM-L6-v2")
+    assert tags["expel_max_example_chars"] == "20000"
+    # Task similarity under another embedder than the original's is said on the run.
+    assert tags["expel_embedder"] == "original all-mpnet-base-v2, run with all-MiniLM-L6-v2"
+    # The original's is a config beside the offline default, and then nothing is said.
+    cfg = to_config(compose(["memory/embedder=all_mpnet_base_v2"]))
+    embedder = cfg.memory.embedder
+    assert (embedder.kind, embedder.model) == (
+        "sentence_transformers", "sentence-transformers/all-mpnet-base-v2"
+    )  # fmt: skip
+    assert "expel_embedder" not in Expel().tags(settings, embedder.model)
