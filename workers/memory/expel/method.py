@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from distillery.workers.memory.config import EmbedderConfig
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.expel import prompts
 from distillery.workers.memory.expel.hooks import ExpelHooks
@@ -62,7 +63,11 @@ class Expel(BaseMemoryMethod):
         out["injected_chars_mean"] = chars / len(records) if records else 0.0
         return out
 
+    def embedder(self, settings: ExpelSettings) -> EmbedderConfig | None:
+        return settings.embedder
+
     def tags(self, settings: ExpelSettings, embedder: str) -> dict[str, str]:
+        embedder = settings.embedder.model if settings.embedder else embedder
         out = {"expel_k": str(settings.k), "expel_insights": str(settings.insights).lower(),
                "expel_max_example_chars": str(settings.max_example_chars)}  # fmt: skip
         if embedder.removeprefix("sentence-transformers/") != ORIGINAL_EMBEDDER:
@@ -80,6 +85,8 @@ class Expel(BaseMemoryMethod):
         # the student is shown of it.
         out = super().read_identity(settings)
         out.pop("feedback", None)
+        if settings.embedder is None:  # the sweep's: the read identities of old
+            out.pop("embedder", None)
         return out
 
     def label(self, settings: ExpelSettings) -> str:

@@ -12,13 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.memory.config import EmbedderConfig
 from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback
 
 # The original's embedder for task similarity (configs/agent/expel.yaml
 # `retrieval_kwargs.embedder_path: all-mpnet-base-v2`, `embedder_type: huggingface`).
-# distillery embeds every bank of a sweep with one embedder, `memory.embedder` (one
-# memory service per sweep holds it): run ExpeL's with memory/embedder=all_mpnet_base_v2
-# (conf/memory/embedder/); a run with another is tagged `expel_embedder`.
+# A run under another is tagged `expel_embedder` (`Expel.tags`).
 ORIGINAL_EMBEDDER = "all-mpnet-base-v2"
 
 # The settings that decide the bank (the gathering and the extraction): the stage's
@@ -80,6 +79,13 @@ class ExpelSettings(BaseModel):
     # The insights in the prompt (configs/eval.yaml `no_rules: false`); false: examples
     # only (the original's ablation).
     insights: bool = True
+    # ExpeL's own embedder for its bank and its task-similarity queries (an embedder
+    # config as conf/memory/embedder/*.yaml: the original's, all-mpnet-base-v2, is the
+    # catalog entry `expel_mpnet`'s); None: the sweep's `memory.embedder`, as every
+    # other method (offline default all-MiniLM-L6-v2). Ours: the original has one
+    # embedder per run; a sweep comparing methods has one for all, so ExpeL's own is
+    # a setting. In the bank's and the read's identity when set.
+    embedder: EmbedderConfig | None = None
 
     def build_identity(self) -> dict[str, Any]:
         out = self.model_dump(mode="json", include=set(BUILD_FIELDS))

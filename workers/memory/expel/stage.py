@@ -218,7 +218,9 @@ class ExpelStage(OrderedEpisodeStage):
             "split": planner.split.memory_split,
             "models": {role: planner.model_identity(m) for role, m in sorted(others.items())},
             "build": settings.build_identity(),
-            "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
+            "embedder": (settings.embedder or cfg.memory.embedder).model_dump(
+                mode="json", include={"kind", "model"}
+            ),
         }
         if cfg.memory.bounds.identity():  # off their defaults: other entries
             identity["bounds"] = cfg.memory.bounds.identity()
