@@ -94,7 +94,10 @@ class Expel(BaseMemoryMethod):
 
     def descriptors(self, settings: ExpelSettings) -> dict[str, str]:
         # Named by the method: its settings never read as another method's (`k`).
-        return {
+        out = {
             f"expel.{k}": "null" if v is None else str(v)
-            for k, v in settings.model_dump(mode="json").items()
+            for k, v in settings.model_dump(mode="json", exclude={"embedder"}).items()
         }
+        if settings.embedder is not None:  # its own (None: the sweep's, said elsewhere)
+            out["expel.embedder"] = f"{settings.embedder.kind}:{settings.embedder.model}"
+        return out

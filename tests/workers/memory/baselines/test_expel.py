@@ -260,3 +260,13 @@ def test_expels_own_embedder_endpoint_is_checked_before_a_run():
     plain = SimpleNamespace(**{**vars(stage), "settings": ExpelSettings()})
     graph.stages = {"s": plain}
     assert "expel.retrieval.embedder" not in {e.key for e in endpoints_in_use(graph, True)}  # type: ignore[arg-type]
+
+
+def test_its_own_embedder_is_a_short_descriptor_and_none_is_not_one():
+    from distillery.workers.memory.config import EmbedderConfig
+
+    own = ExpelSettings(embedder=EmbedderConfig(model="sentence-transformers/all-mpnet-base-v2"))
+    assert Expel().descriptors(own)["expel.embedder"] == (
+        "sentence_transformers:sentence-transformers/all-mpnet-base-v2"
+    )
+    assert "expel.embedder" not in Expel().descriptors(ExpelSettings())
