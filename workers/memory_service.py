@@ -70,9 +70,13 @@ class MemoryServiceImpl:
         # checking a cached bank in the store needs neither.
         self._embedder_config = embedder
         self._embedder: Any = None
+        # A method's own embedder (`MemoryMethod.embedder`, e.g. ExpeL's original's),
+        # by (kind, model), loaded on first use as the sweep's is.
+        self._own: dict[tuple[str, str], Any] = {}
         self._retrievers: dict[tuple[str, Isolation], BankRetriever] = {}
         self._layouts: dict[str, tuple[CollectionSpec, ...]] | None = None
-        self._embedded: dict[str, np.ndarray] = {}  # key text -> vector (live views)
+        # key text -> vector (live views), per embedder ((kind, model); None: the sweep's)
+        self._embedded: dict[tuple[str, str] | None, dict[str, np.ndarray]] = {}
 
     @property
     def embedder(self) -> Any:
@@ -83,6 +87,24 @@ class MemoryServiceImpl:
     @embedder.setter
     def embedder(self, value: Any) -> None:
         self._embedder = value
+
+    @staticmethod
+    def _key(config: EmbedderConfig | None) -> tuple[str, str] | None:
+        return None if config is None else (config.kind, config.model)
+
+    def embedder_for(self, config: EmbedderConfig | None) -> Any:
+        """The embedder of a bank: `config` (a method's own), or the sweep's (None, or
+        `config` naming the sweep's model)."""
+        if config is None or self._key(config) == self._key(self._embedder_config):
+            return self.embedder
+        key = (config.kind, config.model)
+        if key not in self._own:
+            self._own[key] = make_embedder(config)
+        return self._own[key]
+
+    def set_embedder_for(self, config: EmbedderConfig, value: Any) -> None:
+        """Use `value` as the embedder of `config` (a test double)."""
+        self._own[(config.kind, config.model)] = value
 
     def ready(self) -> dict[str, Any]:
         config = self._embedder_config
@@ -143,16 +165,20 @@ class MemoryServiceImpl:
     def _exists(self, name: str) -> bool:
         return self.store.client.collection_exists(name)
 
-    def write_bank(self, bank_id: str, bank: BuiltBank) -> dict[str, int]:
-        """Embed each entry's key text and store one collection per spec."""
+    def write_bank(
+        self, bank_id: str, bank: BuiltBank, embedder: EmbedderConfig | None = None
+    ) -> dict[str, int]:
+        """Embed each entry's key text (under `embedder`, a method's own; None: the
+        sweep's) and store one collection per spec."""
         self._forget(bank_id)
+        model = self.embedder_for(embedder)
         names = [s.name for s in bank.specs]
         counts: dict[str, int] = {}
         embedded = 0
         for spec in bank.specs:
             entries = list(bank.collections[spec.name])
             texts = [e.key_text for e in entries]
-            vectors = self.embedder.embed(texts) if texts else np.zeros((0, 1), np.float32)
+            vectors = model.embed(texts) if texts else np.zeros((0, 1), np.float32)
             self.store.write(bank_id, spec, entries, vectors, prefix=bank.prefix, siblings=names)
             counts[spec.name] = len(entries)
             embedded += sum(len(t) for t in texts)
@@ -173,7 +199,13 @@ class MemoryServiceImpl:
 
     # -- live views (a bank an outcome-driven stage is still writing) --------------
 
-    def put_view(self, view_id: str, bank: BuiltBank, isolation: Isolation) -> dict[str, int]:
+    def put_view(
+        self,
+        view_id: str,
+        bank: BuiltBank,
+        isolation: Isolation,
+        embedder: EmbedderConfig | None = None,
+    ) -> dict[str, int]:
         """Make `bank` searchable as `view_id` (never stored): the memory an
         outcome-driven stage's play reads, its committed entries plus what it staged
         for the task. Key texts are embedded once per text (the cache lives as long as
@@ -183,9 +215,10 @@ class MemoryServiceImpl:
             entries = {}
             for spec in bank.specs:
                 items = list(bank.collections[spec.name])
-                entries[spec.name] = (items, self._embed_cached([e.key_text for e in items]))
+                texts = [e.key_text for e in items]
+                entries[spec.name] = (items, self._embed_cached(texts, embedder))
             self._retrievers[key] = BankRetriever.from_entries(
-                self.embedder, isolation, bank.specs, entries
+                self.embedder_for(embedder), isolation, bank.specs, entries
             )
         return self._retrievers[key].sizes()
 
@@ -205,11 +238,12 @@ class MemoryServiceImpl:
         for key in [k for k in self._retrievers if k[0].startswith(prefix)]:
             del self._retrievers[key]
 
-    def _embed_cached(self, texts: list[str]) -> np.ndarray:
-        cache = self._embedded
+    def _embed_cached(self, texts: list[str], embedder: EmbedderConfig | None = None) -> np.ndarray:
+        cache = self._embedded.setdefault(self._key(embedder), {})
         new = [t for t in dict.fromkeys(texts) if t not in cache]
         if new:
-            for text, vector in zip(new, self.embedder.embed(new), strict=True):
+            model = self.embedder_for(embedder)
+            for text, vector in zip(new, model.embed(new), strict=True):
                 cache[text] = vector
         if not texts:
             return np.zeros((0, 1), np.float32)
@@ -217,12 +251,17 @@ class MemoryServiceImpl:
 
     # -- retrieval ----------------------------------------------------------------
 
-    def open_bank(self, bank_id: str, isolation: Isolation) -> dict[str, int]:
+    def open_bank(
+        self, bank_id: str, isolation: Isolation, embedder: EmbedderConfig | None = None
+    ) -> dict[str, int]:
+        """Open a stored bank for search; `embedder`: the one it was written with (a
+        method's own; None: the sweep's), which embeds the queries."""
         key = (bank_id, isolation)
         if key not in self._retrievers:
             prefix, specs = self._layout(bank_id)
+            model = self.embedder_for(embedder)
             self._retrievers[key] = BankRetriever.from_store(
-                self.store, bank_id, specs, self.embedder, isolation, prefix=prefix
+                self.store, bank_id, specs, model, isolation, prefix=prefix
             )
         return self._retrievers[key].sizes()
 

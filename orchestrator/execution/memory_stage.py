@@ -23,6 +23,7 @@ from distillery.orchestrator.stages.stage import (
 )
 from distillery.orchestrator.state.ledger import BankOutput
 from distillery.workers.memory.bounds import bound_bank, memory_delimiters
+from distillery.workers.memory.method import own_embedder
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.memory_service import (
     BuiltBank,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from distillery.orchestrator.stages.stage import MemoryRead, Stage
     from distillery.orchestrator.state.ledger import Ledger
     from distillery.workers.envs.base import Task
+    from distillery.workers.memory.config import EmbedderConfig
     from distillery.workers.memory.retrieval import Isolation
 
 # A Ray task body that makes a bank: `build_task` or `render_task` of the memory service.
@@ -105,14 +107,23 @@ class MemoryStage:
                 None, None, read.isolation, read.settings, read.kind, max_injected_chars
             )
         bank_id = self.bank_of(read.bank_stage)
-        ray_get(self.service.open_bank.remote(bank_id, read.isolation))
+        # The embedder the bank was written with (a method's own, or the sweep's).
+        own = own_embedder(memory_method(read.kind), read.settings)
+        ray_get(self.service.open_bank.remote(bank_id, read.isolation, own))
         return MemoryJob(
             self.service, bank_id, read.isolation, read.settings, read.kind, max_injected_chars
         )
 
-    def put_view(self, view_id: str, bank: BuiltBank, isolation: Isolation) -> None:
-        """A live view (a bank a stage is still writing) searchable as `view_id`."""
-        ray_get(self.service.put_view.remote(view_id, bank, isolation))
+    def put_view(
+        self,
+        view_id: str,
+        bank: BuiltBank,
+        isolation: Isolation,
+        embedder: EmbedderConfig | None = None,
+    ) -> None:
+        """A live view (a bank a stage is still writing) searchable as `view_id`
+        (`embedder`: its method's own; None: the sweep's)."""
+        ray_get(self.service.put_view.remote(view_id, bank, isolation, embedder))
 
     def drop_views(self, prefix: str) -> None:
         ray_get(self.service.drop_views.remote(prefix))
@@ -165,9 +176,12 @@ class MemoryStage:
         counts = ray_get(self.service.bank_counts.remote(bank_id))
         return BankOutput(bank_id, counts, reused=True)
 
-    def written(self, bank_id: str, bank: BuiltBank) -> BankOutput:
-        """Store a bank just made; its output (entry counts and the build's stats)."""
-        counts = ray_get(self.service.write_bank.remote(bank_id, bank))
+    def written(
+        self, bank_id: str, bank: BuiltBank, embedder: EmbedderConfig | None = None
+    ) -> BankOutput:
+        """Store a bank just made (`embedder`: its method's own; None: the sweep's);
+        its output (entry counts and the build's stats)."""
+        counts = ray_get(self.service.write_bank.remote(bank_id, bank, embedder))
         return BankOutput(bank_id, counts, dict(bank.stats))
 
     def build(self, stage: BuildStage) -> BankOutput:

@@ -26,6 +26,7 @@ from distillery.workers.envs.base import Task
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.bounds import bound_entry, delimiter_pattern, memory_delimiters
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
+from distillery.workers.memory.method import own_embedder
 from distillery.workers.memory.store import entry_from_dict, entry_to_dict
 from distillery.workers.trajectories import (
     EpisodeSummary,
@@ -348,7 +349,8 @@ class OrderedRun:
         view = f"{self.stage.key.short}-{content[:24]}"
         if view not in self._views:
             bank = BuiltBank(self.method.store_prefix, self.method.collections, collections)
-            self.sweep.memory.put_view(view, bank, self.isolation)
+            own = own_embedder(self.method, self.stage.settings)  # None: the sweep's
+            self.sweep.memory.put_view(view, bank, self.isolation, own)
             self._views.add(view)
         return view
 
@@ -469,13 +471,16 @@ class OrderedRun:
                 **{f"events.{k}": n for k, n in sorted(self.event_counts.items())},
             },
         )
-        embedder = self.sweep.cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"})
+        own = own_embedder(self.method, self.stage.settings)  # None: the sweep's
+        embedder = (own or self.sweep.cfg.memory.embedder).model_dump(
+            mode="json", include={"kind", "model"}
+        )
         content = {n: [entry_to_dict(e) for e in items] for n, items in collections.items()}
         bank_id = digest_of(
             {"content": content, "stage": self.stage.key.digest, "embedder": embedder}
         )
         reused = self.sweep.memory.reused(bank_id)
-        return reused if reused is not None else self.sweep.memory.written(bank_id, bank)
+        return reused if reused is not None else self.sweep.memory.written(bank_id, bank, own)
 
 
 def entries_of(record: dict[str, Any], specs: dict[str, CollectionSpec]) -> list[Any]:

@@ -60,6 +60,7 @@ from distillery.workers.trajectories import (
 if TYPE_CHECKING:
     from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.state.ledger import Ledger
+    from distillery.workers.memory.config import EmbedderConfig
 
 
 # What a stage kind of another package may use (with `stages.CostRow`, `StageStatus`).
@@ -183,6 +184,7 @@ class OrderedEpisodeStage(EpisodeStage):
         label: str,
         *,
         bounds_key: str = "bounds",
+        embedder: EmbedderConfig | None = None,
         **fields: Any,
     ) -> Self:
         """A node of this kind that `player` plays on the point's memory split, added to
@@ -192,7 +194,7 @@ class OrderedEpisodeStage(EpisodeStage):
         Its identity: what decides the split's episodes (`planner.episode_identity` of
         `player` under the memory split's options), the split's task digest and label,
         the kind's own entries (`identity`: its models, its settings), the embedder
-        and, off their defaults, the memory bounds (under `bounds_key`: the brew's
+        (`embedder`, a method's own, else the sweep's) and, off their defaults, the memory bounds (under `bounds_key`: the brew's
         pinned keys name them `memory_bounds`). `label` gets the task count appended;
         `fields` are the node's own fields (`memory_kind`, `settings`, `other_models`,
         `wave_size`, ...).
@@ -203,7 +205,9 @@ class OrderedEpisodeStage(EpisodeStage):
             "memory_task_ids": planner.memory_task_ids(),
             "split": split.memory_split,
             **identity,
-            "embedder": cfg.memory.embedder.model_dump(mode="json", include={"kind", "model"}),
+            "embedder": (embedder or cfg.memory.embedder).model_dump(
+                mode="json", include={"kind", "model"}
+            ),
         }
         if cfg.memory.bounds.identity():  # off their defaults: other entries
             full[bounds_key] = cfg.memory.bounds.identity()

@@ -418,6 +418,18 @@ def endpoints_in_use(graph: StageGraph, uses_memory: bool) -> Iterator[Endpoint]
             embedder.api_key_env,
             embedder.kind == "openai",
         )
+        # A method's own embedder (ExpeL's `retrieval.embedder`), where a stage uses one.
+        from distillery.workers.memory.method import own_embedder
+        from distillery.workers.memory.registry import memory_method
+
+        for stage in graph.stages.values():
+            kind, settings = getattr(stage, "memory_kind", None), getattr(stage, "settings", None)
+            own = own_embedder(memory_method(kind), settings) if kind and settings else None
+            if own is not None:
+                yield Endpoint(
+                    f"{kind}.retrieval.embedder", own.base_url, "base_url", own.api_key_env,
+                    own.kind == "openai",
+                )  # fmt: skip
         store = cfg.memory.store
         yield Endpoint("memory.store", store.url, "url", store.api_key_env, False)
 

@@ -20,6 +20,7 @@ from distillery.orchestrator.report.costs import (
 from distillery.orchestrator.report.groups import grouped_table1
 from distillery.orchestrator.report.load import ReportError, SweepData, load_sweep
 from distillery.orchestrator.report.markdown import _cost_line, markdown_table, render_markdown
+from distillery.orchestrator.report.memory_bounds import mark_cells, scoring_episodes
 from distillery.orchestrator.report.note_usage import note_usage_table
 from distillery.orchestrator.report.plots import (
     plot_steps_by_method,
@@ -225,6 +226,12 @@ def build_report(
     own_tables = stage_tables(data, figures, s_costs)
     notes += [note for table in own_tables for note in table.notes]
 
+    # What a method's own bound left out of its memory (ACE's playbook cut, ExpeL's
+    # examples skipped), marked next to its cell before any table is built from them.
+    episodes_read, read_notes = scoring_episodes(data)
+    notes += read_notes
+    cells, bound_notes = mark_cells(cells, data.points, episodes_read)
+    notes += bound_notes
     cells = link_cells(cells, stats, data.meta, mlflow_ui)
     tables, table_notes = paper_tables(cells, data.columns)
     notes += table_notes
@@ -257,7 +264,7 @@ def build_report(
             notes += group_notes
 
     # Per-note usage of the memories read (AgentBrew §3.5), after the paper's tables.
-    usage, usage_notes = note_usage_table(data)
+    usage, usage_notes = note_usage_table(data, episodes_read)
     tables += usage
     notes += usage_notes
 

@@ -175,6 +175,10 @@ CELL_NUMBERS: tuple[str, ...] = (
     "gain_pp",
     "cost_usd",
     "cost_tokens",
+    # What a method's own bound left out of its memory (memory_bounds.py).
+    "bound_episodes",
+    "bullets_cut",
+    "examples_too_long",
 )
 # Text columns of the cells table for report.md only (formatted numbers, links).
 CELL_LABELS: tuple[str, ...] = ("label", "label_md")

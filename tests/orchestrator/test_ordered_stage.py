@@ -144,7 +144,7 @@ def _run(tmp_path, monkeypatch, wave_size: int = 1, crash_at: int | None = None)
     monkeypatch.setattr(OrderedRun, "ask", lambda self, *a: world.ask(self, *a))
     banks: list[dict] = []
 
-    def written(bank_id, bank):
+    def written(bank_id, bank, embedder=None):
         banks.append({n: [e.memory_id for e in v] for n, v in bank.collections.items()})
         return BankOutput(bank_id, bank.counts())
 

@@ -121,3 +121,25 @@ def test_a_bank_stored_before_collections_named_their_method_is_found_again(serv
     assert [h.entry.memory_id for h in hits] == ["wf:b"]
     store.client.delete_collection(collection_name(BANK, "fn", STORE_PREFIX))
     assert not service.has_bank(BANK)  # AMD's layout still says a bank has three
+
+
+def test_a_bank_written_with_a_methods_own_embedder_is_searched_with_it(service):
+    """A method's own embedder (ExpeL's original's, `ExpelSettings.embedder`) embeds
+    its bank's keys and its queries; the sweep's is not asked, nor for a live view."""
+    own = EmbedderConfig(model="sentence-transformers/all-mpnet-base-v2")
+    mpnet = WordHashEmbedder()
+    service.set_embedder_for(own, mpnet)
+    sweeps = service.embedder
+    before = sweeps.calls
+    service.write_bank(BANK, amd_bank(WFS, SEGS, FNS), own)
+    assert mpnet.calls == len(WFS) + len(SEGS) + len(FNS) and sweeps.calls == before
+    isolation = Isolation("self_excluded")
+    service.open_bank(BANK, isolation, own)
+    (hits,) = service.search(BANK, isolation, "wf", ["move the report file"], "a", 1, None)
+    assert [h.entry.source.task_id for h in hits] == ["c"]
+    assert mpnet.calls > len(WFS) + len(SEGS) + len(FNS) and sweeps.calls == before
+    service.put_view("view-1", amd_bank(WFS, SEGS, FNS), isolation, own)
+    assert sweeps.calls == before
+    # The sweep's own model named as a method's: the sweep's embedder, one instance.
+    assert service.embedder_for(EmbedderConfig()) is sweeps
+    assert service.embedder_for(None) is sweeps

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from distillery.workers.agents.loop import MemoryHooks
     from distillery.workers.envs.base import Task
     from distillery.workers.memory.bank import BuiltBank
-    from distillery.workers.memory.config import BuilderConfig, MemoryConfig
+    from distillery.workers.memory.config import BuilderConfig, EmbedderConfig, MemoryConfig
     from distillery.workers.trajectories import EpisodeRecord
 
 
@@ -309,6 +309,11 @@ class BaseMemoryMethod:
     def tags(self, settings: Any, embedder: str) -> dict[str, str]:
         return {}
 
+    def embedder(self, settings: Any) -> EmbedderConfig | None:
+        """The embedder of this method's bank and queries when it has its own (e.g.
+        ExpeL's original's); None: the sweep's `memory.embedder`."""
+        return None
+
     def report_columns(self, settings: Any) -> dict[str, Any]:
         return {}
 
@@ -358,3 +363,11 @@ def summed_counters(records: Sequence[EpisodeRecord], names: Sequence[str]) -> d
         for name in names:
             out[name] += log.get(name, 0)
     return out
+
+
+def own_embedder(method: Any, settings: Any) -> EmbedderConfig | None:
+    """A method's own embedder (`BaseMemoryMethod.embedder`; a plugin without the hook:
+    None, the sweep's)."""
+    hook = getattr(method, "embedder", None)
+    own = hook(settings) if callable(hook) else None
+    return cast("EmbedderConfig | None", own)

@@ -52,17 +52,3 @@ def test_the_report_has_a_note_usage_table(tmp_path):
     assert {m for m, _ in rows} == {"agentbrew"}  # methods that record no notes: no rows
     assert (report.out_dir / "note_usage.csv").exists()
     assert "Per-note usage at test time" in (report.out_dir / "report.md").read_text()
-
-
-def test_the_report_says_where_a_playbook_was_cut(tmp_path):
-    root = tmp_path / "runs"
-    sweep = write_sweep(root, True)
-    stage = "Sexpel-test_normal"  # any memory method's episodes logging bullets_cut
-    folder = Location.of(str(root / "stages" / "evaluate" / stage[:16] / "episodes"))
-    for task, cut in {"t1": 5, "t2": 0, "t3": 7, "t4": 0}.items():
-        write_episode(
-            folder, episode_record(task, True, extra_json=json.dumps({"bullets_cut": cut}))
-        )
-    report = build_report(sweep, log_to_mlflow=False)
-    said = [n for n in report.notes if n.startswith("expel on appworld")]
-    assert said and "2 of 4 episodes" in said[0] and "12 entries left out" in said[0]

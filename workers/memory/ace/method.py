@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from distillery.workers.memory.ace import prompts
 from distillery.workers.memory.ace.hooks import AceHooks
 from distillery.workers.memory.ace.records import COLLECTIONS, STORE_PREFIX
-from distillery.workers.memory.ace.settings import AceSettings
+from distillery.workers.memory.ace.settings import ACE_PY_DEVIATIONS, AceSettings
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.feedback import with_shared_feedback
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
@@ -64,7 +64,10 @@ class Ace(BaseMemoryMethod):
 
     def tags(self, settings: AceSettings, embedder: str) -> dict[str, str]:
         dedup = "off" if settings.dedup_threshold is None else str(settings.dedup_threshold)
-        return {"ace_rounds": str(settings.max_rounds), "ace_dedup": dedup}
+        out = {"ace_rounds": str(settings.max_rounds), "ace_dedup": dedup}
+        if settings.prompts == "ours":  # ace.py's loop, with the harness's choices
+            out["ace_deviations"] = ",".join(ACE_PY_DEVIATIONS)
+        return out
 
     def report_columns(self, settings: AceSettings) -> dict[str, Any]:
         # What its reflector reads of an outcome: the shared feedback setting's column.

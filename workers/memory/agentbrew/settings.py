@@ -43,9 +43,10 @@ class ReadSettings(BaseModel):
     # "w/o Test-Time Suppression").
     suppression: bool = True
     # ours: "notes below a fraction of the top score are dampened" without the fraction
-    # or the damping: half the top score, halved. It never changes which notes are read
-    # nor their order (a note below the floor was already below every note above it):
-    # only the recorded scores; phi is what reorders (docs/methods/agentbrew.md).
+    # or the damping: half the top score, halved. With damping > 0 it never changes
+    # which notes are read nor their order (a note below the floor was already below
+    # every note above it): only the recorded scores; phi is what reorders. damping 0
+    # ties the dampened notes at 0, ordered by id (docs/methods/agentbrew.md).
     floor: float = Field(default=0.5, gt=0, le=1)
     damping: float = Field(default=0.5, ge=0, le=1)
     # ours: phi(n) = 1 / (1 + beta * ln(1 + u(n))), u(n) = brew tasks that were shown n

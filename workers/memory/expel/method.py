@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from distillery.workers.memory.config import EmbedderConfig
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.expel import prompts
 from distillery.workers.memory.expel.hooks import ExpelHooks
 from distillery.workers.memory.expel.records import COLLECTIONS, STORE_PREFIX
-from distillery.workers.memory.expel.settings import ExpelSettings
+from distillery.workers.memory.expel.settings import ORIGINAL_EMBEDDER, ExpelSettings
 from distillery.workers.memory.feedback import with_shared_feedback
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
 from distillery.workers.memory.reflexion.prompts import HOOK_TEXTS as REFLECTION_HOOK_TEXTS
@@ -62,8 +63,17 @@ class Expel(BaseMemoryMethod):
         out["injected_chars_mean"] = chars / len(records) if records else 0.0
         return out
 
+    def embedder(self, settings: ExpelSettings) -> EmbedderConfig | None:
+        return settings.embedder
+
     def tags(self, settings: ExpelSettings, embedder: str) -> dict[str, str]:
-        return {"expel_k": str(settings.k), "expel_insights": str(settings.insights).lower()}
+        embedder = settings.embedder.model if settings.embedder else embedder
+        out = {"expel_k": str(settings.k), "expel_insights": str(settings.insights).lower(),
+               "expel_max_example_chars": str(settings.max_example_chars)}  # fmt: skip
+        if embedder.removeprefix("sentence-transformers/") != ORIGINAL_EMBEDDER:
+            # Task similarity (its examples) is a cosine of the original's embedder.
+            out["expel_embedder"] = f"original {ORIGINAL_EMBEDDER}, run with {embedder}"
+        return out
 
     def report_columns(self, settings: ExpelSettings) -> dict[str, Any]:
         # `k_examples`: examples read per query of collection `examples` (an integer: a
@@ -75,6 +85,8 @@ class Expel(BaseMemoryMethod):
         # the student is shown of it.
         out = super().read_identity(settings)
         out.pop("feedback", None)
+        if settings.embedder is None:  # the sweep's: the read identities of old
+            out.pop("embedder", None)
         return out
 
     def label(self, settings: ExpelSettings) -> str:
@@ -82,7 +94,10 @@ class Expel(BaseMemoryMethod):
 
     def descriptors(self, settings: ExpelSettings) -> dict[str, str]:
         # Named by the method: its settings never read as another method's (`k`).
-        return {
+        out = {
             f"expel.{k}": "null" if v is None else str(v)
-            for k, v in settings.model_dump(mode="json").items()
+            for k, v in settings.model_dump(mode="json", exclude={"embedder"}).items()
         }
+        if settings.embedder is not None:  # its own (None: the sweep's, said elsewhere)
+            out["expel.embedder"] = f"{settings.embedder.kind}:{settings.embedder.model}"
+        return out

@@ -12,7 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distillery.workers.memory.config import EmbedderConfig
 from distillery.workers.memory.feedback import DEFAULT_FEEDBACK, Feedback
+
+# The original's embedder for task similarity (configs/agent/expel.yaml
+# `retrieval_kwargs.embedder_path: all-mpnet-base-v2`, `embedder_type: huggingface`).
+# A run under another is tagged `expel_embedder` (`Expel.tags`).
+ORIGINAL_EMBEDDER = "all-mpnet-base-v2"
 
 # The settings that decide the bank (the gathering and the extraction): the stage's
 # identity. The others decide what a student reads of it.
@@ -61,12 +67,25 @@ class ExpelSettings(BaseModel):
     k: int = Field(default=2, ge=0, le=10)
     # Candidates per example, filtered for length (expel.yaml `buffer_retrieve_ratio: 4`).
     buffer_retrieve_ratio: int = Field(default=4, ge=1, le=20)
-    # An example longer than this is skipped (the original skips one over the longest
-    # hand-written few-shot, `max_fewshot_tokens: auto`; ours: about 1.5 k tokens).
+    # The example budget: an example longer than this is skipped, the next candidate
+    # tried (the original skips one over its token limit, expel.yaml `max_fewshot_tokens:
+    # auto`: the longest of the benchmark's hand-written few-shots). Ours, 6,000
+    # characters (about 1.5 k tokens): our benchmarks have no hand-written few-shots to
+    # measure. Each skip is counted (episode log and metric `examples_too_long`) and
+    # marked next to ExpeL's cell in the report; long AppWorld runs may leave a student
+    # with insights only, so raise it there
+    # (method_catalog.<entry>.retrieval.max_example_chars=<chars>).
     max_example_chars: int = Field(default=6_000, ge=500, le=100_000)
     # The insights in the prompt (configs/eval.yaml `no_rules: false`); false: examples
     # only (the original's ablation).
     insights: bool = True
+    # ExpeL's own embedder for its bank and its task-similarity queries (an embedder
+    # config as conf/memory/embedder/*.yaml: the original's, all-mpnet-base-v2, is the
+    # catalog entry `expel_mpnet`'s); None: the sweep's `memory.embedder`, as every
+    # other method (offline default all-MiniLM-L6-v2). Ours: the original has one
+    # embedder per run; a sweep comparing methods has one for all, so ExpeL's own is
+    # a setting. In the bank's and the read's identity when set.
+    embedder: EmbedderConfig | None = None
 
     def build_identity(self) -> dict[str, Any]:
         out = self.model_dump(mode="json", include=set(BUILD_FIELDS))

@@ -220,6 +220,7 @@ class ExpelStage(OrderedEpisodeStage):
                 "build": settings.build_identity(),
             },
             f"expel teacher={teacher.name} {cfg.benchmark.name}",
+            embedder=settings.embedder,
             other_models=others,
             memory_kind=inputs["memory_kind"],
             settings=settings,

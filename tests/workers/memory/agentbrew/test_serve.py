@@ -148,3 +148,14 @@ def test_the_relative_floor_never_changes_which_notes_are_read_or_their_order():
         with_floor = [r.note.memory_id for r in rerank(hits, settings)]
         without = [r.note.memory_id for r in rerank(hits, no_floor)]
         assert with_floor == without, trial
+
+
+def test_with_damping_zero_the_floor_orders_the_dampened_notes_by_id():
+    """The one case where the floor changes what is read (docs/methods/agentbrew.md):
+    `damping: 0` puts every dampened note at 0, so they tie and go by id; when fewer
+    than `k` notes clear the floor, the id decides which dampened notes fill the rest."""
+    notes = [_note("top"), _note("b_high"), _note("a_low")]
+    hits = [Hit(notes[0], 0.9, "notes"), Hit(notes[1], 0.3, "notes"), Hit(notes[2], 0.2, "notes")]
+    without = [r.note.note_key for r in rerank(hits, ReadSettings(damping=1.0))]
+    zero = [r.note.note_key for r in rerank(hits, ReadSettings(floor=0.5, damping=0.0))]
+    assert without[:2] == ["top", "b_high"] and zero[:2] == ["top", "a_low"]

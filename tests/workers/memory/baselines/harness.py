@@ -108,7 +108,7 @@ def run_stage(
     monkeypatch.setattr(OrderedRun, "ask", ask)
     monkeypatch.setattr(OrderedRun, "similarities", similarities)
 
-    def written(bank_id, bank):
+    def written(bank_id, bank, embedder=None):
         world.banks.append({n: list(v) for n, v in bank.collections.items()})
         world.bank_stats.append(dict(bank.stats))
         return BankOutput(bank_id, bank.counts(), dict(bank.stats))

@@ -259,6 +259,17 @@ def test_ace_appworld_runs_the_harness_prompts_and_initial_playbook(tmp_path, mo
 
 def test_the_vendored_harness_texts_are_verbatim():
     from distillery.workers.memory.ace import appworld_prompts
+
+    vendor = _vendor()
+    for text, path in (
+        (appworld_prompts.REFLECTOR_NO_GT, "prompts/appworld_react_reflector_no_gt_prompt.txt"),
+        (appworld_prompts.CURATOR, "prompts/appworld_react_curator_prompt.txt"),
+        (appworld_prompts.INITIAL_PLAYBOOK, "playbooks/appworld_initial_playbook.txt"),
+    ):
+        assert text == (vendor / path).read_text(), path
+
+
+def _vendor():
     from tests.support import REPO_ROOT
 
     places = (REPO_ROOT, REPO_ROOT.parent, REPO_ROOT.parent.parent)  # checkout, worktrees
@@ -266,9 +277,36 @@ def test_the_vendored_harness_texts_are_verbatim():
     vendor = next((v for v in found if v.is_dir()), found[0])
     if not vendor.is_dir():
         pytest.skip(f"no ACE AppWorld harness at {vendor}")
-    for text, path in (
-        (appworld_prompts.REFLECTOR_NO_GT, "prompts/appworld_react_reflector_no_gt_prompt.txt"),
-        (appworld_prompts.CURATOR, "prompts/appworld_react_curator_prompt.txt"),
-        (appworld_prompts.INITIAL_PLAYBOOK, "playbooks/appworld_initial_playbook.txt"),
-    ):
-        assert text == (vendor / path).read_text(), path
+    return vendor
+
+
+def test_where_ace_follows_the_harness_not_ace_py_is_tagged_on_the_run():
+    from distillery.workers.memory.ace.settings import ACE_PY_DEVIATIONS
+
+    tags = Ace().tags(AceSettings(), "all-MiniLM-L6-v2")
+    assert tags["ace_deviations"].split(",") == list(ACE_PY_DEVIATIONS)
+    appworld = AceSettings(prompts="appworld", sections="appworld", initial_playbook="appworld")
+    assert "ace_deviations" not in Ace().tags(appworld, "all-MiniLM-L6-v2")
+
+
+def test_the_harness_keeps_the_final_playbook_and_shows_its_reflector_all_of_it():
+    """What the documented deviations from ace.py rest on, read from the vendored
+    AppWorld harness: its evaluation reads the playbook file its adaptation rewrites
+    after every task (no best-on-validation selection), its reflector is given the whole
+    playbook (no cited bullets), and its curator the task and the conversation."""
+    vendor = _vendor()
+
+    def playbook_file(config: str) -> str:
+        text = (vendor / "configs" / config).read_text()
+        (line,) = [ln for ln in text.splitlines() if '"trained_playbook_file_path"' in ln]
+        return line.split(":", 1)[1].strip().rstrip(",")
+
+    assert playbook_file("ACE_offline_no_GT_evaluation.jsonnet") == playbook_file(
+        "ACE_offline_no_GT_adaptation.jsonnet"
+    )
+    react = (vendor / "code" / "ace" / "adaptation_react.py").read_text()
+    assert '.replace("{{playbook}}", self.playbook or "N/A")' in react
+    assert "best" not in react.lower() and "bullet_ids" not in react
+    curator = react[react.index("def curator_call") :]
+    assert "question_context=question_context" in curator
+    assert "content += conversation_history" in curator

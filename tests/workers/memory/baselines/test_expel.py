@@ -201,3 +201,72 @@ def test_the_student_reads_every_insight_by_rank_and_the_similar_successes():
     quiet = Expel().hooks(task("t"), FakeSearch(), ExpelSettings(k=0, insights=False),
                           allows, None)  # fmt: skip
     assert run(quiet.before_turn(0, "q", "SYSTEM")) == "SYSTEM"
+
+
+def test_the_embedder_and_example_budget_are_recorded_against_the_originals():
+    from distillery.orchestrator.core.compose import compose
+    from distillery.orchestrator.core.config import to_config
+
+    settings = ExpelSettings(max_example_chars=20_000)  # the budget: a setting per entry
+    tags = Expel().tags(settings, "all-MiniLM-L6-v2")
+    assert tags["expel_max_example_chars"] == "20000"
+    # Task similarity under another embedder than the original's is said on the run.
+    assert tags["expel_embedder"] == "original all-mpnet-base-v2, run with all-MiniLM-L6-v2"
+    # The original's is a config beside the offline default, and then nothing is said.
+    cfg = to_config(compose(["memory/embedder=all_mpnet_base_v2"]))
+    embedder = cfg.memory.embedder
+    assert (embedder.kind, embedder.model) == (
+        "sentence_transformers", "sentence-transformers/all-mpnet-base-v2"
+    )  # fmt: skip
+    assert "expel_embedder" not in Expel().tags(settings, embedder.model)
+
+
+def test_expel_may_run_on_its_own_embedder_in_any_sweep():
+    """`retrieval.embedder` (the original's: the catalog's `expel_mpnet`) embeds ExpeL's
+    bank and queries whatever the sweep's `memory.embedder`; it is in the bank's and the
+    read's identity; unset, both identities are those of old."""
+    from distillery.orchestrator.core.compose import compose
+    from distillery.orchestrator.core.config import to_config
+    from distillery.workers.memory.config import EmbedderConfig
+
+    cfg = to_config(compose([]))
+    settings = cfg.retrieval_for("expel_mpnet")
+    assert isinstance(settings, ExpelSettings)
+    assert settings.embedder == EmbedderConfig(model="sentence-transformers/all-mpnet-base-v2")
+    assert Expel().embedder(settings) == settings.embedder
+    assert "expel_embedder" not in Expel().tags(settings, cfg.memory.embedder.model)
+    assert Expel().read_identity(settings)["embedder"]["model"].endswith("all-mpnet-base-v2")
+    plain = cfg.retrieval_for("expel")
+    assert isinstance(plain, ExpelSettings)
+    assert Expel().embedder(plain) is None and "embedder" not in Expel().read_identity(plain)
+
+
+def test_expels_own_embedder_endpoint_is_checked_before_a_run():
+    from types import SimpleNamespace
+
+    from distillery.orchestrator.core.compose import compose
+    from distillery.orchestrator.core.config import to_config
+    from distillery.orchestrator.planning.preflight import endpoints_in_use
+    from distillery.workers.memory.config import EmbedderConfig
+
+    own = EmbedderConfig(kind="openai", model="m", base_url="http://e:1/v1", api_key_env="EK")
+    stage = SimpleNamespace(
+        memory_kind="expel", settings=ExpelSettings(embedder=own), models={}, other_models={}
+    )
+    graph = SimpleNamespace(stages={"s": stage}, configs=[to_config(compose([]))], bank_sources={})
+    found = {e.key: e for e in endpoints_in_use(graph, uses_memory=True)}  # type: ignore[arg-type]
+    endpoint = found["expel.retrieval.embedder"]
+    assert (endpoint.url, endpoint.api_key_env, endpoint.needs_url) == ("http://e:1/v1", "EK", True)
+    plain = SimpleNamespace(**{**vars(stage), "settings": ExpelSettings()})
+    graph.stages = {"s": plain}
+    assert "expel.retrieval.embedder" not in {e.key for e in endpoints_in_use(graph, True)}  # type: ignore[arg-type]
+
+
+def test_its_own_embedder_is_a_short_descriptor_and_none_is_not_one():
+    from distillery.workers.memory.config import EmbedderConfig
+
+    own = ExpelSettings(embedder=EmbedderConfig(model="sentence-transformers/all-mpnet-base-v2"))
+    assert Expel().descriptors(own)["expel.embedder"] == (
+        "sentence_transformers:sentence-transformers/all-mpnet-base-v2"
+    )
+    assert "expel.embedder" not in Expel().descriptors(ExpelSettings())
