@@ -55,6 +55,27 @@ DIFFERENCES: dict[tuple[str, str], str] = {
     # Table 5 samples on purpose (the paper's repeated runs), its experiment's own setting.
     ("student.temperature", "appworld_repeated_runs"): "paper table 5 (sampled runs)",
     ("student.temperature", "toolsandbox_repeated_runs"): "paper table 5 (sampled runs)",
+    # The SASM port's default student announces subtask transitions and swaps one
+    # category's experience mid-episode (sasm_generator_prompt.txt); distillery plays its
+    # upfront student (sasm_upfront_generator_prompt.txt): docs/fidelity/appworld.md.
+    ("prompt.sasm", "*"): "documented: the port's upfront student",
+}
+
+# The AppWorld prompt each baseline's port gave its student (the port's name in
+# workers/envs/appworld/framings.py, and where the authors' students read it).
+PORT_PROMPTS: dict[str, tuple[str, str]] = {
+    "reasoning_bank": (
+        "reasoning_bank",
+        f"{AMD} appworld/rb/experiments/configs/ACE_offline_no_GT_evaluation_qwen3_4b_student.jsonnet:37",
+    ),
+    "memp_amd": (
+        "memp",
+        f"{AMD} appworld/memp/experiments/configs/MEMP_student_no_GT_qwen3_4b.jsonnet:41",
+    ),
+    "sasm": (
+        "sasm_transition",
+        f"{AMD} appworld/sasm/experiments/configs/SASM_evaluation_qwen3_4b_student.jsonnet:41",
+    ),
 }
 
 
@@ -135,6 +156,7 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
             ("max_steps", cfg.benchmark.max_steps_per_turn or 40, 40, f"{q4}:42"),
             ("context_buffer", react.CONTEXT_BUFFER, *_buffer(s.name)),
         ]
+        rows += _port_prompt_rows(cfg)
         for key in ("stop", "enable_thinking", "max_model_len"):
             value = s.extra_body.get("stop") if key == "stop" else getattr(s, key)
             authors, source = AUTHORS_STUDENTS.get(s.name, {}).get(key, (OURS, _ours(s, key)))
@@ -194,6 +216,30 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
                 ),
             ]
     return [Row(experiment, s.name, *r) for r in rows]
+
+
+def _port_prompt_rows(cfg: Any) -> list[tuple[str, Any, Any, str]]:
+    """Per baseline with an authors' port: the prompt its hooks frame memory in on
+    AppWorld (their `prompt_framing`) beside the port's."""
+    from distillery.workers.envs.base import Task
+    from distillery.workers.memory.registry import memory_method
+
+    out = []
+    for name in cfg.methods:
+        spec = cfg.method_catalog.get(name)
+        if spec is None or spec.kind not in PORT_PROMPTS:
+            continue
+        method = memory_method(spec.kind)
+        settings = method.settings({}, dict(spec.retrieval or {}), None)
+        task = Task("t", "appworld", ("x",), (), ())
+        hooks = method.hooks(task, None, settings, lambda source: True, _no_model)
+        authors, source = PORT_PROMPTS[spec.kind]
+        out.append((f"prompt.{name}", getattr(hooks, "prompt_framing", None), authors, source))
+    return out
+
+
+async def _no_model(messages: list[dict[str, Any]]) -> Any:
+    raise AssertionError("the settings table asks no model")  # hooks are built, not played
 
 
 def _buffer(student: str) -> tuple[Any, str]:

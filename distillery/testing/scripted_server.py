@@ -2,7 +2,7 @@
 
 Replies come from a *script*, a function ``script(request: dict) -> dict`` named by
 import path ("module:function"), which returns ``{"content": str}`` or
-``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` (with ``reasoning_content`` and
+``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` (a call may name its ``id``; with ``reasoning_content`` and
 ``reasoning_tokens`` for a thinking model's reply), optionally with
 ``{"status": 503}`` to answer with an HTTP error (``"body"``: the exact error body to
 send, e.g. OpenAI's own). The client's preflight request (one user message,
@@ -98,7 +98,7 @@ def completion(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]
     if reply.get("tool_calls"):
         message["tool_calls"] = [
             {
-                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "id": c.get("id") or f"call_{uuid.uuid4().hex[:12]}",
                 "type": "function",
                 "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
             }

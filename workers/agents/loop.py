@@ -232,7 +232,8 @@ async def run_agent_loop(
             in_history = _as_kept(conventions, fmt, result)  # as the benchmark's history keeps it
             kept, cuts = bounded(result)  # parsed whole, kept (and recorded) bounded
             shown = kept if in_history is None else bounded(in_history)[0]
-            message, sent_calls = _assistant_message(fmt, shown), kept.tool_calls
+            message = _assistant_message(fmt, shown, conventions.tool_call_text)
+            sent_calls = kept.tool_calls
             if as_sent:  # the history keeps the server's message, bounded alike
                 message, sent_calls, cuts = bounded_as_sent(result.message)
             result = replace(kept, notes=(*kept.notes, *cuts))
@@ -435,12 +436,15 @@ def _count_usage(out: EpisodeOutcome, result: ChatResult) -> None:
     out.llm_latency_s += result.latency_s
 
 
-def _assistant_message(fmt: str, result: ChatResult) -> dict[str, Any]:
+def _assistant_message(
+    fmt: str, result: ChatResult, tool_call_text: str | None = None
+) -> dict[str, Any]:
     """The assistant message rebuilt from the cleaned reply (`reply="normalized"`)."""
     message: dict[str, Any] = {"role": "assistant", "content": result.text or ""}
     if fmt == "native" and result.tool_calls:
-        # As a server sends a tool-call message back (and BFCL echoes it): no text is null.
-        message["content"] = result.text or None
+        # As a server sends a tool-call message back (and BFCL echoes it): no text is
+        # null, unless the benchmark's runner sends it otherwise (`tool_call_text`).
+        message["content"] = result.text or tool_call_text
         message["tool_calls"] = [
             {
                 "id": call["id"],

@@ -121,6 +121,17 @@ def tool_messages(
     return messages
 
 
+def named_tool_messages(
+    tool_calls: Sequence[Mapping[str, Any]], observations: Sequence[ToolResult]
+) -> list[dict[str, Any]]:
+    """`tool_messages`, each naming the function it answers (``name``), as ToolSandbox's
+    runner sends its results (`tool_sandbox.common.message_conversion.to_openai_messages`)."""
+    named = tool_messages(tool_calls, observations)
+    for message, call in zip(named, tool_calls, strict=True):
+        message["name"] = call["name"]
+    return named
+
+
 def json_results_message(
     tool_calls: Sequence[Mapping[str, Any]], observations: Sequence[ToolResult]
 ) -> list[dict[str, Any]]:
@@ -191,6 +202,9 @@ class AgentConventions:
     context_trim: ContextTrim | None = None
     # How a reply is parsed and kept in the history (see `ReplyHandling`).
     reply: ReplyHandling = "normalized"
+    # The text of a kept reply that only calls tools (native format): None, as a server
+    # sends it back; ToolSandbox's runner sends "" (its `to_openai_messages`).
+    tool_call_text: str | None = None
     # Which of the model config's request parameters (`SAMPLING_FIELDS`) the benchmark's
     # runner sends; None: every one the model config sets. BFCL's handler sends its
     # temperature only (no token cap, no seed).

@@ -143,7 +143,8 @@ def test_the_ports_framings_replace_aces_playbook_framing_in_the_shipped_prompt(
     ace = env.opening_messages(task, "prompt", "ITEMS")
     rb = env.opening_messages(task, "prompt", "ITEMS", "reasoning_bank")
     memp = env.opening_messages(task, "prompt", "ITEMS", "memp")
-    assert ace and rb and memp and len(ace) == len(rb) == len(memp)
+    assert ace and rb and memp and len(ace) == len(rb)
+    assert len(memp) < len(ace)  # the MemP port drops ACE's second and third examples
     assert "### PLAYBOOK BEGIN\nITEMS\n### PLAYBOOK END" in ace[0]["content"]
     assert "### MEMORY ITEMS BEGIN\nITEMS\n### MEMORY ITEMS END" in rb[0]["content"]
     assert "### MEMORY BEGIN\nITEMS\n### MEMORY END" in memp[0]["content"]

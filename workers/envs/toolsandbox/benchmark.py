@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from distillery.workers.envs.conventions import AgentConventions
+from distillery.workers.envs.conventions import AgentConventions, named_tool_messages
 from distillery.workers.envs.isolated.adapter import IsolatedBenchmark, IsolatedOptions
 from distillery.workers.envs.isolated.venv import EnvSpec, check
 
@@ -182,7 +182,15 @@ class ToolSandbox(IsolatedBenchmark):
     settings: ToolSandboxOptions  # an instance of options_model (the base builds it)
     env_spec = env_spec()
     world = WORLD
-    conventions = AgentConventions(user_turns="environment", world_ends_episode=True)
+    # As ToolSandbox's runner sends the history back (its `to_openai_messages`): a
+    # tool-call reply's text "" and each result naming its function (the agreement test,
+    # tests/workers/envs/toolsandbox/test_agreement.py, compares every request).
+    conventions = AgentConventions(
+        user_turns="environment",
+        world_ends_episode=True,
+        native_results=named_tool_messages,
+        tool_call_text="",
+    )
     # ToolSandbox would execute a call of an unknown tool (or with positional arguments)
     # and record its error as two messages of the scenario; the world refuses it before
     # ToolSandbox's console (the code it would run is built from the model's names), so
@@ -193,7 +201,12 @@ class ToolSandbox(IsolatedBenchmark):
     def fingerprint(cls) -> tuple[str, ...]:
         path = checkout()
         source = checkout_digest(path) if path.is_dir() else "absent"
-        return (*super().fingerprint(), f"toolsandbox:{source}")
+        # How the history goes back to the model (ToolSandbox's runner's way: a
+        # tool-call reply's text, results naming their function) changes what it sees.
+        conv = cls.conventions
+        results = getattr(conv.native_results, "__name__", "?")
+        history = f"history:text={conv.tool_call_text!r},results={results}"
+        return (*super().fingerprint(), f"toolsandbox:{source}", history)
 
     @classmethod
     def versions(cls) -> dict[str, str]:

@@ -9,7 +9,8 @@ This is the AMD authors' "upfront" SASM student (sasm_evaluation_react.py,
 experience per distinct category, inject them all before acting), applied to every
 user turn of a multi-turn task. Their other student, which switches experiences when
 the model announces a subtask transition in its own text, needs the student's reply
-text and a changed agent prompt, which episode hooks neither see nor own.
+text and a changed agent prompt, which episode hooks neither see nor own. On AppWorld
+the experiences go into the upfront student's prompt where it puts them (`prompt_framing`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from distillery.workers.envs.base import ToolResult
 from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected, Usage
@@ -80,6 +81,11 @@ class SasmLog:
 
 class SasmHooks:
     """EpisodeHooks (and MemoryHooks) of one student episode with SASM memory."""
+
+    # In a benchmark's own opening prompt (AppWorld's), the experiences go where the AMD
+    # authors' upfront SASM student puts them: after the key instructions, under their
+    # own heading (workers/envs/appworld/framings.py, port `sasm`).
+    prompt_framing: ClassVar[str] = "sasm"
 
     def __init__(
         self,

@@ -6,11 +6,15 @@ by `ApiDocCollection.build`), and per task its specs, its databases (every app's
 created by `ModelCollection`, with the supervisor, the supervisor's active task and the
 matching admin user) and its ground truth (`GroundTruth.save`: solution, evaluation code,
 test data, answer), plus the dataset split files. AppWorld loads every app's databases
-and docs for any task, so no app can be left out; the records are only the supervisor's.
+and docs for any task, so no app can be left out; the records are the supervisor's, and
+for the login task a Spotify account and its password in the supervisor's records.
 
-Three tasks in two scenarios (a1b2c3d: _1, _2; e4f5a6b: _1); each asks for a
-supervisor fact, checked by the task's own evaluation code against the answer the
-agent's `complete_task` stored.
+Four tasks in three scenarios (a1b2c3d: _1, _2; e4f5a6b: _1; c5d6e7f: _1); the first
+three ask for a supervisor fact, the login task for the first name on the supervisor's
+Spotify account (read after logging in with the password the supervisor app shows:
+AppWorld's login draws the token's expiry from its random_seed, so the printed token is
+the same in two harnesses only when they seed alike). Each is checked by the task's own
+evaluation code against the answer the agent's `complete_task` stored.
 """
 
 from __future__ import annotations
@@ -30,9 +34,13 @@ TASKS = {
     "a1b2c3d_1": ("What is my email address?", "email"),
     "a1b2c3d_2": ("What is my phone number?", "phone_number"),
     "e4f5a6b_1": ("What is my last name?", "last_name"),
+    "c5d6e7f_1": ("What is the first name on my Spotify account?", "spotify_first_name"),
 }
+# The login task's records: the supervisor's Spotify account and its password.
+SPOTIFY = {"first_name": "Augusta", "last_name": "King", "password": "sp0tify-pass"}
+LOGIN_TASK = "c5d6e7f_1"
 SPLITS = {
-    "dev": ["a1b2c3d_1", "a1b2c3d_2", "e4f5a6b_1"],
+    "dev": ["a1b2c3d_1", "a1b2c3d_2", "e4f5a6b_1", "c5d6e7f_1"],
     "train": ["e4f5a6b_1"],
     "test_normal": ["a1b2c3d_1", "a1b2c3d_2", "e4f5a6b_1"],
     "test_challenge": ["a1b2c3d_2"],
@@ -41,6 +49,13 @@ REQUIREMENT = "the answer is the right supervisor fact"
 SOLUTION = """def solution(apis, requester):
     profile = apis.supervisor.show_profile()
     apis.supervisor.complete_task(answer=profile["{field}"])
+"""
+LOGIN_SOLUTION = """def solution(apis, requester):
+    passwords = apis.supervisor.show_account_passwords()
+    password = next(p["password"] for p in passwords if p["account_name"] == "spotify")
+    token = apis.spotify.login(username="{email}", password=password)["access_token"]
+    account = apis.spotify.show_account(access_token=token)
+    apis.supervisor.complete_task(answer=account["first_name"])
 """
 EVALUATION = """def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):
     import json
@@ -84,6 +99,18 @@ def build(root: str) -> None:
         supervisor = models.supervisor.Supervisor.create_save(**person)
         models.supervisor.Task.create_save(supervisor_id=supervisor.id, instruction=instruction)
         models.admin.MainUser.create_save(**person)
+        login = task_id == LOGIN_TASK
+        if login:
+            models.supervisor.AccountPassword.create_save(
+                supervisor_id=supervisor.id, account_name="spotify", password=SPOTIFY["password"]
+            )
+            models.spotify.User.create_save(
+                first_name=SPOTIFY["first_name"],
+                last_name=SPOTIFY["last_name"],
+                email=SUPERVISOR["email"],
+                password=SPOTIFY["password"],
+                verified=True,
+            )
         task_dir = os.path.join(data, "tasks", task_id)
         os.makedirs(task_dir, exist_ok=True)
         models.save(db_home_path=os.path.join(task_dir, "dbs"), app_names=apps, format="full")
@@ -97,20 +124,28 @@ def build(root: str) -> None:
         }
         with open(os.path.join(task_dir, "specs.json"), "w") as handle:
             json.dump(specs, handle)
-        solution = SOLUTION.format(field=field)
+        solution = (
+            LOGIN_SOLUTION.format(email=SUPERVISOR["email"])
+            if login
+            else SOLUTION.format(field=field)
+        )
         GroundTruth(
             task_id=task_id,
-            required_apps=["supervisor"],
+            required_apps=["supervisor", "spotify"] if login else ["supervisor"],
             public_data={},
             private_data={},
-            answer=SUPERVISOR[field],
+            answer=SPOTIFY["first_name"] if login else SUPERVISOR[field],
             evaluation_code=EVALUATION.format(requirement=REQUIREMENT),
             solution_code=solution,
             compiled_solution_code=solution,
             generator_code="",
             test_data=[{"requirement": REQUIREMENT, "label": "no_op_fail"}],
             # num_solution_code_lines given: AppWorld would count them with black.
-            metadata={"difficulty": 1, "mode": "full", "num_solution_code_lines": 2},
+            metadata={
+                "difficulty": 1,
+                "mode": "full",
+                "num_solution_code_lines": 5 if login else 2,
+            },
             api_calls=[],
         ).save(mode="full")
     os.makedirs(os.path.join(data, "datasets"), exist_ok=True)

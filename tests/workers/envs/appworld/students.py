@@ -61,6 +61,31 @@ PLANS: dict[str, list[str]] = {
         _fenced("[s1] I will guess.", "apis.supervisor.complete_task(answer='nobody')"),
         _fenced("[s2] Never asked for.", PROFILE),
     ],
+    # Logs into Spotify with the password the supervisor app shows (a wrong one first:
+    # AppWorld's 401 raises, its traceback is the output), prints the token (its expiry
+    # drawn from AppWorld's random_seed) and answers with the account's first name.
+    "login": [
+        _fenced(
+            "[s1] Passwords first.",
+            "passwords = apis.supervisor.show_account_passwords()\nprint(passwords)",
+        ),
+        _fenced(
+            "[s2] A guess.",
+            "print(apis.spotify.login(username='ada@example.com', password='wrong-pass'))",
+        ),
+        _fenced(
+            "[s3] The real one.",
+            "password = next(p['password'] for p in passwords if p['account_name'] == 'spotify')\n"
+            "login = apis.spotify.login(username='ada@example.com', password=password)\n"
+            "print(login)",
+        ),
+        _fenced(
+            "[s4] The account.",
+            "account = apis.spotify.show_account(access_token=login['access_token'])\n"
+            "print(account)",
+        ),
+        _fenced("[s5] Answer.", "apis.supervisor.complete_task(answer=account['first_name'])"),
+    ],
     # Never finishes: only the 40-step budget ends it.
     "long": [],
     # Code that raises (an API AppWorld does not have, then a Python error): AppWorld's

@@ -2,13 +2,13 @@
 
 Each scripted student (students.py: code in fences, no code, two blocks, an unclosed
 fence, a ```py fence, a huge output, complete_task at once, code that raises, a 40-step
-episode) plays one task of the synthetic AppWorld data twice, against one scripted
+episode, a login to Spotify with a wrong password first) plays one task of the synthetic AppWorld data twice, against one scripted
 OpenAI-compatible server: through ACE's own `evaluation_react.py` (reference_loop.py, in
 AppWorld's venv) with the authors' settings of its student, and through distillery's
 episode loop with the student's paper config as `experiment=appworld_table1` resolves
 it (the shipped prompt, AppWorld's random_seed 123, the student's stop strings,
-template kwargs and context). Qwen3-4B plays every plan, Gemma-4-E4B one (its own stop
-string, no template kwargs), and one run has AMD's memory block (rendered by AMD's own
+template kwargs and context). Qwen3-4B plays every plan, Gemma-4-E4B two (its own stop
+string, no template kwargs), and two runs have AMD's memory block (rendered by AMD's own
 hooks on the AppWorld profile) in the prompt's slot, the reference given the same block
 as its playbook. Every request the student is sent (but `seed`, which distillery sends
 and the authors' client does not: docs/fidelity/appworld.md), every verdict (AppWorld's
@@ -48,7 +48,10 @@ from tests.workers.envs.appworld.conftest import venv_python
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-EXPERIMENTS = HERE.parents[3].parent / "shared" / "vendor" / "ace-appworld" / "experiments"
+# ACE's harness, vendored beside the checkout (shared/ next to it, or two levels up from
+# a worktree).
+_VENDORED = [p / "shared" / "vendor" / "ace-appworld" / "experiments" for p in HERE.parents[3:6]]
+EXPERIMENTS = next((v for v in _VENDORED if v.is_dir()), _VENDORED[0])
 # The shipped copy of ACE's generator prompt (byte for byte the vendored one).
 PROMPT = BUNDLED_PROMPTS["ace_generator"]
 REFERENCE = HERE / "reference_loop.py"
@@ -65,6 +68,8 @@ RUNS: dict[str, tuple[str, str, str, bool]] = {
     "long": ("long", "e4f5a6b_1", "qwen3_4b", False),
     "gemma-fenced": ("fenced", "a1b2c3d_2", "gemma4_e4b", False),
     "amd-fenced": ("fenced", "a1b2c3d_1", "qwen3_4b", True),
+    "login": ("login", "c5d6e7f_1", "qwen3_4b", False),
+    "gemma-amd-login": ("login", "c5d6e7f_1", "gemma4_e4b", True),
 }
 
 
@@ -346,9 +351,10 @@ def test_the_paper_settings_reach_the_requests(played):
     assert qwen["chat_template_kwargs"] == {"enable_thinking": False}
     assert gemma["stop"] == ["<end_of_turn>"] and "chat_template_kwargs" not in gemma
     assert qwen["seed"] == 0 and "seed" not in requests[_name("ref", "fenced")][0]
-    amd = requests[_name("ours", "amd-fenced")][0]["messages"][0]["content"]
-    assert memory["amd-fenced"] and memory["amd-fenced"] in amd
-    assert "apis.supervisor.show_profile()" in memory["amd-fenced"]
+    for run in ("amd-fenced", "gemma-amd-login"):  # AMD's block in the prompt's slot
+        amd = requests[_name("ours", run)][0]["messages"][0]["content"]
+        assert memory[run] and memory[run] in amd
+        assert "apis.supervisor.show_profile()" in memory[run]
 
 
 def test_the_students_exercise_what_the_harness_decides(played):
@@ -372,6 +378,15 @@ def test_the_students_exercise_what_the_harness_decides(played):
     raised = [r["messages"][-1]["content"] for r in requests[_name("ours", "raises")][1:3]]
     assert all("Execution failed" in out for out in raised), raised
     assert verdicts["raises"]["success"] and verdicts["raises"]["steps"] == 4
+    # Logging in: the wrong password raises (AppWorld's 401), the right one returns a
+    # token whose expiry AppWorld drew from its random_seed: the two harnesses print the
+    # same token only because both seed the world with 123 (the paper configs' value,
+    # the reference's `appworld_config`); the account read with it answers the task.
+    for run in ("login", "gemma-amd-login"):
+        outputs = [r["messages"][-1]["content"] for r in requests[_name("ours", run)][1:5]]
+        assert "Invalid credentials" in outputs[1] and "Execution failed" in outputs[1]
+        assert '"access_token": "eyJ' in outputs[2] and "Augusta" in outputs[3]
+        assert verdicts[run]["success"] and verdicts[run]["steps"] == 5
 
 
 def authors_trimmed(messages: list[dict[str, Any]], opening: int, budget: int) -> list[dict]:

@@ -20,7 +20,7 @@ from distillery.workers.trajectories import read_episodes
 
 pytestmark = pytest.mark.slow
 ORACLE = ModelConfig(name="oracle", backend="oracle")
-IDS = ["a1b2c3d_1", "a1b2c3d_2", "e4f5a6b_1"]
+IDS = ["a1b2c3d_1", "a1b2c3d_2", "e4f5a6b_1", "c5d6e7f_1"]
 
 
 def _runner(tmp_path, model: ModelConfig, endpoints=None, split="dev") -> EpisodeRunner:
@@ -42,7 +42,7 @@ def test_the_listing_has_scenarios_as_groups_prompts_and_ground_truth(appworld_r
     bench = AppWorld(AppWorldOptions(split="dev", spare_workers=0))
     tasks = bench.load_tasks()
     assert [t.task_id for t in tasks] == IDS
-    assert [t.group_id for t in tasks] == ["a1b2c3d", "a1b2c3d", "e4f5a6b"]
+    assert [t.group_id for t in tasks] == ["a1b2c3d", "a1b2c3d", "e4f5a6b", "c5d6e7f"]
     first = tasks[0]
     assert first.turns == ("What is my email address?",)
     assert first.metadata["difficulty"] == 1 and first.metadata["scenario_id"] == "a1b2c3d"
@@ -73,7 +73,7 @@ def test_the_oracle_replays_the_ground_truth_and_appworld_scores_it(appworld_rea
         return await asyncio.gather(*[runner.run_task(i) for i in IDS])
 
     summaries = asyncio.run(play())
-    assert [s.success for s in summaries] == [True, True, True]
+    assert [s.success for s in summaries] == [True] * len(IDS)
     records = {r.task_id: r for r in read_episodes(tmp_path / "episodes")}
     assert set(records) == set(IDS)
     assert all(r.termination == "done" and r.steps_per_turn == [1] for r in records.values())
@@ -82,7 +82,7 @@ def test_the_oracle_replays_the_ground_truth_and_appworld_scores_it(appworld_rea
     deadline = time.monotonic() + 30  # episodes close their workers off the event loop
     while pids_alive(pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(pids) == 4 and pids_alive(pids) == []  # the listing's worker + one an episode
+    assert len(pids) == 1 + len(IDS) and pids_alive(pids) == []  # the listing's + one an episode
 
 
 def test_a_scripted_agent_runs_stateful_code_and_is_scored_by_appworld(appworld_ready, tmp_path):
