@@ -671,3 +671,47 @@ def test_every_ray_group_gets_the_keys_secret_and_gcs_survives_the_head(overlay)
         redis and ft["redisAddress"] == f"distillery-redis:{redis[0]['spec']['ports'][0]['port']}"
     )
     assert ft["redisPassword"]["valueFrom"]["secretKeyRef"]["name"] == "distillery-redis"
+
+
+@pytest.mark.parametrize("overlay", ["gpu", "single-node"])
+def test_the_memory_service_and_bank_builds_never_land_on_a_gpu_pod(overlay):
+    """The memory service (and a bank build task) asked only for CPUs, and a GPU pod has
+    one free (its replica's placement group holds it only while a replica runs): it
+    could land there and die with the pod when the group scales down. Under
+    cluster=kuberay it also reserves a resource only the cpu group advertises; read off
+    the rendered RayCluster as Ray's autoscaler reads it, its asks fit the cpu group only."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import (
+        _derive_autoscaling_config_from_ray_cr,
+    )
+
+    from distillery.orchestrator.core.config import ClusterConfig
+    from distillery.orchestrator.execution.memory_stage import (
+        BUILD_CPUS,
+        SERVICE_CPUS,
+        service_options,
+    )
+
+    kuberay = yaml.safe_load((REPO_ROOT / "conf" / "cluster" / "kuberay.yaml").read_text())
+    cfg = ClusterConfig(**kuberay)
+    for cluster in (the_raycluster(overlay), a_rayjob(overlay)["spec"]["rayClusterSpec"]):
+        if "metadata" not in cluster:  # a RayJob's cluster spec, as the operator makes it
+            cluster = {"metadata": {"name": "job", "namespace": "distillery"}, "spec": cluster}
+        types = _derive_autoscaling_config_from_ray_cr(cluster)["available_node_types"]
+        assert any(name.startswith("vllm-") for name in types)
+        for cpus in (SERVICE_CPUS, BUILD_CPUS):
+            options = service_options(cfg, cpus)
+            asks = {"CPU": options["num_cpus"], **options["resources"]}
+            hosts = [
+                name
+                for name, node in types.items()
+                if all(node["resources"].get(k, 0) >= v for k, v in asks.items())
+            ]
+            assert hosts == ["cpu"], (cpus, hosts)
+    # Without the resource (cluster=local's options) a GPU pod would fit it: the check bites.
+    bare = {"CPU": SERVICE_CPUS}
+    types = _derive_autoscaling_config_from_ray_cr(the_raycluster(overlay))["available_node_types"]
+    assert any(
+        all(types[name]["resources"].get(k, 0) >= v for k, v in bare.items())
+        for name in types
+        if name.startswith("vllm-")
+    )
