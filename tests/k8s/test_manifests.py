@@ -823,3 +823,55 @@ def test_the_memory_service_and_bank_builds_never_land_on_a_gpu_pod(overlay):
         for name in types
         if name.startswith("vllm-")
     )
+
+
+def gpu_pod(pod: dict[str, Any]) -> bool:
+    return any(
+        "nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {}) for c in pod["containers"]
+    )
+
+
+def tolerates_gpu_taint(pod: dict[str, Any]) -> bool:
+    return any(
+        t.get("key") == "nvidia.com/gpu"
+        and t.get("operator") == "Exists"
+        and t.get("effect") in (None, "NoSchedule")
+        for t in pod.get("tolerations", [])
+    )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_that_must_run_on_a_gpu_node_tolerates_its_taint(overlay):
+    """GPU nodes carry nvidia.com/gpu:NoSchedule (NVIDIA's GPU operator, GKE, most
+    setups): every pod that asks for a GPU tolerates it, on every overlay, in the
+    RayCluster, the RayJob that copies it and the Jobs; on one GPU node
+    (single-node overlays) every pod must run there, the one-off Jobs and the RayJob's
+    submitter included."""
+    single = "single-node" in overlay
+    wrong = [
+        f"{obj['kind']} {where}"
+        for obj in all_objects(overlay)
+        for where, pod in pod_specs(obj)
+        if (single or gpu_pod(pod)) and not tolerates_gpu_taint(pod)
+    ]
+    assert not wrong, wrong
+    assert any(gpu_pod(pod) for obj in all_objects(overlay) for _, pod in pod_specs(obj)) == (
+        overlay != "cpu"
+    )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_gpu_pods_ask_for_the_nvidia_runtime_where_the_overlay_is_for_k3s(overlay):
+    """k3s and RKE2 keep runc the default runtime: a GPU pod there names the RuntimeClass
+    `nvidia` (k8s/components/nvidia-runtime-class), which the overlay also creates;
+    elsewhere (the GPU operator's default runtime) no pod names one."""
+    k3s = overlay.endswith("-k3s")
+    classes = [o for o in rendered(overlay) if o["kind"] == "RuntimeClass"]
+    if k3s:
+        assert [(c["metadata"]["name"], c["handler"]) for c in classes] == [("nvidia", "nvidia")]
+    else:
+        assert classes == []
+    for obj in all_objects(overlay):
+        for where, pod in pod_specs(obj):
+            wanted = "nvidia" if k3s and gpu_pod(pod) else None
+            assert pod.get("runtimeClassName") == wanted, (overlay, where)
