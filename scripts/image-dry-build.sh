@@ -3,7 +3,8 @@
 # change; it is not part of CI: minutes of installs). It runs k8s/Dockerfile's own
 # install steps — the RUN lines that install from the lock and the package, read from
 # the Dockerfile itself — in a fresh Python 3.11 venv, then `distillery --plan` in it.
-# Differences from the image, all of this machine: pip's cache is used, Python is the machine's 3.11, not
+# Differences from the image, all of this machine: the build stage's compiler is this
+# machine's, pip's cache is used, Python is the machine's 3.11, not
 # the Ray image's (same minor version), and torch's CPU build comes from this
 # machine's wheels instead of PyTorch's index (the lock's --extra-index-url is dropped).
 #   bash scripts/image-dry-build.sh            # the CPU image's lock (cluster)
@@ -17,17 +18,23 @@ trap 'rm -rf "$work"' EXIT
 . "$work/venv/bin/activate"
 python -m pip install -q --upgrade pip
 grep -v -- '--extra-index-url' "k8s/requirements/$LOCK.txt" > "$work/lock.txt"
-# The Dockerfile's RUN lines that install, with its paths and ARG filled in.
-steps=$(python - "$LOCK" "$work/lock.txt" <<'PY'
+# The Dockerfile's RUN lines that build or install with pip (the llama.cpp wheel's
+# portable build included: minutes of compiling), with its paths and ARGs filled in.
+steps=$(python - "$LOCK" "$work/lock.txt" "$work" <<'PY'
 import re, sys
-lock, local = sys.argv[1], sys.argv[2]
+lock, local, work = sys.argv[1:4]
 text = open("k8s/Dockerfile").read().replace("\\\n", " ")
+args = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.M))
 for line in text.splitlines():
-    if line.startswith("RUN ") and "pip install" in line:
-        cmd = line[4:].replace('"k8s/requirements/${LOCK}.txt"', local)
+    if line.startswith("RUN ") and re.search(r"pip (install|wheel)", line):
+        cmd = re.sub(r"--mount=\S+\s+", "", line[4:])
+        cmd = cmd.replace('"k8s/requirements/${LOCK}.txt"', local)
+        cmd = cmd.replace("/tmp/llama_build.py", "workers/llm/llama_build.py")
+        cmd = cmd.replace("/wheels", f"{work}/wheels")
+        cmd = cmd.replace("${LLAMA_CPP_PYTHON}", args["LLAMA_CPP_PYTHON"])
         # --no-cache-dir keeps the image small; here pip's cache only saves time.
         cmd = cmd.replace(" --no-cache-dir", "")
-        print(re.sub(r"\bpip install", "python -m pip install -q", cmd))
+        print(re.sub(r"\bpip (install|wheel)", r"python -m pip \1 -q", cmd))
 PY
 )
 echo "$steps" | sed 's/^/dry build: /'

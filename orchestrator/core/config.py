@@ -141,6 +141,16 @@ class ClusterConfig(_Frozen):
             return {self.worker_resource: self.worker_num_cpus}
         return {}
 
+    def service_resources(self, num_cpus: float) -> dict[str, float]:
+        """The custom resource a sweep's own actor or task that is not an episode worker
+        (the memory service, a bank build) reserves besides its `num_cpus` CPUs: the
+        worker group's, so it runs on the cpu group (k8s/: the pods with the embedder's
+        CPUs, the Qdrant key and no GPU), never on a GPU pod, whose CPU belongs to its
+        vLLM replica, nor on the grading pods."""
+        if self.worker_resource is None:
+            return {}
+        return {self.worker_resource: num_cpus}
+
     @property
     def joins(self) -> bool:
         """Whether the run joins an existing Ray cluster (rather than starting one)."""

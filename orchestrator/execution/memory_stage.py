@@ -37,7 +37,7 @@ from distillery.workers.trajectories import read_episode_file, record_from_row
 if TYPE_CHECKING:
     from ray.actor import ActorProxy
 
-    from distillery.orchestrator.core.config import DistilleryConfig
+    from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
     from distillery.orchestrator.execution.server_pool import ServerPool
     from distillery.orchestrator.stages.stage import MemoryRead, Stage
     from distillery.orchestrator.state.ledger import Ledger
@@ -49,6 +49,17 @@ if TYPE_CHECKING:
 BankBody = Callable[..., Coroutine[Any, Any, BuiltBank]]
 
 log = logging.getLogger(__name__)
+
+# CPUs of the memory service actor and of one bank build task (ours: the service mostly
+# waits on the store; a build runs an embedder and its builder model's calls).
+SERVICE_CPUS = 0.25
+BUILD_CPUS = 0.5
+
+
+def service_options(cluster: ClusterConfig, num_cpus: float) -> dict[str, Any]:
+    """Ray options of the memory service (and a bank build): its CPUs and the cluster's
+    resource for them (`ClusterConfig.service_resources`: never a GPU pod)."""
+    return {"num_cpus": num_cpus, "resources": cluster.service_resources(num_cpus)}
 
 
 class MemoryStage:
@@ -80,7 +91,8 @@ class MemoryStage:
             cfg = self.cfg
             root = self.ledger.root  # a remote root without a store: preflight
             default_path = str(root / "qdrant") if root.is_local else ""
-            actor = ray.remote(MemoryServiceImpl).options(num_cpus=0.25, max_concurrency=1)
+            options = service_options(cfg.cluster, SERVICE_CPUS)
+            actor = ray.remote(MemoryServiceImpl).options(**options, max_concurrency=1)
             service = actor.remote(cfg.memory.store, cfg.memory.embedder, default_path)
             ray_get(service.ready.remote())
             self._service = service
@@ -231,7 +243,7 @@ class MemoryStage:
 
         cfg = source.cfg
         model = source.builder_model
-        remote: Any = ray.remote(num_cpus=0.5)(_run_async)
+        remote: Any = ray.remote(**service_options(self.cfg.cluster, BUILD_CPUS))(_run_async)
         if model is None:  # deterministic entries, no server needed
             bank = ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
         else:

@@ -1,14 +1,21 @@
 """KubeRay's operator-side validation, the rules our manifests can break, in Python.
 
-The CRD schema (validation.py) is what the API server checks; the operator refuses
-more in `ray-operator/controllers/ray/utils/validation.go` (ray-project/kuberay, read
-at the commit of k8s/schemas/kuberay/, feeaf72, and at the tags the docs name): an
-object that breaks one of these is accepted by `kubectl apply` and then never
-reconciled (the RayCluster or RayJob is marked invalid in an event). Each function
-below names the Go function it encodes; `cluster_errors` / `rayjob_errors` apply all
-of them and return one message per violation. Rules about features we never use
-(TLS, NetworkPolicy, history server, deletion rules, RayService) are left out; the
-feature-gated ones are encoded with the gates off, as a stock operator has them.
+Pinned to ONE operator version, the one docs/cluster.md installs: KUBERAY_VERSION
+below (tag v1.6.2, commit 598eb66; k8s/schemas/kuberay/ holds that tag's CRDs, and
+tests/k8s/test_manifests.py checks the three name one version). The CRD schema
+(validation.py) is what the API server checks; the operator refuses more in
+`ray-operator/controllers/ray/utils/validation.go` at that tag: an object that breaks
+one of these is accepted by `kubectl apply` and then never reconciled (the RayCluster
+or RayJob is marked invalid in an event). Each function below names the Go function
+it encodes (our own Python, written from reading it, not a translation of its code);
+`cluster_errors` / `rayjob_errors` apply all of them and return one message per
+violation. Rules about features we never use (deletion rules, RayService, RayCronJob)
+are left out; the feature-gated ones are encoded with the gates off, as a stock
+operator has them. Fields that v1.6.2's CRDs lack (TLS, NetworkPolicy, the history
+server, the GCS FT storage backends of later versions) are refused by the schema.
+
+`rayjob_deadline_errors` is not the operator's: it checks what the deadlines MEAN
+(rayjob_controller.go at the same tag), which no validation of the operator does.
 """
 
 from __future__ import annotations
@@ -17,7 +24,14 @@ import re
 import shlex
 from typing import Any
 
+import yaml
+
+# The KubeRay operator these rules (and k8s/schemas/kuberay/) are of; the runbook's
+# `helm install kuberay-operator ... --version`.
+KUBERAY_VERSION = "1.6.2"
 # ray-operator/controllers/ray/utils/constant.go
+RAY_CLUSTER_SELECTOR_KEY = "ray.io/cluster"  # RayJobClusterSelectorKey
+UPGRADE_TYPES = ("Recreate", "None")  # raycluster_types.go RayClusterUpgradeType
 MAX_RAYCLUSTER_NAME = 53  # MaxRayClusterNameLength (63 - len("-serve-svc"))
 MAX_RAYJOB_NAME = MAX_RAYCLUSTER_NAME - 6  # MaxRayJobNameLength
 RAY_ENABLE_AUTOSCALER_V2 = "RAY_enable_autoscaler_v2"
@@ -103,8 +117,7 @@ def idle_timeout_errors(group: dict[str, Any], spec: dict[str, Any]) -> list[str
 
 
 def gcs_ft_errors(spec: dict[str, Any], annotations: dict[str, str]) -> list[str]:
-    """ValidateRayClusterSpec's GCS fault tolerance rules and
-    validateGcsFaultToleranceBackend (the rocksdb backend needs a feature gate)."""
+    """ValidateRayClusterSpec's GCS fault tolerance rules."""
     errors = []
     options = spec.get("gcsFaultToleranceOptions")
     head = _head(spec)
@@ -123,11 +136,6 @@ def gcs_ft_errors(spec: dict[str, Any], annotations: dict[str, str]) -> list[str
                 errors.append(f"{name} env var in the head with GcsFaultToleranceOptions")
         if annotations.get(RAY_EXTERNAL_STORAGE_NS_ANNOTATION):
             errors.append(f"{RAY_EXTERNAL_STORAGE_NS_ANNOTATION} with GcsFaultToleranceOptions")
-        backend = options.get("backend") or "redis"
-        if backend == "rocksdb":
-            errors.append("the rocksdb GCS FT backend needs a feature gate")
-        elif options.get("storage") is not None:
-            errors.append("GcsFaultToleranceOptions.storage with the redis backend")
     if params.get("redis-username") or REDIS_USERNAME in env:
         errors.append("redis username in rayStartParams or env")
     return errors
@@ -179,17 +187,59 @@ def cluster_spec_errors(
     timeout = (spec.get("autoscalerOptions") or {}).get("idleTimeoutSeconds")
     if timeout is not None and timeout < 0:
         errors.append("autoscalerOptions.idleTimeoutSeconds must be non-negative")
+    errors += auth_errors(spec)
+    return errors
+
+
+def auth_errors(spec: dict[str, Any]) -> list[str]:
+    """ValidateRayClusterSpec's token authentication rules (IsAuthEnabled,
+    IsK8sAuthEnabled): token mode needs Ray 2.52+; Kubernetes token auth needs token
+    mode, Ray 2.55+ and no secretName."""
+    errors = []
     auth = spec.get("authOptions") or {}
+    k8s_auth = auth.get("enableK8sTokenAuth") is True
+    version = spec.get("rayVersion", "")
     if auth.get("mode") == "token":
-        version = spec.get("rayVersion", "")
         if not version:
             errors.append("authOptions.mode is 'token' but rayVersion is not set")
         elif _version(version) < (2, 52, 0):
             errors.append(f"authOptions.mode is 'token' but Ray {version} < 2.52.0")
-    for field in ("networkPolicy", "tlsOptions", "historyServerOptions"):
-        if spec.get(field) is not None:
-            errors.append(f"spec.{field} needs a feature gate")
+        elif k8s_auth and _version(version) < (2, 55, 0):
+            errors.append(f"authOptions.enableK8sTokenAuth needs Ray 2.55.0, got {version}")
+        if k8s_auth and auth.get("secretName"):
+            errors.append("authOptions.enableK8sTokenAuth with authOptions.secretName")
+    elif k8s_auth:
+        errors.append("authOptions.enableK8sTokenAuth without authOptions.mode 'token'")
     return errors
+
+
+def upgrade_strategy_errors(spec: dict[str, Any], created_by: str | None) -> list[str]:
+    """ValidateRayClusterUpgradeOptions: the type is Recreate or None, and is set only on
+    a RayCluster a user created (not one a RayJob or RayService makes: the operator
+    labels those ray.io/originated-from-crd, so a RayJob's rayClusterSpec may not set it)."""
+    kind = (spec.get("upgradeStrategy") or {}).get("type")
+    if kind is None:
+        return []
+    errors = []
+    if kind not in UPGRADE_TYPES:
+        errors.append(f"upgradeStrategy.type {kind} is invalid: one of {', '.join(UPGRADE_TYPES)}")
+    if created_by in ("RayJob", "RayService"):
+        errors.append(
+            f"upgradeStrategy cannot be set when the RayCluster is created by {created_by}"
+        )
+    return errors
+
+
+def runtime_env_yaml_errors(text: str) -> list[str]:
+    """ValidateRayJobSpec's runtimeEnvYAML check (dashboardclient.UnmarshalRuntimeEnvYAML:
+    YAML that unmarshals into a map; empty is allowed). Its schema is not checked there."""
+    try:
+        value = yaml.safe_load(text) if text else None
+    except yaml.YAMLError as exc:
+        return [f"runtimeEnvYAML is not valid YAML: {exc}".splitlines()[0]]
+    if value is not None and not isinstance(value, dict):
+        return [f"runtimeEnvYAML is not a mapping (a {type(value).__name__})"]
+    return []
 
 
 def rayjob_spec_errors(job: dict[str, Any]) -> list[str]:
@@ -207,25 +257,69 @@ def rayjob_spec_errors(job: dict[str, Any]) -> list[str]:
     if spec.get("deletionStrategy") is not None:
         errors.append("deletionStrategy needs the RayJobDeletionPolicy feature gate")
     selector = spec.get("clusterSelector") or {}
+    if spec.get("suspend") and selector:
+        errors.append("the clusterSelector mode does not support suspend")
     if spec.get("rayClusterSpec") is None and not selector:
         errors.append("one of rayClusterSpec or clusterSelector must be set")
     mode = spec.get("submissionMode", "K8sJobMode")
     backoff = spec.get("backoffLimit")
-    if selector and backoff:
-        errors.append("backoffLimit is incompatible with clusterSelector")
-    if mode == "InteractiveMode" and backoff:
+    if selector:
+        if not selector.get(RAY_CLUSTER_SELECTOR_KEY):
+            errors.append(f"clusterSelector needs a non-empty {RAY_CLUSTER_SELECTOR_KEY}")
+        if mode == "SidecarMode":
+            errors.append("clusterSelector is not supported in SidecarMode")
+        if backoff is not None and backoff > 0:
+            errors.append("backoffLimit is incompatible with clusterSelector")
+    if mode == "InteractiveMode" and backoff is not None and backoff > 0:
         errors.append("backoffLimit is incompatible with InteractiveMode")
-    if mode == "SidecarMode" and spec.get("submitterPodTemplate") is not None:
-        errors.append("SidecarMode does not support submitterPodTemplate")
     cluster = spec.get("rayClusterSpec")
+    if mode == "SidecarMode":
+        if spec.get("submitterPodTemplate") is not None:
+            errors.append("SidecarMode does not support submitterPodTemplate")
+        if spec.get("submitterConfig") is not None:
+            errors.append("SidecarMode does not support submitterConfig")
+        head_pod = (cluster or {}).get("headGroupSpec", {}).get("template", {}).get("spec", {})
+        if head_pod.get("restartPolicy") not in (None, "", "Never"):
+            errors.append("restartPolicy of the head should be Never or unset in SidecarMode")
     if cluster is not None:
         if (cluster.get("authOptions") or {}).get("enableK8sTokenAuth"):
             errors.append("K8s token auth is not supported for RayJob")
         errors += cluster_spec_errors(cluster, job.get("metadata", {}).get("annotations"))
-    if spec.get("activeDeadlineSeconds") is not None and spec["activeDeadlineSeconds"] <= 0:
-        errors.append("activeDeadlineSeconds must be a positive integer")
+        errors += upgrade_strategy_errors(cluster, "RayJob")
+    errors += runtime_env_yaml_errors(spec.get("runtimeEnvYAML", ""))
+    for field in ("activeDeadlineSeconds", "preRunningDeadlineSeconds"):
+        if spec.get(field) is not None and spec[field] <= 0:
+            errors.append(f"{field} must be a positive integer")
     if backoff is not None and backoff < 0:
         errors.append("backoffLimit must be a positive integer")
+    return errors
+
+
+def rayjob_deadline_errors(job: dict[str, Any], cold_start_s: int) -> list[str]:
+    """What the RayJob's deadlines mean (rayjob_controller.go at KUBERAY_VERSION), ours:
+
+    * `Status.StartTime` is set when an attempt enters Initializing
+      (initRayJobStatusIfNeed), and a retry resets the status to New, so each attempt
+      gets a fresh StartTime: activeDeadlineSeconds bounds ONE attempt (cluster start,
+      image pulls and the sweep), and the RayJob's worst case is
+      (backoffLimit + 1) x activeDeadlineSeconds. An attempt failed by it
+      (DeadlineExceeded) is never retried (checkBackoffLimitAndUpdateStatusIfNeeded).
+    * preRunningDeadlineSeconds is checked only while Initializing or Waiting, against
+      the same StartTime: it bounds the wait for the RayCluster to be Ready (the head
+      pod scheduled, its image pulled) and the submitter Job created, and a RayJob
+      failed by it (PreRunningDeadlineExceeded) IS retried. It must leave room for a
+      cold start (`cold_start_s`) and be shorter than activeDeadlineSeconds, or it
+      never fires.
+    """
+    spec = job["spec"]
+    active, pre = spec.get("activeDeadlineSeconds"), spec.get("preRunningDeadlineSeconds")
+    errors = []
+    if pre is not None and pre < cold_start_s:
+        errors.append(f"preRunningDeadlineSeconds {pre} < a cold start ({cold_start_s} s)")
+    if pre is not None and active is not None and pre >= active:
+        errors.append("preRunningDeadlineSeconds >= activeDeadlineSeconds: it never fires")
+    if active is not None and pre is not None and active <= cold_start_s:
+        errors.append(f"activeDeadlineSeconds {active} leaves no time after a cold start")
     return errors
 
 
@@ -244,8 +338,11 @@ def ray_start_flag(option: str, value: str) -> str:
 
 def cluster_errors(cluster: dict[str, Any]) -> list[str]:
     meta = cluster.get("metadata", {})
-    return name_errors("RayCluster", meta["name"]) + cluster_spec_errors(
-        cluster["spec"], meta.get("annotations")
+    created_by = (meta.get("labels") or {}).get("ray.io/originated-from-crd")
+    return (
+        name_errors("RayCluster", meta["name"])
+        + cluster_spec_errors(cluster["spec"], meta.get("annotations"))
+        + upgrade_strategy_errors(cluster["spec"], created_by)
     )
 
 

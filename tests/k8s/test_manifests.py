@@ -448,6 +448,114 @@ def test_the_operator_rules_catch_what_they_encode():
     assert any("no more than 47" in e for e in rayjob_errors(job))
 
 
+def test_the_rules_added_for_kuberay_1_6_2_catch_their_mistakes():
+    """runtimeEnvYAML, the deadlines, SidecarMode, clusterSelector, the upgrade strategy
+    and Kubernetes token auth, as validation.go at v1.6.2 refuses them."""
+    from tests.k8s.kuberay_rules import rayjob_spec_errors
+
+    def job_with(**spec: Any) -> list[str]:
+        job = a_rayjob("cpu")
+        job["spec"].update(spec)
+        return rayjob_errors(job)
+
+    assert job_with(runtimeEnvYAML="pip: [requests]\nenv_vars: {A: b}\n") == []
+    assert any("not valid YAML" in e for e in job_with(runtimeEnvYAML="pip: [requests"))
+    assert any("not a mapping" in e for e in job_with(runtimeEnvYAML="- a\n- b\n"))
+    assert any(
+        "preRunningDeadlineSeconds must be" in e for e in job_with(preRunningDeadlineSeconds=0)
+    )
+    assert any("activeDeadlineSeconds must be" in e for e in job_with(activeDeadlineSeconds=-5))
+    sidecar = job_with(submissionMode="SidecarMode", submitterConfig={"backoffLimit": 1})
+    assert any("SidecarMode does not support submitterPodTemplate" in e for e in sidecar)
+    assert any("SidecarMode does not support submitterConfig" in e for e in sidecar)
+    job = a_rayjob("cpu")
+    job["spec"]["submissionMode"] = "SidecarMode"
+    del job["spec"]["submitterPodTemplate"]
+    assert rayjob_errors(job) == []
+    job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["restartPolicy"] = "Always"
+    assert any("head should be Never or unset in SidecarMode" in e for e in rayjob_errors(job))
+    # clusterSelector: an existing cluster by name, no retries, no suspend, no sidecar.
+    selector = {
+        "rayClusterSpec": None,
+        "clusterSelector": {"ray.io/cluster": "distillery"},
+        "backoffLimit": 0,
+    }
+    assert job_with(**selector) == []
+    assert any(
+        "non-empty ray.io/cluster" in e
+        for e in job_with(**{**selector, "clusterSelector": {"app": "x"}})
+    )
+    assert any(
+        "incompatible with clusterSelector" in e
+        for e in job_with(**{**selector, "backoffLimit": 2})
+    )
+    assert any("does not support suspend" in e for e in job_with(**selector, suspend=True))
+    assert any(
+        "not supported in SidecarMode" in e
+        for e in rayjob_spec_errors({"spec": {**selector, "submissionMode": "SidecarMode"}})
+    )
+    # The upgrade strategy: only on a RayCluster a user made, Recreate or None.
+    cluster = copy.deepcopy(the_raycluster("cpu"))
+    cluster["spec"]["upgradeStrategy"] = {"type": "Recreate"}
+    assert cluster_errors(cluster) == []
+    cluster["spec"]["upgradeStrategy"] = {"type": "RollingUpdate"}
+    assert any(
+        "upgradeStrategy.type RollingUpdate is invalid" in e for e in cluster_errors(cluster)
+    )
+    job = a_rayjob("cpu")
+    job["spec"]["rayClusterSpec"]["upgradeStrategy"] = {"type": "Recreate"}
+    assert any("created by RayJob" in e for e in rayjob_errors(job))
+    # Kubernetes token auth: token mode, Ray 2.55+, no secretName; never in a RayJob.
+    cluster = copy.deepcopy(the_raycluster("cpu"))
+    cluster["spec"]["authOptions"] = {"mode": "token", "enableK8sTokenAuth": True}
+    assert cluster_errors(cluster) == []
+    cluster["spec"]["authOptions"]["secretName"] = "mine"
+    assert any("with authOptions.secretName" in e for e in cluster_errors(cluster))
+    cluster["spec"]["authOptions"] = {"enableK8sTokenAuth": True}
+    assert any("without authOptions.mode 'token'" in e for e in cluster_errors(cluster))
+
+
+def test_the_rayjobs_deadlines_cover_a_cold_start_and_can_fire():
+    """preRunningDeadlineSeconds (a head that never starts) leaves room for a new node
+    and a cold image pull (the placement deadline's budget) and fires before
+    activeDeadlineSeconds, which bounds each attempt (kuberay_rules.rayjob_deadline_errors)."""
+    from tests.k8s.kuberay_rules import rayjob_deadline_errors
+
+    kuberay = yaml.safe_load((REPO_ROOT / "conf" / "cluster" / "kuberay.yaml").read_text())
+    cold_start = int(kuberay["placement_timeout_s"])
+    for overlay in OVERLAYS:
+        job = a_rayjob(overlay)
+        assert job["spec"]["preRunningDeadlineSeconds"] > 0
+        assert rayjob_deadline_errors(job, cold_start) == []
+    job = a_rayjob("gpu")
+    job["spec"]["preRunningDeadlineSeconds"] = 300
+    assert any("< a cold start" in e for e in rayjob_deadline_errors(job, cold_start))
+    job["spec"]["preRunningDeadlineSeconds"] = job["spec"]["activeDeadlineSeconds"]
+    assert any("never fires" in e for e in rayjob_deadline_errors(job, cold_start))
+
+
+def test_the_rules_the_crds_and_the_runbook_name_one_kuberay_version():
+    """The runbook installs exactly the operator the rules and CRD schemas are of."""
+    from tests.k8s.kuberay_rules import KUBERAY_VERSION
+
+    installs = re.findall(
+        r"helm install kuberay-operator kuberay/kuberay-operator --version (\S+)",
+        RUNBOOK.read_text(),
+    )
+    assert installs == [KUBERAY_VERSION]
+    readme = (K8S / "schemas" / "kuberay" / "README.md").read_text()
+    assert f"v{KUBERAY_VERSION}" in readme
+    rules = (REPO_ROOT / "tests" / "k8s" / "kuberay_rules.py").read_text()
+    assert f"v{KUBERAY_VERSION}" in rules
+    # v1.6.2's RayJob has preRunningDeadlineSeconds, and no field of later versions.
+    jobs = yaml.safe_load((K8S / "schemas" / "kuberay" / "ray.io_rayjobs.yaml").read_text())
+    (v1,) = [v for v in jobs["spec"]["versions"] if v["name"] == "v1"]
+    assert (
+        "preRunningDeadlineSeconds"
+        in v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    )
+
+
 def test_a_sweep_named_with_a_leading_digit_gets_a_name_kuberay_accepts():
     template = rayjob_template(K8S)
     for sweep_id in ("2026-05-ablation-0123456789abcdef", "x" * 90, "Über_Sweep/7"):
@@ -671,3 +779,99 @@ def test_every_ray_group_gets_the_keys_secret_and_gcs_survives_the_head(overlay)
         redis and ft["redisAddress"] == f"distillery-redis:{redis[0]['spec']['ports'][0]['port']}"
     )
     assert ft["redisPassword"]["valueFrom"]["secretKeyRef"]["name"] == "distillery-redis"
+
+
+@pytest.mark.parametrize("overlay", ["gpu", "single-node"])
+def test_the_memory_service_and_bank_builds_never_land_on_a_gpu_pod(overlay):
+    """The memory service (and a bank build task) asked only for CPUs, and a GPU pod has
+    one free (its replica's placement group holds it only while a replica runs): it
+    could land there and die with the pod when the group scales down. Under
+    cluster=kuberay it also reserves a resource only the cpu group advertises; read off
+    the rendered RayCluster as Ray's autoscaler reads it, its asks fit the cpu group only."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import (
+        _derive_autoscaling_config_from_ray_cr,
+    )
+
+    from distillery.orchestrator.core.config import ClusterConfig
+    from distillery.orchestrator.execution.memory_stage import (
+        BUILD_CPUS,
+        SERVICE_CPUS,
+        service_options,
+    )
+
+    kuberay = yaml.safe_load((REPO_ROOT / "conf" / "cluster" / "kuberay.yaml").read_text())
+    cfg = ClusterConfig(**kuberay)
+    for cluster in (the_raycluster(overlay), a_rayjob(overlay)["spec"]["rayClusterSpec"]):
+        if "metadata" not in cluster:  # a RayJob's cluster spec, as the operator makes it
+            cluster = {"metadata": {"name": "job", "namespace": "distillery"}, "spec": cluster}
+        types = _derive_autoscaling_config_from_ray_cr(cluster)["available_node_types"]
+        assert any(name.startswith("vllm-") for name in types)
+        for cpus in (SERVICE_CPUS, BUILD_CPUS):
+            options = service_options(cfg, cpus)
+            asks = {"CPU": options["num_cpus"], **options["resources"]}
+            hosts = [
+                name
+                for name, node in types.items()
+                if all(node["resources"].get(k, 0) >= v for k, v in asks.items())
+            ]
+            assert hosts == ["cpu"], (cpus, hosts)
+    # Without the resource (cluster=local's options) a GPU pod would fit it: the check bites.
+    bare = {"CPU": SERVICE_CPUS}
+    types = _derive_autoscaling_config_from_ray_cr(the_raycluster(overlay))["available_node_types"]
+    assert any(
+        all(types[name]["resources"].get(k, 0) >= v for k, v in bare.items())
+        for name in types
+        if name.startswith("vllm-")
+    )
+
+
+def gpu_pod(pod: dict[str, Any]) -> bool:
+    return any(
+        "nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {}) for c in pod["containers"]
+    )
+
+
+def tolerates_gpu_taint(pod: dict[str, Any]) -> bool:
+    return any(
+        t.get("key") == "nvidia.com/gpu"
+        and t.get("operator") == "Exists"
+        and t.get("effect") in (None, "NoSchedule")
+        for t in pod.get("tolerations", [])
+    )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_that_must_run_on_a_gpu_node_tolerates_its_taint(overlay):
+    """GPU nodes carry nvidia.com/gpu:NoSchedule (NVIDIA's GPU operator, GKE, most
+    setups): every pod that asks for a GPU tolerates it, on every overlay, in the
+    RayCluster, the RayJob that copies it and the Jobs; on one GPU node
+    (single-node overlays) every pod must run there, the one-off Jobs and the RayJob's
+    submitter included."""
+    single = "single-node" in overlay
+    wrong = [
+        f"{obj['kind']} {where}"
+        for obj in all_objects(overlay)
+        for where, pod in pod_specs(obj)
+        if (single or gpu_pod(pod)) and not tolerates_gpu_taint(pod)
+    ]
+    assert not wrong, wrong
+    assert any(gpu_pod(pod) for obj in all_objects(overlay) for _, pod in pod_specs(obj)) == (
+        overlay != "cpu"
+    )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_gpu_pods_ask_for_the_nvidia_runtime_where_the_overlay_is_for_k3s(overlay):
+    """k3s and RKE2 keep runc the default runtime: a GPU pod there names the RuntimeClass
+    `nvidia` (k8s/components/nvidia-runtime-class), which the overlay also creates;
+    elsewhere (the GPU operator's default runtime) no pod names one."""
+    k3s = overlay.endswith("-k3s")
+    classes = [o for o in rendered(overlay) if o["kind"] == "RuntimeClass"]
+    if k3s:
+        assert [(c["metadata"]["name"], c["handler"]) for c in classes] == [("nvidia", "nvidia")]
+    else:
+        assert classes == []
+    for obj in all_objects(overlay):
+        for where, pod in pod_specs(obj):
+            wanted = "nvidia" if k3s and gpu_pod(pod) else None
+            assert pod.get("runtimeClassName") == wanted, (overlay, where)

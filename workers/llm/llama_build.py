@@ -141,7 +141,7 @@ def needs_of(cmake_line: str) -> tuple[str, ...]:
 
 
 # x86-64's AVX2 baseline (Haswell, AMD Zen 1 and later): what an image built once for
-# every node gets (docs/backends/llama_cpp.md, "The Kubernetes CPU image").
+# every node gets (docs/backends/llama_cpp.md, "The Kubernetes images"; k8s/Dockerfile builds it).
 PORTABLE_X86_FLAGS = ("sse4_2", "avx", "avx2", "bmi2", "fma", "f16c")
 
 

@@ -116,7 +116,7 @@ class IsolatedBenchmark:
             self.env: ReadyEnv = check(self.env_spec, self.venv_path(self.settings))
         except EnvNotReady as why:
             raise BenchmarkUnavailable(str(why), self.install_command()) from None
-        self.network = self._world_network()
+        self._network: bool | None = None  # decided with the first episode's pool
         self._pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
         self._listing: dict[str, tuple[Task, dict[str, str], list[list[str]]]] | None = None
@@ -165,6 +165,15 @@ class IsolatedBenchmark:
         runs in a network namespace of its own."""
         return False
 
+    @property
+    def network(self) -> bool:
+        """Whether the episode workers get the network (`_world_network`), decided
+        where episodes run (the first pool), not where the sweep is planned: a head
+        whose seccomp profile refuses namespaces lists tasks all the same."""
+        if self._network is None:
+            self._network = self._world_network()
+        return self._network
+
     def _world_network(self) -> bool:
         """Whether the workers get the network: refused before any worker starts when
         the world needs none and this machine cannot take it away (unless the user
@@ -193,13 +202,18 @@ class IsolatedBenchmark:
                     spares=self.settings.spare_workers,
                     max_reply_bytes=self.settings.max_reply_bytes,
                     extra_env=self.worker_environment(),
-                    network=self.network,
+                    network=lambda: self.network,  # decided by the first episode
                 )
             return self._pool
 
     def _tasks(self) -> dict[str, tuple[Task, dict[str, str], list[list[str]]]]:
+        """The world's task listing, read once. It runs the benchmark's own library over
+        its data folder and no model-written code, so its worker is started without the
+        network namespace episodes get (and with the same allow-listed environment): a
+        planning head on `RuntimeDefault` seccomp, which refuses the `unshare` that
+        namespace needs, lists the tasks (k8s/: only the grading pods may unshare)."""
         if self._listing is None:
-            worker = self.pool().acquire(refill=False)
+            worker = self.pool().acquire(refill=False, network=True)
             try:
                 timeout = self.settings.startup_timeout_s + self.settings.call_timeout_s
                 raw = worker.call(

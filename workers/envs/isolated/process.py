@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -339,7 +339,10 @@ class WorkerProcess:
 class WorkerPool:
     """Hands out fresh workers, one per episode; `spares` are started ahead of need so
     an episode does not wait for the interpreter to boot. A spare that died while
-    waiting is dropped, never handed out."""
+    waiting is dropped, never handed out. `network` may be decided late (a callable,
+    asked when the first episode's worker starts): a listing's worker needs no
+    decision (`acquire(network=True)`), so a machine that cannot isolate the network
+    still lists tasks (see `IsolatedBenchmark._tasks`)."""
 
     def __init__(
         self,
@@ -348,36 +351,47 @@ class WorkerPool:
         spares: int = 1,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         extra_env: dict[str, str] | None = None,
-        network: bool = False,
+        network: bool | Callable[[], bool] = False,
     ) -> None:
         self.python = str(python)
         self.world = world
         self.spares = spares
         self.max_reply_bytes = max_reply_bytes
         self.extra_env = dict(extra_env or {})
-        self.network = network
+        self._network = network
         self._log_dir = tempfile.mkdtemp(prefix="distillery-workers-")
         self._lock = threading.Lock()
         self._idle: list[WorkerProcess] = []
         self.started = 0
         self.recent_pids: deque[int] = deque(maxlen=4096)  # for checks and post-mortems
 
-    def _start(self) -> WorkerProcess:
+    @property
+    def network(self) -> bool:
+        """Whether the episodes' workers get the network (decided once, on first use)."""
+        if callable(self._network):
+            self._network = self._network()
+        return self._network
+
+    def _start(self, network: bool | None = None) -> WorkerProcess:
         worker = WorkerProcess(
             self.python,
             self.world,
             self._log_dir,
             self.max_reply_bytes,
             self.extra_env,
-            self.network,
+            self.network if network is None else network,
         )
         self.started += 1
         self.recent_pids.append(worker.pid)
         return worker
 
-    def acquire(self, refill: bool = True) -> WorkerProcess:
+    def acquire(self, refill: bool = True, network: bool | None = None) -> WorkerProcess:
         """A fresh worker; `refill` starts spares for the episodes to come (a one-off
-        use, like listing the tasks, leaves none behind)."""
+        use, like listing the tasks, leaves none behind). `network` given: a one-off
+        worker with (True) or without it, never a spare."""
+        if network is not None:
+            with self._lock:
+                return self._start(network)
         with self._lock:
             worker = None
             while self._idle and worker is None:

@@ -142,7 +142,7 @@ def test_a_world_that_cannot_reset_fails_its_episode(venv_ready, no_leftovers):
 def test_a_malformed_task_listing_is_an_infra_error(venv_ready, monkeypatch):
     bench = _bench()
     worker = bench.pool().acquire()
-    monkeypatch.setattr(bench.pool(), "acquire", lambda refill=True: worker)
+    monkeypatch.setattr(bench.pool(), "acquire", lambda refill=True, network=None: worker)
     monkeypatch.setattr(worker, "call", lambda *a, **k: [{"task_id": "x", "turns": "no"}])
     with pytest.raises(MalformedReply, match="turns must be a list"):
         bench.load_tasks()

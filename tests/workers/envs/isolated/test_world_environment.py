@@ -79,3 +79,28 @@ def test_a_world_that_needs_the_network_has_it_and_still_no_secret(
     report = _report(NetworkedProbe(), host_port)
     assert report["reached"] is True
     assert CANARIES["OPENAI_API_KEY"] not in json.dumps(report)
+
+
+def test_tasks_are_listed_where_no_network_namespace_can_be_made(venv_ready, monkeypatch):
+    """The planning head on Kubernetes runs with RuntimeDefault seccomp, which refuses
+    the `unshare` a network namespace needs. Listing tasks runs no model code (the
+    benchmark's library over its data folder), so it needs none: the listing works
+    there; an episode (which runs model code) is still refused in one line."""
+    from distillery.workers.envs.base import BenchmarkUnavailable
+    from distillery.workers.envs.isolated import adapter, process
+
+    refused = "unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not permitted"
+    monkeypatch.setattr(adapter, "network_isolation_unavailable", lambda python: refused)
+
+    def no_namespace(argv: list[str], python: str) -> list[str]:
+        raise AssertionError("a network namespace was asked for")
+
+    monkeypatch.setattr(process, "without_network", no_namespace)
+    bench = ProbeWorld()
+    try:
+        tasks = bench.load_tasks()
+        assert tasks and bench.load_tasks(task_ids=[tasks[0].task_id]) == [tasks[0]]
+        with pytest.raises(BenchmarkUnavailable, match="no network namespace can be made"):
+            bench.make_env(tasks[0], "episode")
+    finally:
+        bench.close()
