@@ -59,7 +59,7 @@ def test_a_wheel_claims_only_distillery_and_finds_its_configs(tmp_path: Path) ->
         check=True,
     )  # fmt: skip
     probe = (
-        "import distillery.orchestrator.cli.app as c, distillery.conf as conf; "
+        "import distillery.orchestrator.core.compose as c, distillery.conf as conf; "
         "cfg = c.compose(['benchmark.limit=2']); "
         "print(conf.__file__); print(cfg.benchmark.name, cfg.benchmark.limit)"
     )

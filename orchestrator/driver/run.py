@@ -238,8 +238,12 @@ def resume_command() -> str:
     """The command line that was run (redacted), to run again."""
     import shlex
     import sys
+    from pathlib import Path
 
-    if not sys.argv or not sys.argv[0].endswith(("distillery", "cli.py")):
+    # `distillery ...`, or `python -m distillery.orchestrator.cli[.app]` (argv[0] is then
+    # the cli package's __main__.py or app.py).
+    entry = Path(sys.argv[0]) if sys.argv else None
+    if entry is None or not (entry.name == "distillery" or entry.parent.name == "cli"):
         return "the same distillery command (same arguments, same output_dir)"
     return redact(" ".join(["distillery", *(shlex.quote(a) for a in sys.argv[1:])]))
 

@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from distillery.orchestrator.planning.descriptors import name_sweep
     from distillery.orchestrator.planning.plan import EvalPoint, StageGraph, plan_sweep, server_key
+    from distillery.orchestrator.planning.plan_check import plan_command
     from distillery.orchestrator.planning.plan_listing import (
         PlannedStatus,
         format_plan,
         stage_line,
         stage_status,
     )
-    from distillery.orchestrator.planning.tasks import resolve_tasks
-    from distillery.orchestrator.planning.plan_check import plan_command
     from distillery.orchestrator.planning.preflight import (
         PreflightError,
         check_benchmark_environment,
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
         missing_requirements,
         models_in_use,
     )
+    from distillery.orchestrator.planning.tasks import resolve_tasks
 
 __all__ = [
     "EvalPoint",

@@ -274,7 +274,7 @@ def test_server_pool_starts_each_model_once_and_stops_it_after_its_last_stage(mo
         def shutdown(self):
             stopped.append(self.name)
 
-    def fake_start(model, log_dir, on_event, node_address):
+    def fake_start(model, log_dir, on_event, node_address, placement_timeout_s=None):
         launched.append(model.name)
         return Pool(model)
 

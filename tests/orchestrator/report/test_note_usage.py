@@ -52,3 +52,10 @@ def test_the_report_has_a_note_usage_table(tmp_path):
     assert {m for m, _ in rows} == {"agentbrew"}  # methods that record no notes: no rows
     assert (report.out_dir / "note_usage.csv").exists()
     assert "Per-note usage at test time" in (report.out_dir / "report.md").read_text()
+
+
+def test_a_log_whose_shown_is_not_a_list_of_ids_counts_nowhere():
+    """Another method's episodes may log `shown` as a count (the toy plugin does): not
+    notes, so no rows, and the report still builds."""
+    records = [_record("t1", True, 2), _record("t2", False, None)]
+    assert note_usage(records) == []

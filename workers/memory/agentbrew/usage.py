@@ -21,7 +21,10 @@ def note_usage(records: Iterable[Any]) -> list[dict[str, Any]]:
         if success is None:
             continue
         log = json.loads(getattr(record, "extra_json", None) or "{}")
-        for memory_id in log.get("shown") or ():
+        shown = log.get("shown") if isinstance(log, dict) else None
+        if not isinstance(shown, list):  # another method's log may use the key otherwise
+            continue
+        for memory_id in shown:
             tasks = shown_on.setdefault(str(memory_id), {})
             tasks[record.task_id] = tasks.get(record.task_id, False) or bool(success)
     rows = []
