@@ -12,10 +12,14 @@ the GPU group) and for the API teacher.
   head is killed mid-sweep and the resubmitted sweep finishes every task exactly once.
 - BFCL Table 1's shape: the API teacher's collection, the AMD build, four students on
   the GPU group, zero-shot and AMD each, every model call counted exactly.
+- AgentBrew's brew -> serve: the GPU-served student fails, the API teacher writes notes
+  and curates them, the student re-plays until certified, then plays the held-out tasks
+  with the notes; every call counted exactly.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -35,6 +39,12 @@ from tests.support.cluster_twin import (
     counted_calls,
     entrypoint,
     stand_in_vllm,
+)
+from tests.workers.memory.agentbrew.test_agentbrew_end_to_end import (
+    EASY,
+    HELD_OUT,
+    MEMORY,
+    _play_calls,
 )
 
 pytestmark = [
@@ -198,3 +208,62 @@ def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path):
     # Each student's replica was placed in the GPU group's bundle.
     for name in ("qwen3-4b", "gemma4-e4b", "qwen3-8b", "llama3.1-8b"):
         assert f"model {name}: 1 replicas on 1 nodes" in output
+
+
+def test_an_agentbrew_brew_then_serve_runs_on_the_twin_with_exact_call_counts(tmp_path):
+    """The student (a stand-in vLLM replica on a GPU pod) brews on the 7 memory tasks of
+    cross_split with the API teacher as note writer and curator (the scripts of
+    test_agentbrew_end_to_end), then plays the 3 held-out tasks zero-shot and with the
+    notes; the brew and the memory service run on the CPU group."""
+    calls_dir = tmp_path / "calls"
+    calls_dir.mkdir()
+    with (
+        run_stub_server(script="distillery.testing.agentbrew_scripts:teacher") as api,
+        cluster_twin("gpu", {"cpu": 1, "vllm-1gpu": 1}, {CALLS_DIR_ENV: str(calls_dir)}) as twin,
+    ):
+        overrides = [
+            *local_outputs(tmp_path),
+            "methods=[zero_shot,agentbrew]",
+            "protocol=cross_split",
+            "benchmark.limit=10",
+            "model@student=qwen3_4b",
+            "student.action_format=prompt",
+            *stand_in_vllm("student", 1, "tests.support.cluster_twin:counted_brew_student"),
+            "teacher=external",
+            "teacher.name=brew-teacher",
+            f"teacher.base_url={api}",
+            "teacher.model=scripted-teacher",
+            "cluster.placement_timeout_s=300",  # a failure says so in minutes
+            "cluster.num_workers=1",
+        ]
+        done = subprocess.run(
+            entrypoint(overrides),
+            cwd=tmp_path,
+            env=twin.driver_env(),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-5000:]
+        teacher_calls = int(stub_stats(api)["requests"])
+    assert "model qwen3-4b: 1 replicas on 1 nodes" in output
+    # Notes for three groups (tasks 1, 2, 5; task 7 is solved by task 5's note): three
+    # drafts and two curator verdicts (the first note needs none).
+    groups = (1, 2, 5)
+    assert teacher_calls == 3 + 2
+    zero_shot = sum(_play_calls(i, i in EASY) for i in HELD_OUT)
+    brew = sum(_play_calls(i, i in EASY or i == 7) for i in MEMORY)
+    brew += sum(_play_calls(i, True) for i in groups)  # each re-play, certified
+    served = sum(_play_calls(i, True) for i in HELD_OUT)
+    assert counted_calls(calls_dir) and sum(counted_calls(calls_dir).values()) == (
+        zero_shot + brew + served
+    )
+    (sweep_dir,) = (tmp_path / "runs" / "sweeps").iterdir()
+    points = pd.read_parquet(sweep_dir / "points.parquet")
+    episodes = sweep_episodes(tmp_path).merge(points[["point_id", "method"]], on="point_id")
+    assert not episodes.duplicated(["point_id", "task_id"]).any()
+    rates = episodes.groupby("method")["success"].mean().to_dict()
+    assert rates == pytest.approx({"zero_shot": 1 / 3, "agentbrew": 1.0})
+    (brew_dir,) = (tmp_path / "runs" / "stages" / "brew").iterdir()
+    assert json.loads((brew_dir / "output.json").read_text())["counts"]["notes"] == 3

@@ -208,10 +208,8 @@ def counted_calls(calls_dir: Path) -> dict[str, int]:
     return {p.stem: len(p.read_text().splitlines()) for p in sorted(calls_dir.glob("*.calls"))}
 
 
-def counted_replay_native(request: dict[str, Any]) -> dict[str, Any]:
-    """bfcl_scripts.replay_native, counting each chat request but a preflight in this
-    server's file."""
-    from distillery.testing.bfcl_scripts import replay_native
+def _count(request: dict[str, Any]) -> None:
+    """One line per chat request but a preflight in this server's file (CALLS_DIR_ENV)."""
     from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 
     messages = request.get("messages") or []
@@ -220,4 +218,19 @@ def counted_replay_native(request: dict[str, Any]) -> dict[str, Any]:
     if folder and not preflight:
         with (Path(folder) / f"{os.getpid()}.calls").open("a") as out:
             out.write(f"{request.get('model')}\n")
+
+
+def counted_replay_native(request: dict[str, Any]) -> dict[str, Any]:
+    """bfcl_scripts.replay_native, counted."""
+    from distillery.testing.bfcl_scripts import replay_native
+
+    _count(request)
     return replay_native(request)
+
+
+def counted_brew_student(request: dict[str, Any]) -> dict[str, Any]:
+    """agentbrew_scripts.student (solves a hard task only with its group's note), counted."""
+    from distillery.testing.agentbrew_scripts import student
+
+    _count(request)
+    return student(request)
