@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from distillery.orchestrator.execution.dispatch import INFRA_COUNTS, ray_get, run_agent
     from distillery.orchestrator.execution.heartbeat import Heartbeat
-    from distillery.orchestrator.execution.memory_stage import MemoryStage
+    from distillery.orchestrator.execution.memory_stage import (
+        BUILD_CPUS,
+        SERVICE_CPUS,
+        MemoryStage,
+        service_options,
+    )
     from distillery.orchestrator.execution.metrics import agent_metrics
     from distillery.orchestrator.execution.observers import StageObserver, notify
     from distillery.orchestrator.execution.ordered_run import OrderedRun
@@ -28,12 +33,14 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "BUILD_CPUS",
     "Heartbeat",
     "INFRA_COUNTS",
     "MemoryStage",
     "OrderedEpisodeStage",
     "OrderedRun",
     "Reply",
+    "SERVICE_CPUS",
     "ServerPool",
     "StageObserver",
     "Sweep",
@@ -45,6 +52,7 @@ __all__ = [
     "notify",
     "ray_get",
     "run_agent",
+    "service_options",
     "stage_events",
     "sweep_id_for",
 ]
@@ -60,7 +68,7 @@ if not TYPE_CHECKING:
         {
             "dispatch": ("INFRA_COUNTS", "ray_get", "run_agent"),
             "heartbeat": ("Heartbeat",),
-            "memory_stage": ("MemoryStage",),
+            "memory_stage": ("BUILD_CPUS", "SERVICE_CPUS", "MemoryStage", "service_options"),
             "metrics": ("agent_metrics",),
             "observers": ("StageObserver", "notify"),
             "ordered_run": ("OrderedRun",),

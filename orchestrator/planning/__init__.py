@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         check_output_dir,
         check_required_env,
         check_run,
+        endpoints_in_use,
         run_notices,
         variables_read_on_nodes,
     )
@@ -50,6 +51,7 @@ __all__ = [
     "check_required_env",
     "check_requirements",
     "check_run",
+    "endpoints_in_use",
     "format_plan",
     "missing_requirements",
     "models_in_use",
@@ -87,6 +89,7 @@ if not TYPE_CHECKING:
                 "check_output_dir",
                 "check_required_env",
                 "check_run",
+                "endpoints_in_use",
                 "run_notices",
                 "variables_read_on_nodes",
             ),

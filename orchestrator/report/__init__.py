@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         normalize_points,
     )
     from distillery.orchestrator.report.markdown import markdown_table, render_markdown
+    from distillery.orchestrator.report.memory_bounds import MARK, stage_bounds
     from distillery.orchestrator.report.plots import (
         plot_steps_vs_teacher,
         plot_student_size,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BASE_CELL_KEYS",
     "DISAMBIGUATORS",
+    "MARK",
     "PLOT_FILES",
     "PriceTable",
     "Report",
@@ -96,6 +98,7 @@ __all__ = [
     "representation_label",
     "rollouts_label",
     "scenario_benchmarks",
+    "stage_bounds",
     "stage_costs",
     "steps_against_teacher",
     "steps_by_method_figure",
@@ -134,6 +137,7 @@ if not TYPE_CHECKING:
                 "normalize_points",
             ),
             "markdown": ("markdown_table", "render_markdown"),
+            "memory_bounds": ("MARK", "stage_bounds"),
             "plots": (
                 "plot_steps_vs_teacher",
                 "plot_student_size",
