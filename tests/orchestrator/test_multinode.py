@@ -2,22 +2,19 @@
 auth), joined as `cluster=ray` does: episode workers and model server replicas
 spread over both nodes, and the sweep survives a killed episode worker, a killed
 server replica and the loss of the second node, with every task recorded exactly
-once, nothing unscored counted, and the retries in the logs and MLflow; and when the
-head node is lost with its driver, the same sweep resubmitted on a new cluster
-finishes every task exactly once."""
+once, nothing unscored counted, and the retries in the logs and MLflow. Losing the head node with
+its driver, then resubmitting, is tested on the twin of the KubeRay cluster
+(tests/k8s/test_cluster_twin.py), with the node shapes k8s/ renders."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -234,93 +231,3 @@ def test_losing_the_second_node_mid_sweep(cluster, tmp_path):
     assert_exactly_once_and_scored(result)
     metrics = parent_metrics(tmp_path, result)
     assert metrics["infra.worker_restarts"] + metrics["infra.replica_failures"] >= 1
-
-
-def test_losing_the_head_node_then_resubmitting_finishes_every_task_once(cluster, tmp_path):
-    """A RayJob's retry after its head pod is lost, on this machine: the driver runs
-    on the head (a `distillery` process joined to it), the head node and the driver
-    are killed mid-sweep and the old cluster is gone; the same command on a fresh
-    cluster takes the dead driver's lock over, replays only the missing episodes and
-    records every task exactly once. Last in this module: it ends the module's cluster
-    (whose second node the test above has already lost; a third stands in for it)."""
-    from distillery.testing.scripted_server import run_stub_server, stub_stats
-
-    cluster.add_node("third", 2, {"replica_slot": 1})
-
-    def argv(address: str, url: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "distillery.orchestrator.cli.app",
-            f"output_dir={tmp_path / 'runs'}",
-            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-            f"benchmark.limit={N_TASKS}",
-            "methods=[zero_shot]",
-            "agent.retry_backoff_s=0",
-            "cluster=ray",
-            f"cluster.ray_address={address}",
-            "cluster.num_workers=2",
-            "cluster.worker_num_cpus=1",
-            "cluster.episodes_per_worker=1",
-            "student=external",
-            f"student.base_url={url}",
-            "student.model=scripted",
-            "student.action_format=native",
-            "student.max_retries=1",
-        ]
-
-    def env(ray: LocalRayCluster) -> dict[str, str]:
-        return {**os.environ, **ray.env, "PYTHONPATH": str(REPO_ROOT)}
-
-    def done() -> int:
-        return len(list((tmp_path / "runs").glob("stages/evaluate/*/done/*.json")))
-
-    fresh = LocalRayCluster()
-    with run_stub_server(
-        script="distillery.testing.bfcl_scripts:replay_native", delay_s=0.5
-    ) as url:
-        with (tmp_path / "first.log").open("wb") as log:
-            driver = subprocess.Popen(
-                argv(cluster.address, url),
-                cwd=tmp_path,
-                env=env(cluster),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            deadline = time.monotonic() + 300
-            while done() < 2:
-                assert driver.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "the sweep did not get going"
-                time.sleep(0.2)
-            cluster.kill_node("head")  # the head pod: its driver goes with it
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-        cluster.kill_node("third")  # the failed attempt's cluster is deleted
-        finished_before = done()
-        assert 2 <= finished_before < N_TASKS
-        requests_before = int(stub_stats(url)["requests"])
-        try:
-            fresh.start_head(3, {"replica_slot": 1})
-            resumed = subprocess.run(
-                argv(fresh.address, url),
-                cwd=tmp_path,
-                env=env(fresh),
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-        finally:
-            fresh.stop()
-        replayed = int(stub_stats(url)["requests"]) - requests_before
-    output = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, output[-3000:]
-    assert "recovered the lock of a run that is gone" in output  # the dead driver's
-    assert re.search(rf"running \d+ episodes \({finished_before} cached\)", output), output[-3000:]
-    assert done() == N_TASKS
-    (sweep_dir,) = (tmp_path / "runs" / "sweeps").iterdir()
-    episodes = pd.read_parquet(sweep_dir / "episodes.parquet")
-    assert len(episodes) == N_TASKS and not episodes.duplicated(["point_id", "task_id"]).any()
-    assert episodes["success"].all()  # the scripted student replays the ground truth
-    # Finished episodes were not played again: the retry asked only for the rest.
-    assert 0 < replayed < int(episodes["n_llm_calls"].sum())
