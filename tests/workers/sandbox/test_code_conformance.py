@@ -15,7 +15,7 @@ import pytest
 
 from tests.workers.sandbox import code_conformance as conformance
 
-EVERY = 24  # every 24th task of each benchmark: about 160 cases
+EVERY = 48  # every 48th task of each benchmark: about 80 cases
 
 
 @pytest.fixture(scope="module")
