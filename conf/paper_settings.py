@@ -79,14 +79,22 @@ PORT_PROMPTS: dict[str, tuple[str, str]] = {
 }
 
 
-# Whether each port's AppWorld student warns when the same code ran three times in a
-# row (memory/repeats.py), where their student does it.
-PORT_WARNINGS: dict[str, tuple[bool, str]] = {
+# Whether each port's AppWorld student warns when it loops (the same code three times
+# in a row; MemP's also the same error or failures: memory/repeats.py): the setting,
+# the authors' value and where their student does it.
+PORT_WARNINGS: dict[str, tuple[str, bool, str]] = {
     "reasoning_bank": (
+        "repeat_warning",
         False,
         f"{AMD} appworld/rb/experiments/code/ace/evaluation_react.py (no such warning)",
     ),
+    "memp_amd": (
+        "loop_hints",
+        True,
+        f"{AMD} appworld/memp/experiments/code/ace/memp_student_react.py:201",
+    ),
     "sasm": (
+        "repeat_warning",
         True,
         f"{AMD} appworld/sasm/experiments/code/ace/sasm_evaluation_react.py:165",
     ),
@@ -250,8 +258,8 @@ def _port_prompt_rows(cfg: Any) -> list[tuple[str, Any, Any, str]]:
         authors, source = PORT_PROMPTS[spec.kind]
         out.append((f"prompt.{name}", getattr(hooks, "prompt_framing", None), authors, source))
         if spec.kind in PORT_WARNINGS:
-            warns = bool(getattr(settings, "repeat_warning", False))
-            out.append((f"repeat_warning.{name}", warns, *PORT_WARNINGS[spec.kind]))
+            setting, warns, where = PORT_WARNINGS[spec.kind]
+            out.append((f"{setting}.{name}", bool(getattr(settings, setting, False)), warns, where))
     return out
 
 
