@@ -55,10 +55,10 @@ DIFFERENCES: dict[tuple[str, str], str] = {
     # Table 5 samples on purpose (the paper's repeated runs), its experiment's own setting.
     ("student.temperature", "appworld_repeated_runs"): "paper table 5 (sampled runs)",
     ("student.temperature", "toolsandbox_repeated_runs"): "paper table 5 (sampled runs)",
-    # The SASM port's default student announces subtask transitions and swaps one
-    # category's experience mid-episode (sasm_generator_prompt.txt); distillery plays its
-    # upfront student (sasm_upfront_generator_prompt.txt): docs/fidelity/appworld.md.
-    ("prompt.sasm", "*"): "documented: the port's upfront student",
+    # The `sasm` entry is the SASM port's upfront student (sasm_upfront_generator_prompt.txt),
+    # a named option on AppWorld; the paper runs' `sasm_amd_appworld` plays the port's
+    # default, transition student: docs/fidelity/appworld.md.
+    ("prompt.sasm", "*"): "named option: the port's upfront student",
 }
 
 # The AppWorld prompt each baseline's port gave its student (the port's name in
@@ -75,6 +75,28 @@ PORT_PROMPTS: dict[str, tuple[str, str]] = {
     "sasm": (
         "sasm_transition",
         f"{AMD} appworld/sasm/experiments/configs/SASM_evaluation_qwen3_4b_student.jsonnet:41",
+    ),
+}
+
+
+# Whether each port's AppWorld student warns when it loops (the same code three times
+# in a row; MemP's also the same error or failures: memory/repeats.py): the setting,
+# the authors' value and where their student does it.
+PORT_WARNINGS: dict[str, tuple[str, bool, str]] = {
+    "reasoning_bank": (
+        "repeat_warning",
+        False,
+        f"{AMD} appworld/rb/experiments/code/ace/evaluation_react.py (no such warning)",
+    ),
+    "memp_amd": (
+        "loop_hints",
+        True,
+        f"{AMD} appworld/memp/experiments/code/ace/memp_student_react.py:201",
+    ),
+    "sasm": (
+        "repeat_warning",
+        True,
+        f"{AMD} appworld/sasm/experiments/code/ace/sasm_evaluation_react.py:165",
     ),
 }
 
@@ -235,6 +257,9 @@ def _port_prompt_rows(cfg: Any) -> list[tuple[str, Any, Any, str]]:
         hooks = method.hooks(task, None, settings, lambda source: True, _no_model)
         authors, source = PORT_PROMPTS[spec.kind]
         out.append((f"prompt.{name}", getattr(hooks, "prompt_framing", None), authors, source))
+        if spec.kind in PORT_WARNINGS:
+            setting, warns, where = PORT_WARNINGS[spec.kind]
+            out.append((f"{setting}.{name}", bool(getattr(settings, setting, False)), warns, where))
     return out
 
 

@@ -97,9 +97,11 @@ class InjectionRecord:
     saw it: method-agnostic (the method's own account is in `extra_json`)."""
 
     turn: Int32
-    step: Int32  # the step whose observations were changed; -1: before the turn
+    step: Int32  # the step whose observations (or reply) it follows; -1: before the turn
     at: float  # epoch seconds
-    where: str  # system_prompt | user_message | observation
+    # system_prompt | user_message | observation | message (a user message of the
+    # hooks' own) | message_withdrawn (one taken out of the history: agents/hook_messages.py)
+    where: str
     text: str  # what was added, cut at MAX_CALL_TEXT
     chars: Int64  # its full length
 

@@ -49,6 +49,7 @@ from typing import Any, Protocol, cast
 
 from distillery.redaction import redact_values
 from distillery.workers.agents.context import request_view
+from distillery.workers.agents.hook_messages import note_injection, place_step_messages
 from distillery.workers.agents.policies import OBSERVATION_NAME, PROMPT_NAME, EpisodePolicy
 from distillery.workers.agents.reply_bounds import (
     MAX_HISTORY_CALLS,
@@ -104,7 +105,11 @@ class EpisodeHooks(Protocol):
     # message as the model will see it (injection into the request itself);
     # `async def system_prompt_after_step(self, turn_index: int, steps_done: int,
     # system_prompt: str) -> str | None`, the system prompt from the next request on
-    # (memory withdrawn after a step), None to leave it as it is.
+    # (memory withdrawn after a step), None to leave it as it is;
+    # `async def step_messages(self, turn_index: int, steps_done: int, reply: str | None,
+    # observations: list[ToolResult]) -> StepMessages | None`, messages of their own put
+    # into the history (or taken out) at a turn's start and after each step, seeing the
+    # reply (agents/hook_messages.py).
 
 
 class MemoryHooks(EpisodeHooks, Protocol):
@@ -167,6 +172,7 @@ async def run_agent_loop(
         base_prompt = ""
     _set_system_prompt(out.messages, base_prompt)
     opening = 0
+    placed: dict[str, dict[str, Any]] = {}  # the hooks' own messages in the history, by key
 
     # The user's messages: the task's turns, or (user_turns="environment") the task's
     # first turn and then whatever the benchmark's user answers to each closing reply.
@@ -181,7 +187,7 @@ async def run_agent_loop(
         prompt = base_prompt
         if hooks is not None:
             prompt = await hooks.before_turn(turn_index, user_text, base_prompt)
-            _note_injection(out, turn_index, -1, "system_prompt", base_prompt, prompt)
+            note_injection(out, turn_index, -1, "system_prompt", base_prompt, prompt)
             if not opens:
                 _set_system_prompt(out.messages, prompt if base_prompt else prompt.rstrip())
         content = user_text
@@ -190,7 +196,7 @@ async def run_agent_loop(
         rewrite = getattr(hooks, "user_message", None)
         if rewrite is not None:
             content = await rewrite(turn_index, user_text)
-            _note_injection(out, turn_index, -1, "user_message", user_text, content)
+            note_injection(out, turn_index, -1, "user_message", user_text, content)
         if opens and turn_index == 0:
             memory = _memory_of(prompt, user_text, content)
             out.messages[:] = _opening_messages(env, fmt, memory, _framing(hooks))
@@ -198,6 +204,10 @@ async def run_agent_loop(
             out.messages.append({"role": "user", "content": content})
         if turn_index == 0:
             opening = len(out.messages)
+        if hooks is not None:
+            opening = await place_step_messages(
+                hooks, out, placed, turn_index, 0, None, [], opening
+            )
         steps_in_turn = 0
         while True:
             request = _RequestShape.of(out.messages, tools)
@@ -251,7 +261,7 @@ async def run_agent_loop(
                 before = observations
                 observations = await hooks.after_step(turn_index, user_text, observations)
                 for old, new in zip(before, observations, strict=False):
-                    _note_injection(
+                    note_injection(
                         out, turn_index, steps_in_turn, "observation", old.content, new.content
                     )
             out.model_calls[-1] = replace(out.model_calls[-1], action_s=time.monotonic() - acting)
@@ -262,6 +272,9 @@ async def run_agent_loop(
             if hooks is not None:
                 opening = await _after_step(
                     hooks, env, fmt, out.messages, opening, turn_index, steps_in_turn, base_prompt
+                )
+                opening = await place_step_messages(
+                    hooks, out, placed, turn_index, steps_in_turn, message, observations, opening
                 )
             if conventions.world_ends_episode and cast(Any, env).task_done():
                 env.end_turn()  # the benchmark's own loop stops here; the task is scored
@@ -560,21 +573,3 @@ class _RequestShape:
             tokens_reasoning=0,
             error=str(exc)[:MAX_CALL_TEXT],
         )
-
-
-def _note_injection(
-    out: EpisodeOutcome, turn: int, step: int, where: str, before: str, after: str
-) -> None:
-    """Record what hooks added to `before` (a prompt, a user message, an observation),
-    when they changed it: the text around the original where it is kept, else all."""
-    before, after = before or "", after or ""
-    if after == before:
-        return
-    added = (after.replace(before, "", 1) if before and before in after else after).strip()
-    if where == "system_prompt":  # the prompt is set every turn: the same block is no news
-        last = next((i for i in reversed(out.injections) if i.where == where), None)
-        if last is not None and last.chars == len(added) and last.text == added[:MAX_CALL_TEXT]:
-            return
-    out.injections.append(
-        InjectionRecord(turn, step, time.time(), where, added[:MAX_CALL_TEXT], len(added))
-    )

@@ -15,11 +15,14 @@ OBSERVATION_NAME = "tool_results"
 # ReAct prompt: a worked demonstration before the task), so they are told apart from
 # the task's user turns; bookkeeping too, dropped on the wire.
 PROMPT_NAME = "benchmark_prompt"
-_MARKERS = frozenset({OBSERVATION_NAME, PROMPT_NAME})
+# Marks the user messages episode hooks place between requests (agents/hook_messages.py:
+# a memory method's message of its own); bookkeeping too, dropped on the wire.
+HOOK_NAME = "hook_message"
+_MARKERS = frozenset({OBSERVATION_NAME, PROMPT_NAME, HOOK_NAME})
 
 
 def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages as sent to a model: observation and prompt markers removed."""
+    """The messages as sent to a model: observation, prompt and hook markers removed."""
     if not any(m.get("name") in _MARKERS for m in messages):
         return messages
     return [

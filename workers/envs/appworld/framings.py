@@ -12,7 +12,8 @@ here as the list of edits that turns ACE's prompt into the port's (`PortPrompt`)
 
 The memory stays in ACE's slot (``{{ playbook }}``) wherever the port put its own
 (``{{ memories }}``, ``{{ memory_context }}``, ``{{ sasm_experiences }}``), so every
-method's memory is where its port placed it. `tests/workers/envs/appworld/
+method's memory is where its port placed it; the SASM port's default student's prompt
+(`sasm_transition`) has no slot: its hooks send the experience as a message of its own. `tests/workers/envs/appworld/
 test_port_prompts.py` checks, line by line against the authors' files (when a checkout
 is at hand: $DISTILLERY_AMD_REPO), that the rendering differs from a port's file only
 in our-wording lines; docs/fidelity/appworld.md ("The baselines' prompts") lists what
@@ -239,6 +240,43 @@ def _sasm_edits(ace_text: str) -> tuple[Edit, ...]:
     )
 
 
+# The transition student's section after key instruction (8) (lines 252-265): the five
+# categories, and the tag that announces the next subtask (its name and JSON keys are
+# the protocol the hooks read: workers/memory/sasm/transition.py).
+SUBTASK_TRACKING = (
+    "## Tracking your subtasks\n\n"
+    "You work through a task one subtask at a time, and at every step you are in exactly "
+    "one of these:\n"
+    "- **explore**: reading API docs, finding out which apps and APIs there are\n"
+    "- **authenticate**: getting credentials from the supervisor app, logging in, "
+    "keeping access tokens\n"
+    "- **query**: reading or looking up data through the APIs (search, list, show)\n"
+    "- **execute**: actions that change state (send, create, update, delete, pay)\n"
+    "- **verify**: calling complete_task() and submitting the final answer\n\n"
+    "When a subtask is done and you move on to the next one, write this signal "
+    "**before** your code block:\n\n"
+    '<subtask_transition>{"next_z": "<category>", "next_d": "<one sentence on what '
+    'the next subtask will do>"}</subtask_transition>\n\n'
+    "Write the signal only when you move to another subtask, not at every step."
+)
+
+
+def _sasm_transition_edits(ace_text: str) -> tuple[Edit, ...]:
+    """The port's default student's prompt (sasm_generator_prompt.txt): the upfront
+    student's, with no memory slot and the subtask-tracking section after the key
+    instructions (its experience comes as a message of its own, after the task)."""
+    *shared, _experiences, closing = _sasm_edits(ace_text)
+    return (
+        *shared,
+        Edit(
+            _RULE_8_END + _BEFORE_CLOSING,
+            _RULE_8_END + "\n" + SUBTASK_TRACKING + "\n\n\nUSER:\n",
+            ours=True,
+        ),
+        closing,
+    )
+
+
 def port_prompt(name: str, ace_text: str) -> PortPrompt:
     """The port `name` as edits of `ace_text` (ACE's prompt). Unknown names are refused."""
     if name == "reasoning_bank":
@@ -255,10 +293,16 @@ def port_prompt(name: str, ace_text: str) -> PortPrompt:
             f"{REPO} appworld/sasm/experiments/prompts/sasm_upfront_generator_prompt.txt",
             _sasm_edits(ace_text),
         )
+    if name == "sasm_transition":
+        return PortPrompt(
+            "sasm_transition",
+            f"{REPO} appworld/sasm/experiments/prompts/sasm_generator_prompt.txt",
+            _sasm_transition_edits(ace_text),
+        )
     raise ValueError(f"unknown AppWorld memory framing {name!r}; known: {sorted(PORTS)}")
 
 
-PORTS = ("memp", "reasoning_bank", "sasm")
+PORTS = ("memp", "reasoning_bank", "sasm", "sasm_transition")
 
 
 def framed(template_text: str, framing: str | None) -> str:

@@ -1,6 +1,10 @@
 """MemP's episode hooks: retrieve once, before the first turn, and inject the
 procedures where the original does (the first user message by default).
 
+With `loop_hints` (the AMD authors' AppWorld port, memp_amd_appworld) the hooks also
+append their student's loop hints after a step's output (`step_messages`,
+memory/repeats.py `LoopHints`), counted in the record.
+
 Build-only (the student is evaluated frozen): the original's online Update (adding,
 validating, reflecting on or discarding memories after each task, `Memory.update`) is
 never run; the bank read is the one built from the teacher's trajectories.
@@ -12,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from distillery.workers.agents.hook_messages import StepMessages
 from distillery.workers.llm.types import InvalidReply, RequestRejected, Usage
 from distillery.workers.memory.building import strip_reasoning
 from distillery.workers.memory.entries import MemorySource
@@ -24,6 +29,7 @@ from distillery.workers.memory.memp.build import (
 )
 from distillery.workers.memory.memp.records import KEYWORD_COLLECTION, QUERY_COLLECTION
 from distillery.workers.memory.memp.settings import MempSettings
+from distillery.workers.memory.repeats import LoopHints
 
 AskModel = Callable[[list[dict[str, Any]]], Awaitable[Any]]
 
@@ -70,6 +76,8 @@ class MempHooks:
     allows: Callable[[MemorySource], bool]
     ask_model: AskModel | None = None
     show_outcome: bool = False  # the AMD authors' ports label each procedure's verdict
+    # The AMD authors' AppWorld student's loop hints after a step's output (`loop_hints`).
+    loop_hints: LoopHints | None = None
     log: dict[str, Any] = field(
         default_factory=lambda: {
             "retrieve": None,
@@ -112,11 +120,23 @@ class MempHooks:
     async def after_step(self, turn_index: int, user_text: str, observations: list) -> list:
         return observations
 
+    async def step_messages(
+        self, turn_index: int, steps_done: int, reply: str | None, observations: list
+    ) -> StepMessages | None:
+        """The ports' loop hint after a step's output, when one holds (`loop_hints`)."""
+        if self.loop_hints is None or reply is None:
+            return None
+        hint = self.loop_hints.after_step(observations)
+        return StepMessages(appended=(hint,)) if hint else None
+
     def model_usage(self) -> tuple[int, Usage]:
         return self._calls, self._usage
 
     def record(self) -> dict[str, Any]:
-        return dict(self.log)
+        out = dict(self.log)
+        if self.loop_hints is not None:
+            out["loop_hints"] = dict(self.loop_hints.fired)
+        return out
 
     # -- retrieval ----------------------------------------------------------------
 

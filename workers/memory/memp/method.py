@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from distillery.workers.envs.base import TOOL_CALLS
+from distillery.workers.memory import repeats
 from distillery.workers.memory.bank import BuiltBank
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.memp import build, prompts
@@ -183,7 +184,12 @@ class MempAmdPort(MempMethod):
 
     def read_identity(self, settings: MempSettings) -> dict[str, Any]:
         out = super().read_identity(settings)
-        return {**out, "texts": [*out["texts"], *prompts.PORT_TEXTS]}
+        texts = [*out["texts"], *prompts.PORT_TEXTS]
+        # The hints enter only when on (the keys of the runs before them stay).
+        if out.pop("loop_hints", False):
+            out["loop_hints"] = True
+            texts += repeats.LOOP_HINT_TEXTS
+        return {**out, "texts": texts}
 
     def build_identity(self, memory: Any) -> dict[str, Any]:
         return {"entries": "script + keywords + trajectory per scored trajectory, labelled"}
@@ -211,7 +217,13 @@ class MempAmdPort(MempMethod):
         allows: Callable[[MemorySource], bool],
         ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
     ) -> MempHooks:
-        return MempHooks(task.task_id, search, settings, allows, ask_model, show_outcome=True)
+        hints = repeats.LoopHints() if getattr(settings, "loop_hints", False) else None
+        return MempHooks(
+            task.task_id, search, settings, allows, ask_model, show_outcome=True, loop_hints=hints
+        )
 
     def tags(self, settings: MempSettings, embedder: str) -> dict[str, str]:
-        return {**super().tags(settings, embedder), "differences": ",".join(PORT_DIFFERENCES)}
+        differences = [*PORT_DIFFERENCES]
+        if not getattr(settings, "loop_hints", False):
+            differences.append("no_loop_hints")
+        return {**super().tags(settings, embedder), "differences": ",".join(differences)}

@@ -67,6 +67,11 @@ class MempPortSettings(MempSettings):
     k: int = Field(3, ge=1, le=20)
     content: Literal["script", "trajectory", "both"] = "script"
     placement: Literal["user", "system"] = "system"
+    # The AppWorld student's loop hints (memp_student_react.py `_build_loop_hint`: the
+    # same code, the same error or failures three times; memory/repeats.py `LoopHints`).
+    # Off by default: their ToolSandbox student's code is not public; memp_amd_appworld
+    # sets it.
+    loop_hints: bool = False
 
 
 # How the `memp_amd` method differs from the AMD authors' ports and from zjunlp/MemP,
@@ -80,9 +85,10 @@ PORT_DIFFERENCES = (
     # The ports keep the proceduralized trajectory's adjust step (memp_adjust_prompt);
     # the bank is built once, frozen (no adjust, no online update).
     "no_adjust_no_online_update",
-    # The ports' student adds loop hints after repeated failures (memp_student_react.py
-    # `_build_loop_hint`); the student here sees the benchmark's loop only.
-    "no_repeated_failure_hints",
+    # The AppWorld port's loop hints (memp_student_react.py `_build_loop_hint`) are
+    # `loop_hints` (on in memp_amd_appworld), their texts in our wording; without it
+    # the tag adds `no_loop_hints`.
+    "loop_hints_in_our_wording",
     # Nothing retrieved: nothing injected (the ports write a "no relevant past
     # experience" line).
     "empty_retrieval_injects_nothing",

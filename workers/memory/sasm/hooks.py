@@ -7,10 +7,13 @@ front of the system prompt for that turn.
 This is the AMD authors' "upfront" SASM student (sasm_evaluation_react.py,
 `SASMUpfrontEvaluationReActAgent`: decompose with the student model, retrieve one
 experience per distinct category, inject them all before acting), applied to every
-user turn of a multi-turn task. Their other student, which switches experiences when
-the model announces a subtask transition in its own text, needs the student's reply
-text and a changed agent prompt, which episode hooks neither see nor own. On AppWorld
-the experiences go into the upfront student's prompt where it puts them (`prompt_framing`).
+user turn of a multi-turn task (settings `student: upfront`, the default of the `sasm`
+entry). On AppWorld the experiences go into the upfront student's prompt where it puts
+them (`prompt_framing`). Their default student, which moves one category's experience
+at each subtask transition the model announces in its reply, is `transition.py`
+(`student: transition`, the `sasm_amd_appworld` entry of the AppWorld paper runs). With
+`repeat_warning` both append the port's warning when the same code ran three times in a
+row (memory/repeats.py), counted in the record (`repeat_warnings`).
 """
 
 from __future__ import annotations
@@ -21,13 +24,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from distillery.workers.agents.hook_messages import StepMessages
 from distillery.workers.envs.base import ToolResult
 from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected, Usage
 from distillery.workers.memory.entries import MemorySource
+from distillery.workers.memory.repeats import RepeatedCode
 from distillery.workers.memory.sasm import prompts
 from distillery.workers.memory.sasm.records import CATEGORIES, COLLECTION
 
 AskModel = Callable[[list[dict[str, Any]]], Awaitable[ChatResult]]
+
+# After a step's output when the last three steps ran the same code (`repeat_warning`:
+# both of the port's students, sasm_evaluation_react.py lines 165-175 and 370-380; our
+# wording of theirs).
+REPEAT_WARNING = (
+    "⚠️ The exact same code has now run again and again without any progress. Stop, and "
+    "take a completely different approach.\n\n"
+)
 
 
 def parse_decomposition(text: str, max_subtasks: int) -> tuple[list[tuple[str, str]], str | None]:
@@ -99,12 +112,17 @@ class SasmHooks:
         self.allows, self.ask_model = allows, ask_model
         self.log = SasmLog()
         self._block = ""
+        warn = getattr(settings, "repeat_warning", False)
+        self.repeats = RepeatedCode(REPEAT_WARNING) if warn else None
 
     def model_usage(self) -> tuple[int, Usage]:
         return self.log.llm_calls, self.log.usage
 
     def record(self) -> dict[str, Any]:
-        return self.log.as_dict()
+        out = self.log.as_dict()
+        if self.repeats is not None:
+            out["repeat_warnings"] = self.repeats.fired
+        return out
 
     async def before_turn(self, turn_index: int, user_text: str, system_prompt: str) -> str:
         if turn_index == 0 or self.settings.every_turn:
@@ -116,6 +134,15 @@ class SasmHooks:
         self, turn_index: int, user_text: str, observations: list[ToolResult]
     ) -> list[ToolResult]:
         return observations  # SASM injects proactively only
+
+    async def step_messages(
+        self, turn_index: int, steps_done: int, reply: str | None, observations: list[ToolResult]
+    ) -> StepMessages | None:
+        """The repeated-code warning after a step's output (`repeat_warning`)."""
+        if self.repeats is None or reply is None:
+            return None
+        warning = self.repeats.after_step(observations)
+        return StepMessages(appended=(warning,)) if warning else None
 
     # -- the student's decomposition ------------------------------------------------
 

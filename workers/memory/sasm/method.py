@@ -24,10 +24,13 @@ section-level summary of arXiv:2602.21611 were; the AMD authors' port was read i
   the validation rules (known category, steps covered in order without gaps, marked
   bullets) and the deterministic fallbacks (`build.py`) are ours; the paper's online
   memory update is not used (the student is evaluated frozen: build-only).
-- Not adopted: the port's default student (`sasm_evaluation_react`) switches the
-  experience when the model announces a subtask transition in an XML tag of its own
-  reply; episode hooks see neither the reply text nor own the agent prompt, and the
-  tag would change the benchmark's output format.
+- The port's default student (`sasm_evaluation_react`, its run scripts' and Gemma
+  config's) moves one category's experience at each subtask transition the model
+  announces in a tag of its reply (`student: transition`, sasm/transition.py): the
+  AppWorld paper runs' entry `sasm_amd_appworld`, with the port's prompt
+  (`sasm_transition` framing) and its repeated-code warning. It needs a prompt that
+  asks for the tag, which only AppWorld's framing has: elsewhere (BFCL, ToolSandbox)
+  the `sasm` entry plays the upfront student.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +73,17 @@ class SasmSettings(BaseModel):
       and is decomposed (the port's AppWorld tasks have one instruction); False
       decomposes the first turn only and keeps its experiences.
     - block_max_chars = None: the port does not cap the injected text.
+    - student = "upfront": decompose, then every experience in the prompt
+      (`SASMUpfrontEvaluationReActAgent`); "transition": the port's default student
+      (`SASMEvaluationReActAgent`, sasm_run_student_qwen3_4b.sh ->
+      SASM_evaluation_qwen3_4b_student.jsonnet:32 and the Gemma config's line 30), one
+      category's experience at a time, moved at each transition the student announces
+      (k and threshold apply; the decomposition settings do not). The default is ours:
+      the transition student needs a prompt asking for its tag, which only the AppWorld
+      port has (the `sasm_amd_appworld` entry sets it).
+    - repeat_warning = False: True appends the port's warning when the last three steps
+      ran the same code (both port students; ours on other benchmarks: the port is
+      AppWorld's; `sasm_amd_appworld` sets it).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -80,6 +94,8 @@ class SasmSettings(BaseModel):
     max_subtasks: int = Field(default=7, ge=1, le=12)
     every_turn: bool = True
     block_max_chars: int | None = Field(default=None, ge=200)
+    student: Literal["upfront", "transition"] = "upfront"
+    repeat_warning: bool = False
 
 
 def _text(value: Any) -> str:
@@ -111,11 +127,20 @@ class SasmMethod(BaseMemoryMethod):
         return own_settings(SasmSettings, overrides, types)  # one memory type: no `types`
 
     def read_identity(self, settings: SasmSettings) -> dict[str, Any]:
-        # What the student is shown and asked enters its evaluate stages' keys.
-        return {
-            **settings.model_dump(mode="json"),
-            "texts": hashlib.sha256("\n".join(self.hook_texts()).encode()).hexdigest()[:16],
-        }
+        # What the student is shown and asked enters its evaluate stages' keys. The
+        # student and the warning enter only when they are not the upfront student's
+        # defaults (the keys of the runs before them stay), with what they show.
+        from distillery.workers.memory.sasm import hooks, transition
+
+        out = settings.model_dump(mode="json", exclude={"student", "repeat_warning"})
+        texts = list(self.hook_texts())
+        if settings.student != "upfront":
+            out["student"] = settings.student
+            texts.append(transition.TRANSITION_MESSAGE)
+        if settings.repeat_warning:
+            out["repeat_warning"] = True
+            texts.append(hooks.REPEAT_WARNING)
+        return {**out, "texts": hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]}
 
     def build_identity(self, memory: MemoryConfig) -> dict[str, Any]:
         # Who writes is the build's `builder_model`; concurrency changes nothing.
@@ -186,7 +211,11 @@ class SasmMethod(BaseMemoryMethod):
         ask_model: Callable[[list[dict[str, Any]]], Awaitable[Any]],
     ) -> Any:
         from distillery.workers.memory.sasm.hooks import SasmHooks
+        from distillery.workers.memory.sasm.transition import SasmTransitionHooks
 
+        if settings.student == "transition":
+            instruction = task.turns[0] if task.turns else ""
+            return SasmTransitionHooks(task.task_id, instruction, search, settings, allows)
         return SasmHooks(task.task_id, search, settings, allows, ask_model)
 
     def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
@@ -227,7 +256,7 @@ class SasmMethod(BaseMemoryMethod):
         }
 
     def label(self, settings: SasmSettings) -> str:
-        return f"sasm k={settings.k}"
+        return f"sasm k={settings.k}" + (" transition" if settings.student == "transition" else "")
 
     def descriptors(self, settings: SasmSettings) -> dict[str, str]:
         return {k: _text(v) for k, v in settings.model_dump().items()}

@@ -41,9 +41,9 @@ ACE = PromptTemplate.read(BUNDLED_PROMPTS["ace_generator"]).text
 @dataclass(frozen=True)
 class PortFile:
     path: str  # in taeilkim2465/agentic_memory_distillation
-    slot: str  # the port's memory variable
+    slot: str | None  # the port's memory variable (None: its prompt has no memory slot)
     lines: int
-    slot_line: int  # 1-based, in the file read as the authors read it (lstrip)
+    slot_line: int | None  # 1-based, in the file read as the authors read it (lstrip)
     wording: tuple[int, ...]  # the lines where our wording stands for theirs
     blanked_sha256: str
     file_sha256: str
@@ -77,13 +77,25 @@ PORT_FILES = {
         "1450f3686cf809cf6b3835e964546ac9b0d725b9a513a3664175d5c32bc8b408",
         "9735e3d8d4f3e23ea344ecfa65b9737e063726f171a540cb3545883dea5171e8",
     ),
+    # The port's default student (sasm_evaluation_react): no slot, the subtask-tracking
+    # section (lines 252-265) in our wording.
+    "sasm_transition": PortFile(
+        "appworld/sasm/experiments/prompts/sasm_generator_prompt.txt",
+        None,
+        272,
+        None,
+        (194, 252, 254, 255, 256, 257, 258, 259, 261, 263, 265),
+        "b372cf9e8f7d9d77d51ae60452013ee9aac2ecb855e4057fbf7b91f4edb5d511",
+        "375abe9f1f8dd11d8bea1d4eefb57675071e412d86fb57360780fd85095eceef",
+    ),
 }
 
 
-def _lines(text: str, slot: str) -> list[str]:
+def _lines(text: str, slot: str | None) -> list[str]:
     """The template's lines as compared: its slot named as ACE's."""
-    text = text.replace("{{ " + slot + " }}", "{{ playbook }}")
-    text = text.replace("{% if " + slot + " %}", "{% if playbook %}")
+    if slot is not None:
+        text = text.replace("{{ " + slot + " }}", "{{ playbook }}")
+        text = text.replace("{% if " + slot + " %}", "{% if playbook %}")
     return text.lstrip().rstrip("\n").split("\n")
 
 
@@ -98,7 +110,8 @@ def test_each_ports_prompt_is_the_authors_file_but_our_wording(port):
     rendered = framings.framed(ACE, port)
     lines = _lines(rendered, "playbook")
     assert len(lines) == facts.lines
-    assert lines[facts.slot_line - 1] == "{{ playbook }}"
+    if facts.slot_line is not None:
+        assert lines[facts.slot_line - 1] == "{{ playbook }}"
     assert _blanked_sha(lines, facts.wording) == facts.blanked_sha256
     # Only lines holding our own wording may differ from theirs.
     ours = framings.port_prompt(port, ACE).our_lines()
@@ -106,7 +119,7 @@ def test_each_ports_prompt_is_the_authors_file_but_our_wording(port):
     # The rendering is a template the adapter reads (memory slot found, roles split).
     template = PromptTemplate(rendered, port)
     template.check()
-    assert template.memory_slots == ("playbook",)
+    assert template.memory_slots == (("playbook",) if facts.slot else ())
 
 
 @pytest.mark.skipif(
@@ -125,7 +138,10 @@ def test_the_recorded_facts_are_the_authors_files(port):
     differing = tuple(n for n, (a, b) in enumerate(zip(ours, theirs, strict=True), 1) if a != b)
     assert set(differing) <= set(facts.wording)
     assert _blanked_sha(theirs, facts.wording) == facts.blanked_sha256
-    assert theirs[facts.slot_line - 1] == "{{ playbook }}"
+    if facts.slot_line is not None:
+        assert theirs[facts.slot_line - 1] == "{{ playbook }}"
+    else:
+        assert "{{ playbook }}" not in theirs
 
 
 def test_a_prompt_that_is_not_aces_is_refused_or_left_alone():

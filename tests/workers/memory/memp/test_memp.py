@@ -50,8 +50,9 @@ def test_registered_with_the_originals_defaults_and_planned():
     graph = plan_sweep([to_config(compose(rewrite_role_overrides(overrides)))])
     kinds = sorted(s.kind for s in graph.stages.values())
     # One teacher collection, ONE MemP bank for its two read variants and one bank of
-    # the AMD authors' ports (failures kept): both ports read it with the same settings.
-    assert kinds == ["build", "build", "collect", *["evaluate"] * 4]
+    # the AMD authors' ports (failures kept), which both ports read: the AppWorld port
+    # with its student's loop hints, so with an evaluation of its own.
+    assert kinds == ["build", "build", "collect", *["evaluate"] * 5]
     # (the identity names the kind; the variants differ in their read settings)
     reads = {
         (s.identity.get("method"), (r := s.identity["retrieval"])["retrieve"], r["k"],
