@@ -263,8 +263,11 @@ class Sandbox:
 
         jails = pool.pool_for((self.python, self.packages))
         uid = JAIL_UIDS[0] + secrets.randbelow(JAIL_UIDS[1] - JAIL_UIDS[0])
-        for attempt in (1, 2):
-            warm = jails.take(start)
+        # Idle jails may have died since their last check (the OOM killer may take several
+        # at once): each is discarded and the next taken, ending with a fresh jail, whose
+        # failure is the sandbox's. Bounded: the idle list only shrinks here.
+        while True:
+            warm, fresh = jails.take(start)
             try:
                 status, result, detail = warm.run(dict(job), limits, uid)
                 break
@@ -273,10 +276,8 @@ class Sandbox:
                 if str(exc) == "timeout":  # the keeper missed its deadline: the driver's
                     return Check("timeout", {}, "namespaces", time.monotonic() - started,
                                  f"no verdict within {limits.timeout_s:g} s")  # fmt: skip
-                if attempt == 2:  # a jail that died while idle is replaced once
+                if fresh:
                     raise SandboxUnavailable(f"the sandbox failed: {exc}") from None
-        else:  # pragma: no cover - the loop breaks or raises
-            raise AssertionError
         if status == "unavailable":
             jails.discard(warm)
             raise SandboxUnavailable(f"the sandbox did not start the check ({detail})")

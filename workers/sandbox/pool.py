@@ -198,14 +198,15 @@ class Pool:
         self.idle: list[WarmJail] = []
         self.all: set[WarmJail] = set()
 
-    def take(self, start: Any) -> WarmJail:
+    def take(self, start: Any) -> tuple[WarmJail, bool]:
+        """An idle jail, else a fresh one from `start()`; True when fresh."""
         with self.lock:
             if self.idle:
-                return self.idle.pop()
+                return self.idle.pop(), False
         jail = start()
         with self.lock:
             self.all.add(jail)
-        return jail
+        return jail, True
 
     def give_back(self, jail: WarmJail) -> None:
         with self.lock:
