@@ -94,16 +94,17 @@ def _seconds(shown: str) -> float:
 
 @pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium, or None where it is not installed (the UI checks are skipped;
-    scripts/test.sh installs it where it can)."""
+    """Headless Chromium; where it is not installed the test skips before the sweep
+    starts (scripts/test.sh installs it where it can)."""
     if find_chromium() is None:
-        yield None
-        return
+        pytest.skip("chromium is not installed (apt-get install chromium): the UI is not rendered")
     with Chromium() as chromium:
         yield chromium
 
 
-def test_a_sweep_in_the_mlflow_ui_while_it_runs_and_after(live, browser, capsys):
+# `browser` first: the fixtures are set up in this order, and a missing Chromium skips
+# before `live` starts the MLflow server and the sweep.
+def test_a_sweep_in_the_mlflow_ui_while_it_runs_and_after(browser, live, capsys):
     root, url, gate, thread, outcome = live
 
     # -- during the run: the zero-shot child is there, RUNNING, with its params -------
@@ -117,9 +118,8 @@ def test_a_sweep_in_the_mlflow_ui_while_it_runs_and_after(live, browser, capsys)
     metrics = {m["key"]: m["value"] for m in child["data"].get("metrics", [])}
     assert metrics["progress.episodes_total"] == 4
     run_page = f"{url}/#/experiments/{experiment_id}/runs/{child_id}"
-    if browser is not None:
-        page = browser.text(run_page, ["zero_shot · external", "Status"], PAGE_S)
-        assert re.search(r"Status\s+Running", page), page[-800:]
+    page = browser.text(run_page, ["zero_shot · external", "Status"], PAGE_S)
+    assert re.search(r"Status\s+Running", page), page[-800:]
     gate.touch()  # let the student answer
     thread.join(timeout=WAIT_S)
     assert not thread.is_alive(), "the sweep did not finish"
@@ -191,27 +191,26 @@ def test_a_sweep_in_the_mlflow_ui_while_it_runs_and_after(live, browser, capsys)
         wall_s = json.loads(record.read_text())["wall_s"]
         duration_s = (int(info["end_time"]) - int(info["start_time"])) / 1000
         assert abs(duration_s - wall_s) < 2.0, (method.name, duration_s, wall_s)
-    if browser is not None:
-        page = browser.text(run_page, ["Duration", "Finished"], PAGE_S)
-        shown = re.search(r"Duration\s+(\S+)", page).group(1)
-        finished = rest(url, "GET", f"2.0/mlflow/runs/get?run_id={child_id}")["run"]
-        real_s = int(finished["info"]["end_time"]) - int(finished["info"]["start_time"])
-        assert abs(_seconds(shown) - real_s / 1000) <= max(1.0, 0.1 * real_s / 1000)
+    page = browser.text(run_page, ["Duration", "Finished"], PAGE_S)
+    shown = re.search(r"Duration\s+(\S+)", page).group(1)
+    finished = rest(url, "GET", f"2.0/mlflow/runs/get?run_id={child_id}")["run"]
+    real_s = int(finished["info"]["end_time"]) - int(finished["info"]["start_time"])
+    assert abs(_seconds(shown) - real_s / 1000) <= max(1.0, 0.1 * real_s / 1000)
 
-        # A failing student's trace shows its model calls (replies in prose:
-        # no action), and says the task failed.
-        failing = next(
-            i["trace_id"]
-            for i in run_traces(url, experiment_id, zero_shot.mlflow_run_id)
-            if i["trace_metadata"]["mlflow.trace.session"] == "multi_turn_base_124"
-        )
-        trace_page = (
-            f"{url}/#/experiments/{experiment_id}/traces"
-            f"?selectedEvaluationId={failing}&traceId={failing}"
-        )
-        page = browser.text(trace_page, ["llm 0.0 (no action)", "turn 0"], PAGE_S)
-        assert "episode multi_turn_base_124" in page
-        assert re.search(r"Trace\s+\S+\s+Error", page), page[:1500]
+    # A failing student's trace shows its model calls (replies in prose:
+    # no action), and says the task failed.
+    failing = next(
+        i["trace_id"]
+        for i in run_traces(url, experiment_id, zero_shot.mlflow_run_id)
+        if i["trace_metadata"]["mlflow.trace.session"] == "multi_turn_base_124"
+    )
+    trace_page = (
+        f"{url}/#/experiments/{experiment_id}/traces"
+        f"?selectedEvaluationId={failing}&traceId={failing}"
+    )
+    page = browser.text(trace_page, ["llm 0.0 (no action)", "turn 0"], PAGE_S)
+    assert "episode multi_turn_base_124" in page
+    assert re.search(r"Trace\s+\S+\s+Error", page), page[:1500]
 
     # `distillery compare` on the two MLflow run ids, with no sweep to read: the
     # runs' results tables come from the server.
@@ -231,5 +230,3 @@ def test_a_sweep_in_the_mlflow_ui_while_it_runs_and_after(live, browser, capsys)
     for task in SOLVED_WITH_MEMORY:
         assert task in out
     assert f"A in MLflow: {url}/#/experiments/{experiment_id}/runs/{amd.mlflow_run_id}" in out
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium): the UI was not rendered")
