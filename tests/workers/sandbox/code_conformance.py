@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -180,9 +182,15 @@ def human_eval(case: Case) -> None:
 
 def evalplus_env(root: Path) -> Path:
     """EvalPlus's packages, installed once into `root` (kept when `root` is a cache)."""
-    target = root / ("evalplus-" + "-".join(p.split("==")[1] for p in EVALPLUS_PACKAGES[:1]))
+    # Keyed on every pin and this interpreter's version (compiled packages are per
+    # version): a changed pin is a new folder, never a stale one.
+    key = hashlib.sha256(
+        "\n".join([*EVALPLUS_PACKAGES, sys.version]).encode()
+    ).hexdigest()[:12]
+    target = root / f"evalplus-{EVALPLUS_PACKAGES[0].split('==')[1]}-{key}"
     if (target / ".complete").exists():
         return target
+    shutil.rmtree(target, ignore_errors=True)  # an interrupted install
     subprocess.run(
         [
             sys.executable,

@@ -179,7 +179,9 @@ def qwen_reference_libs(tmp_path_factory) -> Path:
     root = Path(cached) if cached else tmp_path_factory.mktemp("qwen25_math_libs")
     libs = root / "qwen25_math_reference_libs"
     marker = libs / ".installed"
-    if marker.exists() and marker.read_text() == "\n".join(REFERENCE_REQUIREMENTS):
+    # Keyed on the pins and this interpreter's version: anything else is reinstalled.
+    installed = "\n".join([*REFERENCE_REQUIREMENTS, f"python {sys.version}"])
+    if marker.exists() and marker.read_text() == installed:
         return libs
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade",
@@ -189,7 +191,7 @@ def qwen_reference_libs(tmp_path_factory) -> Path:
     if done.returncode != 0 and any(sign in done.stderr for sign in UNREACHABLE):
         pytest.skip("the package index cannot serve Qwen2.5-Math's evaluator requirements")
     assert done.returncode == 0, done.stderr[-3000:]
-    marker.write_text("\n".join(REFERENCE_REQUIREMENTS))
+    marker.write_text(installed)
     return libs
 
 

@@ -1,6 +1,6 @@
 """The ToolSandbox venv, built once per test session by the documented install command
 from the vendored checkout (skipped with the reason when the checkout or the package
-index is not there). `DISTILLERY_TEST_TOOLSANDBOX_ENVS=DIR` reuses the venv a previous
+index is not there), or once for good under $DISTILLERY_TEST_ENVS_DIR when it is set. `DISTILLERY_TEST_TOOLSANDBOX_ENVS=DIR` reuses the venv a previous
 session built under DIR instead, once `check` finds it ready (local iterations)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from distillery.workers.envs.isolated.venv import EnvNotReady, check
-from distillery.workers.envs.toolsandbox.benchmark import checkout, env_spec
+from distillery.workers.envs.toolsandbox.benchmark import checkout, checkout_digest, env_spec
 
 REUSE = "DISTILLERY_TEST_TOOLSANDBOX_ENVS"
 UNREACHABLE = ("Could not find a version", "No matching distribution", "onnection")
@@ -33,7 +33,15 @@ def toolsandbox_envs(tmp_path_factory) -> Path:
             return Path(reused)
         except EnvNotReady:
             pass  # built below, as in CI
-    root = tmp_path_factory.mktemp("toolsandbox_envs")
+    cached = os.environ.get("DISTILLERY_TEST_ENVS_DIR")
+    # A cache kept between runs (scripts/test.sh sets it): one folder per content of the
+    # checkout (the venv installs a copy of it; its own name keys the pins and the
+    # checkout's path), and the install command rebuilds what its marker does not match.
+    root = (
+        Path(cached) / f"toolsandbox-checkout-{checkout_digest(source)}"
+        if cached
+        else tmp_path_factory.mktemp("toolsandbox_envs")
+    )
     done = subprocess.run(
         [sys.executable, "-m", "distillery.workers.envs.isolated", "install", "toolsandbox"],
         env={**os.environ, "DISTILLERY_ENVS_DIR": str(root)},
