@@ -8,13 +8,18 @@ the GPU group) and for the API teacher.
 
 - A 16-episode collection by a GPU-served teacher with 8 workers x 1 CPU, where only 4
   fit (the deadlock of issue 33: workers pinned to full nodes waited for ever): the
-  stage starts with the 4 placed, says what the others wait for, finishes; then the
-  head is killed mid-sweep and the resubmitted sweep finishes every task exactly once.
+  stage starts with the 4 placed and says what the others wait for; the head is killed
+  while episodes are in flight (the stand-in answers a call a second), and the
+  resubmitted sweep replays the ones in flight, never a finished one, and records every
+  task exactly once.
 - BFCL Table 1's shape: the API teacher's collection, the AMD build, four students on
   the GPU group, zero-shot and AMD each, every model call counted exactly.
 - AgentBrew's brew -> serve: the GPU-served student fails, the API teacher writes notes
   and curates them, the student re-plays until certified, then plays the held-out tasks
   with the notes; every call counted exactly.
+
+The head-loss test's first cluster is its own (it is killed); the retry and the two
+other sweeps share one twin (`shared_twin`): a twin costs a minute of start-up.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +42,8 @@ from distillery.testing.bfcl_scripts import _tasks_by_first_turn
 from distillery.testing.scripted_server import run_stub_server, stub_stats
 from tests.support.cluster_twin import (
     CALLS_DIR_ENV,
+    ClusterTwin,
+    calls_by_task,
     cluster_twin,
     counted_calls,
     entrypoint,
@@ -85,20 +94,69 @@ def done_files(tmp_path: Path, kind: str) -> int:
     return len(list((tmp_path / "runs").glob(f"stages/{kind}/*/done/*.json")))
 
 
-def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_head(tmp_path):
+STUDENTS = ["qwen3_4b", "gemma4_e4b", "qwen3_8b", "llama3_1_8b"]
+# The stand-in teacher of the head-loss test answers after this long (a model decoding),
+# so that episodes are in flight when the head dies; the kill waits for an episode with
+# at least MIN_LEFT calls still to make (>= MIN_LEFT x REPLY_S seconds of work left).
+REPLY_S = 1.0
+MIN_LEFT = 3
+
+
+@dataclass
+class SharedTwin:
+    twin: ClusterTwin
+    calls_dir: Path  # every pod's CALLS_DIR_ENV
+
+    def fresh_calls(self) -> Path:
+        """The counters emptied for the next test (the module's tests run one by one)."""
+        for path in self.calls_dir.glob("*.calls"):
+            path.unlink()
+        return self.calls_dir
+
+
+@pytest.fixture(scope="module")
+def shared_twin(tmp_path_factory) -> Iterator[SharedTwin]:
+    """One twin for the sweeps that leave the cluster up: the cpu group's pod and a GPU
+    pod per BFCL student (the largest shape asked for; a sweep that needs one GPU pod
+    leaves the others idle, as the autoscaler's floor would). Starting a twin costs
+    about a minute of this machine's two cores; its sweeps share it."""
+    calls_dir = tmp_path_factory.mktemp("twin-calls")
+    env = {"OPENAI_API_KEY": "twin-key", CALLS_DIR_ENV: str(calls_dir)}  # the pods' Secret
+    with cluster_twin("gpu", {"cpu": 1, "vllm-1gpu": len(STUDENTS)}, env) as twin:
+        yield SharedTwin(twin, calls_dir)
+
+
+def finished_tasks(tmp_path: Path) -> set[str]:
+    """The tasks whose episodes the ledger recorded (their done files)."""
+    return {
+        p.name.removesuffix(".parquet.json")
+        for p in (tmp_path / "runs").glob("stages/collect/*/done/*.json")
+    }
+
+
+def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_head(
+    tmp_path, request
+):
+    """16 tasks, 8 workers of which 4 fit; the head is killed while episodes are in
+    flight (the stand-in answers one call a second), with at least 4 finished; the
+    retry, on a fresh cluster, replays exactly the unfinished ones: each episode in
+    flight at the kill is played again from its start, no finished one is asked for
+    again, every task is recorded once."""
     n_tasks = 16
+    truth = ground_truth_calls(n_tasks)
     calls_dir = tmp_path / "calls"
     calls_dir.mkdir()
+
     overrides = [
         *local_outputs(tmp_path),
         "benchmark.limit=16",
         "methods=[teacher]",
         "model@teacher=qwen3_32b",
-        *stand_in_vllm("teacher", 1, REPLAY),
+        *stand_in_vllm("teacher", 1, REPLAY, delay_s=REPLY_S),
         "cluster.placement_timeout_s=300",  # a failure says so in minutes
     ]
 
-    def submit(twin, log: Path) -> subprocess.Popen:
+    def submit(twin: ClusterTwin, log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             entrypoint(overrides),
             cwd=tmp_path,
@@ -108,20 +166,29 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
             start_new_session=True,
         )
 
-    pods = {"cpu": 1, "vllm-1gpu": 1}
-    env = {CALLS_DIR_ENV: str(calls_dir)}  # the pods' environment
     first_log = tmp_path / "first.log"
-    with cluster_twin("gpu", pods, env) as twin:
+    with cluster_twin("gpu", {"cpu": 1, "vllm-1gpu": 1}, {CALLS_DIR_ENV: str(calls_dir)}) as twin:
         assert (twin.groups["head"].num_cpus, twin.groups["cpu"].num_cpus) == (0, 4)
         driver = submit(twin, first_log)
-        deadline = time.monotonic() + 600
-        while done_files(tmp_path, "collect") < 4:
+        deadline = time.monotonic() + 900
+        while True:
+            done, asked = finished_tasks(tmp_path), calls_by_task(calls_dir)
+            playing = [t for t, n in asked.items() if t not in done and n <= truth[t] - MIN_LEFT]
+            if len(done) >= 4 and playing:
+                break
             assert driver.poll() is None, first_log.read_text()[-4000:]
-            assert time.monotonic() < deadline, "the collection did not get going"
-            time.sleep(0.5)
-        twin.ray.kill_node("head")  # the head pod: its driver goes with it
+            assert time.monotonic() < deadline, (
+                f"waited 900 s for 4 finished episodes and one in flight: {len(done)} "
+                f"finished, calls so far {dict(asked)}"
+            )
+            time.sleep(0.2)
+        # The head pod dies, its driver with it; the RayJob's retry replaces the whole
+        # cluster: every other pod goes at once too (none finishes an episode after).
+        twin.ray.kill_node("head")
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
+        for node in list(twin.ray.nodes):
+            twin.ray.kill_node(node)
     first = first_log.read_text()
     # 8 workers asked for, 4 CPUs of distillery_cpu: the stage did not wait for the rest.
     assert re.search(
@@ -129,49 +196,52 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
         r"the stage starts with 4",
         first,
     ), first[-4000:]
-    finished_before = done_files(tmp_path, "collect")
-    assert 4 <= finished_before <= n_tasks
-    calls_before = sum(counted_calls(calls_dir).values())
+    finished_before = finished_tasks(tmp_path)
+    asked_before = calls_by_task(calls_dir)
+    # In flight at the kill: asked, not all of its calls answered (so never finished).
+    in_flight = {t for t, n in asked_before.items() if n < truth[t]}
+    assert len(finished_before) >= 4 and in_flight, (finished_before, dict(asked_before))
 
-    # The RayJob's retry: a fresh cluster of the same shape, the same command.
-    with cluster_twin("gpu", pods, env) as twin:
-        second_log = tmp_path / "second.log"
-        resumed = submit(twin, second_log)
+    # The RayJob's retry: a fresh cluster (the module's shared twin: the same groups,
+    # more GPU pods than the teacher's one replica needs), the same command.
+    shared = request.getfixturevalue("shared_twin")
+    calls_dir = shared.fresh_calls()
+    second_log = tmp_path / "second.log"
+    resumed = submit(shared.twin, second_log)
+    try:
         assert resumed.wait(timeout=900) == 0, second_log.read_text()[-4000:]
+    finally:
+        if resumed.poll() is None:
+            os.killpg(resumed.pid, signal.SIGKILL)
     second = second_log.read_text()
     assert "recovered the lock of a run that is gone" in second  # the dead driver's
-    # Episodes finished (written) before the head died count as done: recorded from
-    # their files, or, when none was left, the stage is cached whole.
-    assert re.search(r"\((\d+) cached\)|cached: 16 episodes", second), second[-4000:]
-    assert done_files(tmp_path, "collect") == n_tasks
+    assert re.search(r"\((\d+) cached\)", second), second[-4000:]
+    assert len(finished_tasks(tmp_path)) == n_tasks
     episodes = sweep_episodes(tmp_path)
     assert len(episodes) == n_tasks and not episodes.duplicated(["point_id", "task_id"]).any()
     assert episodes["success"].all()  # the stand-in replays the ground truth
-    truth = ground_truth_calls(n_tasks)
     assert dict(zip(episodes["task_id"], episodes["n_llm_calls"], strict=True)) == truth
-    # The retry asked only for the episodes not finished before the head died (those in
-    # flight then were played again), never for a finished one: at least the 4 recorded
-    # before the kill were not played again.
-    replayed = sum(counted_calls(calls_dir).values()) - calls_before
-    assert 0 <= replayed < sum(truth.values())
+    replayed = calls_by_task(calls_dir)
+    # No finished episode was asked for again; each one in flight was played again whole.
+    assert not set(replayed) & finished_before, (sorted(finished_before), dict(replayed))
+    assert {t: replayed[t] for t in in_flight} == {t: truth[t] for t in in_flight}
+    # Every unfinished episode was played once on the retry (an episode that made all
+    # its calls before the kill may have been written, then recorded from its file).
+    for task, calls in truth.items():
+        if task in finished_before or task in in_flight:
+            continue
+        if asked_before[task]:  # all its calls made before the kill: written or not
+            assert replayed[task] in (0, calls), (task, replayed[task])
+        else:
+            assert replayed[task] == calls, (task, replayed[task])
 
 
-def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path):
+def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path, shared_twin):
     n_tasks = 2
-    students = ["qwen3_4b", "gemma4_e4b", "qwen3_8b", "llama3_1_8b"]
-    calls_dir = tmp_path / "calls"
-    calls_dir.mkdir()
-    with (
-        run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as api,
-        cluster_twin(
-            "gpu",
-            # Stages run by depth: every student's server is up from its zero-shot stage
-            # to its AMD stage, one GPU pod each (the autoscaler would start them).
-            {"cpu": 1, "vllm-1gpu": len(students)},
-            # the pods' environment: the distillery-keys Secret's key, the counters
-            {"OPENAI_API_KEY": "twin-key", CALLS_DIR_ENV: str(calls_dir)},
-        ) as twin,
-    ):
+    students = STUDENTS
+    calls_dir = shared_twin.fresh_calls()
+    with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as api:
+        twin = shared_twin.twin  # every student's server on a GPU pod of its own
         overrides = [
             *local_outputs(tmp_path),
             "experiment=bfcl_table1",
@@ -215,17 +285,16 @@ def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path):
         assert f"model {name}: 1 replicas on 1 nodes" in output
 
 
-def test_an_agentbrew_brew_then_serve_runs_on_the_twin_with_exact_call_counts(tmp_path):
+def test_an_agentbrew_brew_then_serve_runs_on_the_twin_with_exact_call_counts(
+    tmp_path, shared_twin
+):
     """The student (a stand-in vLLM replica on a GPU pod) brews on the 7 memory tasks of
     cross_split with the API teacher as note writer and curator (the scripts of
     test_agentbrew_end_to_end), then plays the 3 held-out tasks zero-shot and with the
     notes; the brew and the memory service run on the CPU group."""
-    calls_dir = tmp_path / "calls"
-    calls_dir.mkdir()
-    with (
-        run_stub_server(script="distillery.testing.agentbrew_scripts:teacher") as api,
-        cluster_twin("gpu", {"cpu": 1, "vllm-1gpu": 1}, {CALLS_DIR_ENV: str(calls_dir)}) as twin,
-    ):
+    calls_dir = shared_twin.fresh_calls()
+    twin = shared_twin.twin
+    with run_stub_server(script="distillery.testing.agentbrew_scripts:teacher") as api:
         overrides = [
             *local_outputs(tmp_path),
             "methods=[zero_shot,agentbrew]",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -173,17 +174,20 @@ def entrypoint(overrides: list[str]) -> list[str]:
     ]
 
 
-def stand_in_vllm(role: str, gpus: int, script: str) -> list[str]:
+def stand_in_vllm(role: str, gpus: int, script: str, delay_s: float = 0.0) -> list[str]:
     """Overrides making `role`'s model a scripted server that the pool starts as it
     would a vLLM replica of `gpus` GPUs on cluster=kuberay: one replica in a placement
     group of the bundle {CPU 1, GPU `gpus`, distillery_gpus_<gpus> 1} (pool.placement_bundles
-    and ClusterConfig.replica_resources), which only a pod of group vllm-<gpus>gpu has."""
+    and ClusterConfig.replica_resources), which only a pod of group vllm-<gpus>gpu has.
+    `delay_s`: the server waits that long before each reply (a model's decoding time)."""
     command = [
         sys.executable,
         "-m",
         "distillery.testing.scripted_server",
         "--script",
         script,
+        "--delay",
+        str(delay_s),
         "--port",
         "'{port}'",
     ]
@@ -208,8 +212,20 @@ def counted_calls(calls_dir: Path) -> dict[str, int]:
     return {p.stem: len(p.read_text().splitlines()) for p in sorted(calls_dir.glob("*.calls"))}
 
 
-def _count(request: dict[str, Any]) -> None:
-    """One line per chat request but a preflight in this server's file (CALLS_DIR_ENV)."""
+def calls_by_task(calls_dir: Path) -> Counter[str]:
+    """Requests answered per BFCL task, by every stand-in server (counted_replay_native)."""
+    found: Counter[str] = Counter()
+    for path in calls_dir.glob("*.calls"):
+        for line in path.read_text().splitlines():
+            _, _, task = line.partition("\t")
+            found[task] += 1
+    return found
+
+
+def _count(request: dict[str, Any], task: str = "") -> None:
+    """One line per chat request but a preflight in this server's file (CALLS_DIR_ENV):
+    the model asked and the task the request belongs to, where the script knows it.
+    Written after the server's delay, as the reply leaves: a line is a call answered."""
     from distillery.workers.llm.compat import PREFLIGHT_PROMPT
 
     messages = request.get("messages") or []
@@ -217,14 +233,18 @@ def _count(request: dict[str, Any]) -> None:
     folder = os.environ.get(CALLS_DIR_ENV)
     if folder and not preflight:
         with (Path(folder) / f"{os.getpid()}.calls").open("a") as out:
-            out.write(f"{request.get('model')}\n")
+            out.write(f"{request.get('model')}\t{task}\n")
 
 
 def counted_replay_native(request: dict[str, Any]) -> dict[str, Any]:
-    """bfcl_scripts.replay_native, counted."""
-    from distillery.testing.bfcl_scripts import replay_native
+    """bfcl_scripts.replay_native, counted per task."""
+    from distillery.testing.bfcl_scripts import _position, replay_native
 
-    _count(request)
+    try:
+        task = _position(request.get("messages") or [])[0].task_id
+    except (KeyError, ValueError, IndexError):  # the pool's preflight: no task's message
+        task = ""
+    _count(request, task)
     return replay_native(request)
 
 
