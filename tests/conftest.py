@@ -17,35 +17,15 @@ one after another (with `--dist loadgroup`; without xdist the marks do nothing):
   `qwen-math`): each builds its venv once per worker session; one worker builds it once.
 
 A group is chosen by the fixtures a test uses or by its module (what it does inside a
-sweep it starts, a fixture cannot say). `tests/test_parallel_groups.py` checks the table
-against the code: every test that uses one of the resources is in its group.
+sweep it starts, a fixture cannot say): the table is tests/support/parallel_groups.py, and
+`tests/test_parallel_groups.py` checks it against the code.
 """
 
 from __future__ import annotations
 
 import pytest
 
-# Fixture -> group: a test that uses the fixture (directly or through another) is in it.
-FIXTURE_GROUPS: dict[str, str] = {
-    "sandbox": "sandbox",
-    "leaves_nothing": "sandbox",
-    "evalplus_packages": "sandbox",
-    "appworld_envs": "appworld",
-    "toolsandbox_envs": "toolsandbox",
-    "envs_dir": "isolated-counter",
-    "qwen_reference_libs": "qwen-math",
-}
-
-# Module (path from the repository root, as pytest names it) -> group.
-MODULE_GROUPS: dict[str, str] = {
-    # grades MBPP/HumanEval code in jails (the benchmarks' own tests and their sweeps)
-    "tests/workers/envs/answers/test_code.py": "sandbox",
-    "tests/orchestrator/test_answer_sweeps.py": "sandbox",
-    # multi-node Ray clusters: tests/support/ray_cluster.py, ray_head.py, cluster_twin.py
-    "tests/k8s/test_cluster_twin.py": "ray-cluster",
-    "tests/orchestrator/test_multinode.py": "ray-cluster",
-    "tests/orchestrator/test_submit.py": "ray-cluster",
-}
+from tests.support.parallel_groups import FIXTURE_GROUPS, MODULE_GROUPS
 
 
 def group_of(item: pytest.Item) -> str | None:

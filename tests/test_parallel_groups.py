@@ -1,7 +1,8 @@
-"""The table of tests/conftest.py against the code: every test module that starts a
-multi-node Ray cluster, builds a venv or grades code in jails is in the group that keeps
-it on one worker when the suite runs in parallel, and every fixture the table names
-exists (a renamed fixture would silently leave its tests ungrouped)."""
+"""The groups of tests/conftest.py (tests/support/parallel_groups.py) against the code:
+every test module that starts a multi-node Ray cluster, builds a venv or grades code in
+jails is in the group that keeps it on one worker when the suite runs in parallel, every
+fixture the table names exists (a renamed fixture would silently leave its tests
+ungrouped), and xdist really keeps a group on one worker."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import sys
 
 import pytest
 
-from tests import conftest
 from tests.support import REPO_ROOT
+from tests.support import parallel_groups as groups
 
 TESTS = REPO_ROOT / "tests"
 # What a module does that puts it in a group, read from its source.
@@ -31,7 +32,7 @@ def _fixture_groups(module: str) -> set[str]:
     source = (REPO_ROOT / module).read_text()
     return {
         group
-        for fixture, group in conftest.FIXTURE_GROUPS.items()
+        for fixture, group in groups.FIXTURE_GROUPS.items()
         if re.search(rf"def test_\w+\([^)]*\b{fixture}\b", source)
         or re.search(rf"def \w+\([^)]*\b{fixture}\b", source)
     }
@@ -45,16 +46,16 @@ def test_every_module_that_uses_a_shared_resource_is_in_its_group(group):
             continue
         if SIGNS[group].search((REPO_ROOT / module).read_text()) is None:
             continue
-        if conftest.MODULE_GROUPS.get(module) != group and group not in _fixture_groups(module):
+        if groups.MODULE_GROUPS.get(module) != group and group not in _fixture_groups(module):
             missing.append(module)
-    assert not missing, f"add to tests/conftest.py's {group!r} group: {missing}"
+    assert not missing, f"add to tests/support/parallel_groups.py's {group!r} group: {missing}"
 
 
 def test_every_grouping_fixture_exists():
     sources = "\n".join(p.read_text() for p in TESTS.rglob("*.py"))
-    for fixture in conftest.FIXTURE_GROUPS:
+    for fixture in groups.FIXTURE_GROUPS:
         assert re.search(rf"^def {fixture}\(", sources, re.MULTILINE), fixture
-    for module in conftest.MODULE_GROUPS:
+    for module in groups.MODULE_GROUPS:
         assert (REPO_ROOT / module).is_file(), module
 
 
