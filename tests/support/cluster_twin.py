@@ -187,7 +187,7 @@ def stand_in_vllm(role: str, gpus: int, script: str, delay_s: float = 0.0) -> li
         "--script",
         script,
         "--delay",
-        str(delay_s),
+        f"'{delay_s}'",  # quoted: a string in the command list, as Hydra reads it
         "--port",
         "'{port}'",
     ]

@@ -175,17 +175,43 @@ class LocalRayCluster:
             os.killpg(node.process.pid, signal.SIGKILL)
         node.process.wait(timeout=30)
 
+    def processes(self) -> list[int]:
+        """Every live process of this cluster, whatever its session: nodes, their
+        workers and actors, what those started (a model server) and drivers joined to it
+        all carry the cluster's token in their environment, and nobody else does."""
+        marker = f"RAY_AUTH_TOKEN={self.token}".encode()
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                if marker in (proc / "environ").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+        return found
+
+    def kill_all(self, timeout_s: float = 60.0) -> None:
+        """Every pod dies at once, as when the cluster is deleted: SIGKILL to every
+        process of the cluster (killing the nodes' process groups alone leaves workers
+        that left them playing on), then wait until none is left."""
+        deadline = time.monotonic() + timeout_s
+        while pids := self.processes():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"processes of the cluster outlived SIGKILL: {pids}")
+            time.sleep(0.2)
+        for node in self.nodes.values():
+            node.process.wait(timeout=30)
+        self.nodes.clear()
+
     def stop(self) -> None:
-        for name in [n for n in self.nodes if n != "head"] + ["head"]:
-            if name in self.nodes:
-                node = self.nodes.pop(name)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(node.process.pid, signal.SIGTERM)
-                try:
-                    node.process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(node.process.pid, signal.SIGKILL)
+        """End this cluster and nothing else: every process that carries its token, then
+        whatever still runs out of its temp dir. SIGKILL, not `ray stop`'s SIGTERM: a
+        graceful stop waited up to 30 s per node and nothing here needs it."""
+        self.kill_all()
         # Ray's processes may have left the node's session (a daemonised reaper, say):
         # whatever still runs out of this cluster's temp dir is this cluster's.
         _kill_stragglers(self.temp_dir)
