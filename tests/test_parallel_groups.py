@@ -28,13 +28,12 @@ def _modules() -> list[str]:
 
 
 def _fixture_groups(module: str) -> set[str]:
-    """The groups of the fixtures a module's tests name as parameters (one level)."""
+    """The groups of the fixtures a module's tests or fixtures name as parameters."""
     source = (REPO_ROOT / module).read_text()
     return {
         group
         for fixture, group in groups.FIXTURE_GROUPS.items()
-        if re.search(rf"def test_\w+\([^)]*\b{fixture}\b", source)
-        or re.search(rf"def \w+\([^)]*\b{fixture}\b", source)
+        if re.search(rf"def \w+\([^)]*\b{fixture}\b", source)
     }
 
 

@@ -97,7 +97,7 @@ def compose(overrides: list[str], with_hydra: bool = False) -> DictConfig:
     overrides = prepared_overrides(overrides)
     if with_hydra:
         return _hydra_compose(overrides, with_hydra=True)
-    key = (tuple(overrides), _config_files(_config_packages(overrides)))
+    key = (tuple(overrides), _config_files(_config_folders(overrides)))
     composed = _COMPOSED.pop(key, None)
     if composed is None:
         composed = _hydra_compose(overrides, with_hydra=False)
@@ -121,26 +121,36 @@ def _hydra_compose(overrides: list[str], with_hydra: bool) -> DictConfig:
         )
 
 
-def _config_packages(overrides: list[str]) -> list[str]:
-    """distillery.conf and the packages a `hydra.searchpath=[pkg://...]` override adds."""
-    packages = ["distillery.conf"]
+def _config_folders(overrides: list[str]) -> list[str]:
+    """The folders Hydra reads configs from: distillery.conf's and those a
+    `hydra.searchpath=[pkg://...,file://...]` override adds. One that cannot be found
+    adds nothing here: Hydra's own composition then says what is wrong with it."""
+    packages, folders = ["distillery.conf"], []
     for override in overrides:
         if override.lstrip("+~").startswith("hydra.searchpath="):
             packages += re.findall(r"pkg://([\w.]+)", override)
-    return packages
-
-
-def _config_files(packages: list[str]) -> tuple[tuple[str, int, int], ...]:
-    """Every config file in the packages' folders, as (path, size, mtime): one edited,
-    added or removed (or a package found elsewhere on sys.path) is a new key."""
-    found = []
+            folders += re.findall(r"file://([^,\]\s]+)", override)
     for package in packages:
-        spec = importlib.util.find_spec(package)
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            for root, _, names in os.walk(folder):
-                for name in [n for n in names if n.endswith((".yaml", ".yml"))]:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):  # a parent package that is not there
+            continue
+        folders += list(spec.submodule_search_locations or []) if spec else []
+    return folders
+
+
+def _config_files(folders: list[str]) -> tuple[tuple[str, int, int], ...]:
+    """Every config file in the folders, as (path, size, mtime): one edited, added or
+    removed (or a package found elsewhere on sys.path) is a new key."""
+    found = []
+    for folder in folders:
+        for root, _, names in os.walk(folder):
+            for name in [n for n in names if n.endswith((".yaml", ".yml"))]:
+                try:
                     stat = os.stat(os.path.join(root, name))
-                    found.append((os.path.join(root, name), stat.st_size, stat.st_mtime_ns))
+                except OSError:  # removed while listed: the next key differs anyway
+                    continue
+                found.append((os.path.join(root, name), stat.st_size, stat.st_mtime_ns))
     return tuple(sorted(found))
 
 
