@@ -314,6 +314,22 @@ class LlmServerImpl:
         host = cfg.server_host or (ray.util.get_node_ip_address() if node_address else "127.0.0.1")
         self._cfg = cfg
         self._server = server_process_for(cfg, log_dir, host)
+        self._exit_quietly_on_sigterm()
+
+    def _exit_quietly_on_sigterm(self) -> None:
+        """Ray stops a worker with SIGTERM (at ray.shutdown, or a node going away) and its
+        own handler raises SystemExit wherever the main thread happens to be; inside a
+        garbage-collection callback that prints an "Exception ignored ... Traceback" the
+        driver forwards to the user's console after the one-line error. This actor has one
+        thing to clean up, its server: stop it and leave without a word."""
+
+        def stop_and_exit(signum: int, frame: Any) -> None:
+            with contextlib.suppress(BaseException):
+                self._server.stop()
+            os._exit(0)
+
+        with contextlib.suppress(ValueError):  # not the main thread: keep Ray's handler
+            signal.signal(signal.SIGTERM, stop_and_exit)
 
     def start(self, more_gpus: list[str] | None = None) -> str:
         gguf = self._cfg.gguf_path

@@ -73,6 +73,48 @@ def test_server_process_health_checks_and_stops(tmp_path):
     assert not server.healthy()
 
 
+_ACTOR_BODY = """
+import sys, time
+from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.servers import LlmServerImpl
+command = [sys.executable, "-m", "distillery.testing.scripted_server", "--script",
+           "distillery.testing.scripts:always_text", "--port", "{port}"]
+cfg = ModelConfig(name="s", backend="command", model="stub", command=command,
+                  startup_timeout_s=60)
+actor = LlmServerImpl(cfg, sys.argv[1])
+actor.start()
+print(actor.server_pid(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_actor_stopped_by_sigterm_stops_its_server_without_a_traceback(tmp_path):
+    """Ray ends a worker with SIGTERM; its default handler raises SystemExit wherever
+    the main thread is, and inside a garbage-collection callback that printed a
+    traceback on the user's console after the one-line start-up error."""
+    import os
+    import signal
+    import subprocess
+
+    body = subprocess.Popen(
+        [sys.executable, "-c", _ACTOR_BODY, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert body.stdout is not None
+        server_pid = int(body.stdout.readline())
+        body.send_signal(signal.SIGTERM)
+        _, err = body.communicate(timeout=60)
+    finally:
+        body.kill()
+    assert body.returncode == 0, err
+    assert "Traceback" not in err, err
+    with pytest.raises(ProcessLookupError):
+        os.kill(server_pid, 0)
+
+
 def test_a_server_that_dies_at_start_reports_its_log(tmp_path):
     command = [sys.executable, "-c", "import sys; print('no such model'); sys.exit(3)"]
     server = ServerProcess(command, "http://127.0.0.1:9/v1", tmp_path / "s.log", 30)
