@@ -100,10 +100,17 @@ class ClusterConfig(_Frozen):
     # The Ray cluster to join (ray://head:10001, head:6379, http://head:8265).
     ray_address: str | None = None
     num_cpus: int | None = Field(default=None, gt=0, description="Local Ray only.")
-    num_workers: int = Field(default=2, ge=1, description="Episode worker actors per agent.")
+    num_workers: int = Field(
+        default=2,
+        ge=1,
+        description="Episode worker actors of the sweep, shared by the stages running at once.",
+    )
     episodes_per_worker: int = Field(
         default=16, ge=1, description="Concurrent episodes per worker."
     )
+    # Stages run at once at most (0: as many as the episode workers, the models' request
+    # slots and the stage graph allow; 1: one stage at a time, as before). Ours.
+    max_stages_in_flight: int = Field(default=0, ge=0)
     worker_num_cpus: float = Field(default=0.5, gt=0)
     # A cluster whose GPU worker groups each advertise a Ray resource per pod named
     # `<gpu_node_resource>_<N>` (N: the pod's GPUs; k8s/overlays/gpu): a vLLM replica

@@ -271,8 +271,17 @@ class _Progress:
     """The progress bar and its running totals (the driver's cost per episode stays
     flat in their number)."""
 
-    def __init__(self, total: int, desc: str, enabled: bool) -> None:
-        self.bar = tqdm(total=total, desc=desc, unit="ep", disable=not enabled)
+    def __init__(self, total: int, desc: str, enabled: bool, position: int | None = None) -> None:
+        # With several stages running, each bar keeps its own row and is cleared when
+        # its stage ends (the stage's end is a line of its own).
+        self.bar = tqdm(
+            total=total,
+            desc=desc,
+            unit="ep",
+            disable=not enabled,
+            position=position,
+            leave=position is None,
+        )
         self.enabled = enabled
         self.tally: Counter[str] = Counter()
 
@@ -304,6 +313,7 @@ def run_agent(
     on_summary: Callable[[EpisodeSummary], None] | None = None,
     directory: Any = None,
     desc: str | None = None,
+    position: int | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight.
 
@@ -337,7 +347,9 @@ def run_agent(
     owner: dict[object, tuple[int, int, str]] = {}  # ref -> (worker, its generation, task)
     summaries: list[EpisodeSummary] = []
     infra: Counter[str] = Counter()
-    bar = _Progress(len(task_ids), desc or f"{job.stage} {job.role}:{job.model.name}", progress)
+    bar = _Progress(
+        len(task_ids), desc or f"{job.stage} {job.role}:{job.model.name}", progress, position
+    )
     try:
         while pending or owner:
             pool.poll()  # workers placed since, or given up (none at all: it raises)

@@ -1,6 +1,6 @@
-"""A plain progress line every 30 s when the output is not a terminal (a log file, a
-pod's log, `| tee`), where progress bars are unreadable or invisible: which stage runs,
-how many of its episodes are done, how they went, for how long."""
+"""Plain progress lines every 30 s when the output is not a terminal (a log file, a
+pod's log, `| tee`), where progress bars are unreadable or invisible: for each stage
+running, how many of its episodes are done, how they went, for how long."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from distillery.orchestrator.stages.stage import StageKey
@@ -24,9 +25,20 @@ def output_is_terminal() -> bool:
     return all(getattr(s, "isatty", lambda: False)() for s in (sys.stdout, sys.stderr))
 
 
+@dataclass
+class _Running:
+    """One running stage, as the heartbeat tells it."""
+
+    prefix: str
+    started: float
+    needed: int
+    tally: Counter[str] = field(default_factory=Counter)
+
+
 class Heartbeat:
     """A stage observer that prints `line()` every `interval_s` from a daemon thread,
-    when `enabled` (default: the output is not a terminal)."""
+    when `enabled` (default: the output is not a terminal): one line per running stage
+    (several run at once), or one saying the sweep is between stages."""
 
     def __init__(
         self,
@@ -40,11 +52,7 @@ class Heartbeat:
         self.stream = stream
         self.enabled = (not output_is_terminal()) if enabled is None else enabled
         self.started = time.monotonic()
-        self.stage: StageKey | None = None
-        self.prefix = ""
-        self.stage_clock = self.started
-        self.needed = 0
-        self.tally: Counter[str] = Counter()
+        self.running: dict[StageKey, _Running] = {}  # in the order they started
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -53,49 +61,56 @@ class Heartbeat:
     def stage_started(self, key: StageKey, prefix: str = "") -> None:
         done = self.sweep.ledger.episodes(key, verify=False)
         needed = self.sweep.graph.needs.get(key, set())
-        self.stage, self.prefix, self.stage_clock = key, prefix, time.monotonic()
-        self.needed = len(needed)
-        self.tally = Counter(cached=len(needed & set(done)))
+        tally = Counter(cached=len(needed & set(done)))
+        self.running[key] = _Running(prefix, time.monotonic(), len(needed), tally)
         if self.enabled and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
             self._thread.start()
 
     def episode(self, key: StageKey, summary: EpisodeSummary) -> None:
-        if key != self.stage:
+        running = self.running.get(key)
+        if running is None:
             return
+        tally = running.tally
         if summary.success is None:
-            self.tally["infra"] += 1
+            tally["infra"] += 1
         else:
-            self.tally["success" if summary.success else "failed"] += 1
-        self.tally["tokens"] += summary.tokens_in + summary.tokens_out
+            tally["success" if summary.success else "failed"] += 1
+        tally["tokens"] += summary.tokens_in + summary.tokens_out
 
     def stage_finished(self, key: StageKey, ran: bool) -> None:
-        self.stage = None
+        self.running.pop(key, None)
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    # -- the line --------------------------------------------------------------------
+    # -- the lines -------------------------------------------------------------------
 
     def line(self) -> str:
+        """What the sweep is doing now: a line per running stage."""
         now = time.monotonic()
         clock = time.strftime("%H:%M:%S")
         total = f"{_minutes(now - self.started)} elapsed"
-        if self.stage is None:
+        running = list(self.running.items())
+        if not running:
             return f"[{clock}] distillery: between stages, {total}"
-        stage = self.sweep.graph.stages[self.stage]
-        head = f"[{clock}] distillery: {self.prefix} {self.sweep.line(stage)}".replace("  ", " ")
-        t = self.tally
-        if not stage.plays_episodes:
-            return f"{head}: running for {_minutes(now - self.stage_clock)}, {total}"
-        done = t["cached"] + t["success"] + t["failed"] + t["infra"]
-        return (
-            f"{head}: {done}/{self.needed} episodes ({t['cached']} cached; success "
-            f"{t['success']}, failed {t['failed']}, infra errors {t['infra']}; "
-            f"{t['tokens']:,} tokens), stage {_minutes(now - self.stage_clock)}, {total}"
-        )
+        lines = []
+        for key, r in running:
+            stage = self.sweep.graph.stages[key]
+            head = f"[{clock}] distillery: {r.prefix} {self.sweep.line(stage)}".replace("  ", " ")
+            if not stage.plays_episodes:
+                lines.append(f"{head}: running for {_minutes(now - r.started)}, {total}")
+                continue
+            t = r.tally
+            done = t["cached"] + t["success"] + t["failed"] + t["infra"]
+            lines.append(
+                f"{head}: {done}/{r.needed} episodes ({t['cached']} cached; success "
+                f"{t['success']}, failed {t['failed']}, infra errors {t['infra']}; "
+                f"{t['tokens']:,} tokens), stage {_minutes(now - r.started)}, {total}"
+            )
+        return "\n".join(lines)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -9,6 +9,7 @@ sweep's tasks and its progress lines), never the sweep itself.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -81,10 +82,15 @@ class MemoryStage:
         self.say = say
         self.line = line  # a stage's label for progress lines
         self._service: ActorProxy[MemoryServiceImpl] | None = None
+        self._starting = threading.Lock()  # stages running at once start one service
 
     @property
     def service(self) -> ActorProxy[MemoryServiceImpl]:
         """The memory service actor (started now, on first use)."""
+        with self._starting:
+            return self._started_service()
+
+    def _started_service(self) -> ActorProxy[MemoryServiceImpl]:
         if self._service is None:
             import ray
 

@@ -361,15 +361,13 @@ class OrderedRun:
             # The stage's own model (a brew may play another model than the point's
             # student), sampling with the stage's own seed; the oracle has no server.
             model = self.stage.model or self.sweep.model_of(self.stage)
-            job = self.sweep.agent_job(self.stage, model, None)
+            endpoints = self.sweep.servers.endpoints(model)
+            directory = self.sweep.servers.directory(model)
+            cluster, share = self.sweep.granted(self.stage, model)  # its part of the slots
+            job = self.sweep.agent_job(self.stage, share, None)
             seed = effective_seed(model, self.stage.sweep_seed)
             job = replace(job, model=job.model.model_copy(update={"seed": seed}))
-            self._pool = EpisodePool(
-                job,
-                self.sweep.servers.endpoints(model),
-                self.sweep.cfg.cluster,
-                self.sweep.servers.directory(model),
-            )
+            self._pool = EpisodePool(job, endpoints, cluster, directory)
             self._pool.start()
         return self._pool
 

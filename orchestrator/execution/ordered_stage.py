@@ -226,6 +226,13 @@ class OrderedEpisodeStage(EpisodeStage):
     def code(self) -> dict[str, str]:
         return {**super().code(), "program": digest_of(list(self.program().texts()))}
 
+    def episode_demand(self, ledger: Ledger, needs: set[str]) -> int:
+        """A wave's plays at once (re-plays of a task follow each other), unless the
+        stage is whole in the ledger."""
+        if self.status(ledger, needs).cached:
+            return 0
+        return max(1, min(self.wave_size, len(needs)))
+
     def writer(self) -> str:
         model = self.other_models.get("teacher") or self.model
         return model.name if model is not None else "deterministic"

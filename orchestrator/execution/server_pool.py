@@ -1,11 +1,17 @@
 """The model servers of a sweep: each model's replica pool, started for the first stage
-that uses it and stopped after the last.
+that uses it and stopped after the last; with several stages in flight, safe to use from
+each stage's thread (one start per model, however many stages ask at once; a start that
+failed is not tried again by every later stage of the model: they fail with its error).
+It keeps each pool's hours up (`held`): GPU time is charged from the start of a model's
+servers to their stop, whether or not a stage was sending them requests.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from distillery.orchestrator.planning.plan import StageGraph, server_key
@@ -32,6 +38,16 @@ class ServerPool:
         self.say = say
         self._running: dict[str, Any] = {}  # server key -> ModelServerPool
         self.stopped_stats: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._starting: dict[str, threading.Lock] = {}  # server key -> its start's lock
+        self._failed: dict[str, BaseException] = {}  # server key -> why its start failed
+        # Stages not yet ended, per server key: its servers stop when the last one ends.
+        self._users: Counter[str] = Counter()
+        for stage in graph.stages.values():
+            for model in stage.models.values():
+                self._users[server_key(model)] += 1
+        # server key -> [(model, started, stopped or None)]: when its servers were up.
+        self.held: dict[str, list[tuple[ModelConfig, float, float | None]]] = {}
 
     def endpoints(self, model: ModelConfig) -> list[str]:
         if model.backend == "oracle":
@@ -46,26 +62,42 @@ class ServerPool:
 
     def _pool(self, model: ModelConfig) -> Any:
         key = server_key(model)
-        if key not in self._running:
-            from distillery.workers.llm.pool import start_pool
+        with self._lock:
+            if key in self._running:
+                return self._running[key]
+            starting = self._starting.setdefault(key, threading.Lock())
+        with starting:  # a second stage of the model waits for the first one's start
+            with self._lock:
+                if key in self._running:
+                    return self._running[key]
+                if key in self._failed:
+                    raise self._failed[key]
+            try:
+                pool = self._start(model)
+            except BaseException as exc:
+                with self._lock:
+                    self._failed[key] = exc
+                raise
+            with self._lock:
+                self._running[key] = pool
+                self.held.setdefault(key, []).append((model, time.time(), None))
+            return pool
 
-            def report(event: Any) -> None:
-                self.say(
-                    f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}"
-                )
+    def _start(self, model: ModelConfig) -> Any:
+        from distillery.workers.llm.pool import start_pool
 
-            pool = start_pool(
-                self.placed(model),
-                self.log_dir,
-                report,
-                self.node_address,
-                self.placement_timeout_s,
-            )
-            self.say(
-                f"  model {model.name}: {model.replicas} replicas on {len(set(pool.nodes))} nodes"
-            )
-            self._running[key] = pool
-        return self._running[key]
+        def report(event: Any) -> None:
+            self.say(f"  model {event.model} replica {event.replica} {event.kind}: {event.detail}")
+
+        pool = start_pool(
+            self.placed(model),
+            self.log_dir,
+            report,
+            self.node_address,
+            self.placement_timeout_s,
+        )
+        self.say(f"  model {model.name}: {model.replicas} replicas on {len(set(pool.nodes))} nodes")
+        return pool
 
     def placed(self, model: ModelConfig) -> ModelConfig:
         """The model as this cluster places it: a vLLM replica reserves its GPU group's
@@ -82,27 +114,55 @@ class ServerPool:
 
     def stats(self) -> Counter[str]:
         """Replica failures and restarts so far, for the logs and MLflow."""
-        total = Counter(self.stopped_stats)
-        for pool in self._running.values():
+        with self._lock:
+            total = Counter(self.stopped_stats)
+            running = list(self._running.values())
+        for pool in running:
             total.update(pool.stats())
         return total
 
-    def release_unused(self, remaining: list[StageKey]) -> None:
-        """Stop the servers of models no remaining stage uses."""
+    def stage_ended(self, key: StageKey) -> None:
+        """A stage ended (ran, was cached, failed or will not run): the servers of a
+        model no stage still to end uses stop now."""
+        with self._lock:
+            for model in self.graph.stages[key].models.values():
+                self._users[server_key(model)] -= 1
+            idle = [k for k in self._running if self._users[k] <= 0]
+        for server in idle:
+            self._stop(server)
+
+    def release_unused(self, remaining: Iterable[StageKey]) -> None:
+        """Stop the servers of models no stage in `remaining` uses."""
         still = {
             server_key(model) for k in remaining for model in self.graph.stages[k].models.values()
         }
-        for key in list(self._running):
-            if key not in still:
-                self._stop(key)
+        with self._lock:
+            idle = [k for k in self._running if k not in still]
+        for server in idle:
+            self._stop(server)
 
     def _stop(self, key: str) -> None:
-        pool = self._running.pop(key)
+        with self._lock:
+            pool = self._running.pop(key, None)
+            if pool is None:
+                return
+            spans = self.held[key]
+            model, started, _ = spans[-1]
+            spans[-1] = (model, started, time.time())
         self.stopped_stats.update(pool.stats())
         pool.shutdown()
 
+    def held_gpu_s(self, key: str, now: float | None = None) -> float:
+        """GPU-seconds the model's servers have been up (until now while they run)."""
+        now = time.time() if now is None else now
+        with self._lock:
+            spans = list(self.held.get(key, []))
+        return sum(gpus_of(m) * ((end or now) - start) for m, start, end in spans)
+
     def close(self) -> None:
-        for key in list(self._running):
+        with self._lock:
+            running = list(self._running)
+        for key in running:
             self._stop(key)
 
 

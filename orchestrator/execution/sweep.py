@@ -1,5 +1,6 @@
-"""A sweep: its stage graph run stage by stage (each stage once, each missing episode
-once), and each sweep point's episodes, records and metrics read back from the ledger.
+"""A sweep: its stage graph run as a graph (`schedule.StageScheduler`: every stage once,
+several at a time as the capacity allows; each missing episode once), and each sweep
+point's episodes, records and metrics read back from the ledger.
 
 Each stage is run by its own node type (`Stage.run`, registered in `stage_kinds`): the
 sweep names no kind. What a runner may use is this class's public side: `play` (an
@@ -10,16 +11,19 @@ episode stage's missing episodes), `memory` (banks, `memory_stage.MemoryStage`),
 from __future__ import annotations
 
 import logging
-import time
+import threading
 from collections import Counter
+from typing import Any
 
 from tqdm import tqdm
 
-from distillery.orchestrator.core.config import DistilleryConfig
+from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
+from distillery.orchestrator.execution.capacity import Grant
 from distillery.orchestrator.execution.dispatch import run_agent
 from distillery.orchestrator.execution.memory_stage import MemoryStage
 from distillery.orchestrator.execution.metrics import agent_metrics
-from distillery.orchestrator.execution.observers import StageObserver, notify
+from distillery.orchestrator.execution.observers import StageObserver
+from distillery.orchestrator.execution.observers import notify as notify_observers
 from distillery.orchestrator.execution.server_pool import ServerPool
 from distillery.orchestrator.planning.descriptors import name_sweep
 from distillery.orchestrator.planning.plan import EvalPoint, StageGraph, server_key
@@ -74,33 +78,60 @@ class Sweep:
         # Told when each stage starts and ends and when each episode lands (live MLflow
         # runs, the heartbeat): `observers.StageObserver`.
         self.observers: list[StageObserver] = []
+        # Observers are told one event at a time, whichever stage's thread it comes from.
+        self._observing = threading.Lock()
+        # What each running stage that plays episodes was granted (the scheduler's).
+        self.grants: dict[StageKey, Grant] = {}
+        self._bars = _BarRows()
 
     # -- stages --------------------------------------------------------------------
 
     def run_stages(self) -> None:
-        order = sorted(
-            self.graph.stages,
-            key=lambda k: (self.graph.depth(k), self._model_order(k)),
-        )
-        for index, key in enumerate(order, 1):
-            stage = self.graph.stages[key]
-            self.ledger.describe(stage)
-            notify(self.observers, "stage_started", key, f"[{index}/{len(order)}]")
-            started = time.perf_counter()
-            ran = stage.run(self, f"[{index}/{len(order)}]")
-            if ran:
-                self.stages_run += 1
-                wall = time.perf_counter() - started
-                gpus = sum(self.servers.gpus(m) for m in stage.models.values())
-                self.ledger.record_run(key, wall, wall * gpus)
-            else:
-                self.stages_cached += 1
-            notify(self.observers, "stage_finished", key, ran)
-            self.servers.release_unused(order[index:])
+        """Every stage, several at once as far as the capacity allows (at most
+        `cluster.max_stages_in_flight`; 0: no cap); the first failure is raised after
+        the stages that do not read it have ended."""
+        from distillery.orchestrator.execution.schedule import StageScheduler
 
-    def _model_order(self, key: StageKey) -> str:
+        StageScheduler(self, self.cfg.cluster.max_stages_in_flight).run()
+
+    def notify(self, event: str, *args: Any) -> None:
+        with self._observing:
+            notify_observers(self.observers, event, *args)
+
+    def model_order(self, key: StageKey) -> str:
         models = self.graph.stages[key].models.values()
         return ",".join(server_key(m) for m in models)
+
+    def episode_model(self, stage: Stage) -> ModelConfig:
+        """The model a stage's episodes are played by (its own, else its role's)."""
+        if stage.model is not None:
+            return stage.model
+        if isinstance(stage, EpisodeStage):
+            return self.model_of(stage)
+        raise ValueError(f"{stage.key} plays episodes but names no model")
+
+    def granted(self, stage: Stage, model: ModelConfig) -> tuple[ClusterConfig, ModelConfig]:
+        """The cluster and model a stage's episodes run with: its grant's episode workers
+        and its share of each replica's request slots (runtime fields: not the stage's
+        identity, nor the servers' key). Without a grant (a stage run by itself): all."""
+        grant = self.grants.get(stage.key)
+        cluster = self.cfg.cluster
+        if grant is None:
+            return cluster, model
+        cluster = cluster.model_copy(update={"num_workers": grant.workers})
+        if grant.per_replica > 0:
+            model = model.model_copy(update={"max_concurrency_per_server": grant.per_replica})
+        return cluster, model
+
+    def bar_row(self, key: StageKey) -> int | None:
+        """The terminal row of a running stage's progress bar (None: one stage at a
+        time, the bar where the cursor is)."""
+        if self.cfg.cluster.max_stages_in_flight == 1:
+            return None
+        return self._bars.row(key)
+
+    def bar_done(self, key: StageKey) -> None:
+        self._bars.free(key)
 
     def play(self, stage: EpisodeStage, prefix: str, read: MemoryRead | None = None) -> bool:
         """Play the stage's missing episodes (`read`: the bank its student reads);
@@ -121,24 +152,31 @@ class Sweep:
         cfg = self._config_of(stage)
         bound = cfg.memory.bounds.max_injected_chars
         memory = self.memory.read_job(read, bound) if read is not None else None
-        job = self.agent_job(stage, model, memory)
         endpoints = self.servers.endpoints(model)
-        run = run_agent(
-            job,
-            endpoints,
-            missing,
-            self.cfg.cluster,
-            self.progress,
-            on_summary=lambda s: self._episode_done(stage.key, s),
-            directory=self.servers.directory(model),
-            desc=stage.progress_line(self.names.stage(stage.key)),
-        )
-        self.infra.update(run.infra)
+        directory = self.servers.directory(model)
+        cluster, share = self.granted(stage, model)
+        job = self.agent_job(stage, share, memory)
+        try:
+            run = run_agent(
+                job,
+                endpoints,
+                missing,
+                cluster,
+                self.progress,
+                on_summary=lambda s: self._episode_done(stage.key, s),
+                directory=directory,
+                desc=stage.progress_line(self.names.stage(stage.key)),
+                position=self.bar_row(stage.key),
+            )
+        finally:
+            self.bar_done(stage.key)
+        with self._observing:
+            self.infra.update(run.infra)
         return True
 
     def _episode_done(self, key: StageKey, summary: EpisodeSummary) -> None:
         self.ledger.record_episode(key, summary)  # first: no result is lost
-        notify(self.observers, "episode", key, summary)
+        self.notify("episode", key, summary)
 
     def model_of(self, stage: EpisodeStage) -> ModelConfig:
         """The model an episode stage plays (the oracle included), as its config has it."""
@@ -224,6 +262,26 @@ class Sweep:
                     {f"build.{k.replace(':', '.')}": float(v) for k, v in output.stats.items()}
                 )
         return metrics
+
+
+class _BarRows:
+    """Rows for the progress bars of the stages running at once: each its own row,
+    the lowest free one, so bars never interleave."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[StageKey, int] = {}
+
+    def row(self, key: StageKey) -> int:
+        with self._lock:
+            if key not in self._rows:
+                taken = set(self._rows.values())
+                self._rows[key] = next(i for i in range(len(taken) + 1) if i not in taken)
+            return self._rows[key]
+
+    def free(self, key: StageKey) -> None:
+        with self._lock:
+            self._rows.pop(key, None)
 
 
 def longest_first(task_ids: list[str], tasks: dict[str, Task]) -> list[str]:

@@ -267,6 +267,11 @@ class Stage:
         """One row per model and role of what the stage spent (the stages table)."""
         raise NotImplementedError(f"{type(self).__name__} reports no cost rows")
 
+    def episode_demand(self, ledger: Ledger, needs: set[str]) -> int:
+        """Episodes it could have in flight at once were it started now (0: it plays
+        none), so the scheduler gives it episode workers and request slots it can use."""
+        return 0
+
     def test_time(self) -> tuple[int, bool]:
         """What scoring one task on this stage spends at test time: the plays it may
         get (1: a single rollout) and whether the environment's verdict is fed back
@@ -315,6 +320,10 @@ class EpisodeStage(Stage):
             else f"run {to_run} of {len(needs)} episodes ({done} cached)"
         )
         return StageStatus(to_run == 0, state, len(needs), done)
+
+    def episode_demand(self, ledger: Ledger, needs: set[str]) -> int:
+        """Its missing episodes (all may be in flight at once)."""
+        return len(needs - set(ledger.episodes(self.key)))
 
     def cost_rows(self, ledger: Ledger, needs: set[str]) -> list[CostRow]:
         if self.model is None:  # the oracle calls no LLM
