@@ -135,7 +135,13 @@ def _is_preflight(body: dict[str, Any]) -> bool:
     return len(messages) == 1 and messages[0].get("content") == PREFLIGHT_PROMPT
 
 
-def make_app(script: str, delay_s: float, record: bool = False, gate: str | None = None):
+def make_app(
+    script: str,
+    delay_s: float,
+    record: bool = False,
+    gate: str | None = None,
+    arrived: str | None = None,
+):
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -155,6 +161,8 @@ def make_app(script: str, delay_s: float, record: bool = False, gate: str | None
         if record and not preflight:
             recorded.append(body)
         stats[f"model:{body.get('model')}"] += 1
+        if arrived and not preflight:  # a request came: another server's gate may open
+            Path(arrived).touch()
         if delay_s:
             await asyncio.sleep(delay_s)
         # A held server: every request but a preflight waits (without blocking the
@@ -270,9 +278,12 @@ def run_stub_server(
     delay_s: float = 0.0,
     record: bool = False,
     gate: str | os.PathLike[str] | None = None,
+    arrived: str | os.PathLike[str] | None = None,
 ) -> Iterator[str]:
     """The scripted server on a free loopback port (yields its /v1 URL). `gate`: a file
-    path; requests wait until it exists (preflight requests do not)."""
+    path; requests wait until it exists (preflight requests do not). `arrived`: a file
+    it creates when its first request (not a preflight) comes: two servers, each gated
+    on the other's, answer only while both are asked at the same time."""
     port = free_port()
     command = [
         sys.executable,
@@ -286,6 +297,7 @@ def run_stub_server(
         str(port),
         *(["--record"] if record else []),
         *(["--gate", str(gate)] if gate else []),
+        *(["--arrived", str(arrived)] if arrived else []),
     ]
     process = subprocess.Popen(command, env=_server_env())
     url = f"http://127.0.0.1:{port}/v1"
@@ -320,9 +332,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--gate", default=None, help="hold requests until this file exists")
+    parser.add_argument("--arrived", default=None, help="create this file at the first request")
     args = parser.parse_args()
     uvicorn.run(
-        make_app(args.script, args.delay, args.record, args.gate),
+        make_app(args.script, args.delay, args.record, args.gate, args.arrived),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",
