@@ -34,6 +34,7 @@ from distillery.orchestrator.tracking.results import (
     config_params,
     git_sha,
     local_or_uri,
+    log_gpu_time,
     log_infra_counts,
     log_points,
     package_versions,
@@ -138,6 +139,7 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         finally:
             notify(sweep.observers, "close")
             log_infra_counts(sweep, tracker, pid)
+            log_gpu_time(sweep, tracker, pid)
         logged = log_points(sweep, tracker, pid, tags, live.logged)
         # Stages that report of themselves (a brew's statistics): a run each.
         reports = stage_reports(sweep)

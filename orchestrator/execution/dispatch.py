@@ -314,6 +314,7 @@ def run_agent(
     directory: Any = None,
     desc: str | None = None,
     position: int | None = None,
+    on_load: Callable[[int], None] | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight.
 
@@ -322,7 +323,8 @@ def run_agent(
     than it has slots. A worker that dies (its actor, or its node) is replaced and
     its in-flight tasks are dispatched again: an episode file is replaced whole, and
     the ledger records an episode only when its summary arrives, so every task ends
-    up recorded exactly once."""
+    up recorded exactly once. `on_load` is told the episodes in flight whenever their
+    number changes (the servers' serving time)."""
     import ray
     import ray.exceptions as ray_exceptions
 
@@ -362,6 +364,8 @@ def run_agent(
                 ref = pool.workers[index].run_task.remote(task_id)
                 owner[ref] = (index, pool.generation[index], task_id)
                 busy[index] += 1
+            if on_load is not None:
+                on_load(len(owner))
             # Never an unbounded wait: workers being placed are looked at every few
             # seconds (their deadline ends the stage when no worker is left).
             waiting = list(owner) or [ref for ref, _ in pool.placing.values()]
@@ -391,6 +395,8 @@ def run_agent(
         worker_cpu_s = sum(cpu_after.values()) - sum(cpu_before.get(w, 0.0) for w in cpu_after)
         infra.update(pool.routing_stats())
     finally:
+        if on_load is not None:
+            on_load(0)
         bar.close()
         pool.close()
     order = {t: i for i, t in enumerate(task_ids)}

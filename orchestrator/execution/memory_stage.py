@@ -229,7 +229,9 @@ class MemoryStage:
         if reused is not None:
             return reused
         tasks = [self.tasks[e.task_id] for e in episodes]
-        bank = self._run_built(source, build_task, source.kind, episodes, tasks, source.split)
+        bank = self._run_built(
+            stage.key, source, build_task, source.kind, episodes, tasks, source.split
+        )
         return self.written(bank_id, bank)
 
     def render(self, stage: RenderStage) -> BankOutput:
@@ -240,10 +242,12 @@ class MemoryStage:
         if reused is not None:
             return reused
         base = ray_get(self.service.load_bank.remote(base_id))
-        bank = self._run_built(source, render_task, source.kind, base)
+        bank = self._run_built(stage.key, source, render_task, source.kind, base)
         return self.written(text_id, bank)
 
-    def _run_built(self, source: BankSource, body: BankBody, *args: Any) -> BuiltBank:
+    def _run_built(
+        self, key: StageKey, source: BankSource, body: BankBody, *args: Any
+    ) -> BuiltBank:
         """Run a build body as a Ray task next to the builder model's servers."""
         import ray
 
@@ -254,7 +258,9 @@ class MemoryStage:
             bank = ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
         else:
             endpoints = self.servers.endpoints(model)
-            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+            # The build calls its builder model for as long as it runs (serving time).
+            with self.servers.calling(model, key):
+                bank = ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
         # Builder output is model output: every method's entries within the same bounds.
         return bound_bank(bank, cfg.memory.bounds, memory_delimiters(source.kind))
 

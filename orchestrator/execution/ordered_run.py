@@ -35,6 +35,7 @@ from distillery.workers.trajectories import (
 
 if TYPE_CHECKING:
     from distillery.orchestrator.execution.sweep import Sweep
+    from distillery.workers.llm.config import ModelConfig
 
 
 class _Memory:
@@ -354,13 +355,17 @@ class OrderedRun:
             self._views.add(view)
         return view
 
+    def _player(self) -> ModelConfig:
+        """The model its plays are played by (the stage's own, else its role's)."""
+        return self.sweep.episode_model(self.stage)
+
     def _episodes_pool(self) -> Any:
         if self._pool is None:
             from distillery.orchestrator.execution.episode_pool import EpisodePool
 
             # The stage's own model (a brew may play another model than the point's
             # student), sampling with the stage's own seed; the oracle has no server.
-            model = self.stage.model or self.sweep.model_of(self.stage)
+            model = self._player()
             endpoints = self.sweep.servers.endpoints(model)
             directory = self.sweep.servers.directory(model)
             cluster, share = self.sweep.granted(self.stage, model)  # its part of the slots
@@ -390,7 +395,9 @@ class OrderedRun:
         )
         folder = self.ledger.episodes_dir(self.stage.key) / f"attempt-{attempt}"
         request = PlayRequest(attempt, memory, folder.uri)
-        summary = await self._episodes_pool().play(task_id, request)
+        pool = self._episodes_pool()
+        with self.sweep.servers.calling(self._player(), self.stage.key):
+            summary = await pool.play(task_id, request)
         if summary.success is None:
             raise StageStopped(
                 f"{self.stage.key}: task {task_id!r} play {attempt} failed on infrastructure "
@@ -440,7 +447,8 @@ class OrderedRun:
         )
 
         try:
-            result = await self._llms[role].chat(messages)
+            with self.sweep.servers.calling(model, self.stage.key):
+                result = await self._llms[role].chat(messages)
         except InfraError as exc:
             raise StageStopped(
                 f"{self.stage.key}: the {role} model {model.name} failed ({exc}); re-run the "

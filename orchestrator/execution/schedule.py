@@ -168,9 +168,9 @@ class StageScheduler:
             sweep.notify("stage_started", key, prefix)
             ran = stage.run(sweep, prefix)
             wall = time.perf_counter() - started
-            if ran:
-                gpus = sum(sweep.servers.gpus(m) for m in stage.models.values())
-                sweep.ledger.record_run(key, wall, wall * gpus)
+            if ran:  # its share of its models' serving GPU time (gpu_time.ServingClock)
+                by_model = sweep.servers.stage_gpu_s(key)
+                sweep.ledger.record_run(key, wall, sum(by_model.values()), by_model)
             sweep.notify("stage_finished", key, ran)
             ended.put(StageEnd(key, "ran" if ran else "cached", wall_s=wall))
         except BaseException as exc:  # noqa: BLE001 - reported by the scheduler

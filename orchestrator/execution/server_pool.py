@@ -12,8 +12,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
+from distillery.orchestrator.execution.gpu_time import ModelGpuTime, ServingClock
 from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.orchestrator.stages.stage import StageKey
 from distillery.workers.llm.config import ModelConfig
@@ -48,6 +50,8 @@ class ServerPool:
                 self._users[server_key(model)] += 1
         # server key -> [(model, started, stopped or None)]: when its servers were up.
         self.held: dict[str, list[tuple[ModelConfig, float, float | None]]] = {}
+        # What each stage has in flight on each model's servers (their serving time).
+        self.serving = ServingClock(self._gpus_of_server, clock=lambda: time.time())
 
     def endpoints(self, model: ModelConfig) -> list[str]:
         if model.backend == "oracle":
@@ -151,6 +155,41 @@ class ServerPool:
             spans[-1] = (model, started, time.time())
         self.stopped_stats.update(pool.stats())
         pool.shutdown()
+
+    def _gpus_of_server(self, key: str) -> float:
+        with self._lock:
+            spans = self.held.get(key)
+        return gpus_of(spans[0][0]) if spans else 0.0
+
+    def gpu_time(self) -> list[ModelGpuTime]:
+        """Each started model's GPU time so far in this invocation: held and serving."""
+        now = time.time()
+        with self._lock:
+            held = {k: list(v) for k, v in self.held.items()}
+        out = []
+        for key, spans in held.items():
+            model = spans[0][0]
+            up = sum((end or now) - start for _, start, end in spans)
+            serving = min(up, self.serving.serving_s(key))
+            out.append(ModelGpuTime(model.name, gpus_of(model), up, serving))
+        return sorted(out, key=lambda t: t.model)
+
+    def in_flight(self, model: ModelConfig, key: StageKey, n: int) -> None:
+        """Stage `key` has `n` requests (episodes) in flight on `model`'s servers now."""
+        self.serving.set(server_key(model), (server_key(model), key), n)
+
+    def calling(self, model: ModelConfig, key: StageKey) -> AbstractContextManager[None]:
+        """A block in which stage `key` has one more call in flight on `model`'s servers."""
+        return self.serving.serving(server_key(model), (server_key(model), key))
+
+    def stage_gpu_s(self, key: StageKey) -> dict[str, float]:
+        """The stage's share of each of its models' serving GPU-seconds, by model name."""
+        out: dict[str, float] = {}
+        for model in self.graph.stages[key].models.values():
+            out[model.name] = out.get(model.name, 0.0) + self.serving.stage_gpu_s(
+                (server_key(model), key)
+            )
+        return out
 
     def held_gpu_s(self, key: str, now: float | None = None) -> float:
         """GPU-seconds the model's servers have been up (until now while they run)."""

@@ -167,6 +167,7 @@ class Sweep:
                 directory=directory,
                 desc=stage.progress_line(self.names.stage(stage.key)),
                 position=self.bar_row(stage.key),
+                on_load=lambda n: self.servers.in_flight(model, stage.key, n),
             )
         finally:
             self.bar_done(stage.key)

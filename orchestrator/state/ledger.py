@@ -90,6 +90,10 @@ class RunRecord:
     wall_s: float
     gpu_s: float
     at: float  # when it ended (epoch seconds)
+    # Per model config name: the GPU-seconds of its servers' serving time that were this
+    # stage's (its share of the requests in flight; `gpu_time.ServingClock`). Absent in
+    # records written before stages ran at once (their cost: wall x the models' GPUs).
+    gpu_s_by_model: dict[str, float] | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> RunRecord | None:
@@ -98,7 +102,14 @@ class RunRecord:
         values = [data.get(k, 0.0) for k in ("wall_s", "gpu_s", "at")]
         if not all(_is_number(v) for v in values):
             return None
-        return cls(*(float(v) for v in values))
+        by_model = data.get("gpu_s_by_model")
+        if not (
+            isinstance(by_model, dict)
+            and all(isinstance(k, str) and _is_number(v) for k, v in by_model.items())
+        ):
+            by_model = None
+        wall_s, gpu_s, at = (float(v) for v in values)
+        return cls(wall_s, gpu_s, at, by_model)
 
 
 def _is_number(value: Any) -> bool:
@@ -149,9 +160,15 @@ class Ledger:
             }
         )
 
-    def record_run(self, key: StageKey, wall_s: float, gpu_s: float) -> None:
+    def record_run(
+        self,
+        key: StageKey,
+        wall_s: float,
+        gpu_s: float,
+        gpu_s_by_model: dict[str, float] | None = None,
+    ) -> None:
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}.json"
-        record = RunRecord(wall_s, gpu_s, time.time())
+        record = RunRecord(wall_s, gpu_s, time.time(), gpu_s_by_model)
         (self.stage_dir(key) / "runs" / stamp).write_json(asdict(record))
 
     def runs(self, key: StageKey) -> list[RunRecord]:

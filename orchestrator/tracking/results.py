@@ -390,12 +390,25 @@ def _episode_columns(summary: EpisodeSummary) -> dict[str, Any]:
 def stage_rows(sweep: Sweep, key: StageKey) -> list[dict[str, Any]]:
     """The stages table's rows of one stage: one per model and role it used (its node
     type's `cost_rows`). Its wall time is on its first row; each row holds the
-    GPU-seconds of its own model's servers (each was held for the stage's runs)."""
+    GPU-seconds of its own model's servers that were the stage's: its share of their
+    serving time as recorded (`RunRecord.gpu_s_by_model`), or, for a run recorded before
+    stages ran at once, the stage's wall time times the model's GPUs."""
     stage = sweep.graph.stages[key]
     runs = sweep.ledger.runs(key)
     needs = set(sweep.graph.needs.get(key, set()))
     wall = float(sum(r.wall_s for r in runs))
     models = {m.name: m for m in stage.models.values()}
+
+    def gpu_s(model: ModelConfig | None) -> float:
+        if model is None:
+            return 0.0
+        return sum(
+            r.gpu_s_by_model.get(model.name, 0.0)
+            if r.gpu_s_by_model is not None
+            else r.wall_s * gpus_of(model)
+            for r in runs
+        )
+
     rows = []
     for index, cost in enumerate(stage.cost_rows(sweep.ledger, needs)):
         model = models.get(cost.model)
@@ -411,7 +424,7 @@ def stage_rows(sweep: Sweep, key: StageKey) -> list[dict[str, Any]]:
                 "n_llm_calls": cost.n_llm_calls,
                 "embed_tokens": cost.embed_tokens,
                 "wall_s": wall if index == 0 else 0.0,
-                "gpu_s": wall * gpus_of(model) if model is not None else 0.0,
+                "gpu_s": gpu_s(model),
                 "ran": bool(runs),
             }
         )
@@ -499,3 +512,34 @@ def shared_params(all_params: list[dict[str, str]]) -> dict[str, str]:
     """The parameters every point of a sweep has with the same value (its parent run's)."""
     first = all_params[0]
     return {k: v for k, v in first.items() if all(p.get(k) == v for p in all_params[1:])}
+
+
+def log_gpu_time(sweep: Sweep, tracker: Tracker, parent_id: str) -> None:
+    """Each model's GPU time in this invocation, held (servers up) and serving (a request
+    in flight): printed, written to the sweep's folder (`gpu_time/<stamp>.json`, one per
+    invocation: a resumed sweep adds its own) and logged on the parent run as
+    `gpu.<model>.held_h`, `.serving_h` and `.busy` (serving / held)."""
+    import time
+    import uuid
+
+    times = [t for t in sweep.servers.gpu_time() if t.gpus > 0 or t.held_s > 0]
+    if not times:
+        return
+    for t in times:
+        busy = f"{t.busy:.0%}" if t.busy is not None else "-"
+        sweep.say(
+            f"GPU time of {t.model}: {t.held_gpu_h:.3f} GPU-h held, "
+            f"{t.serving_gpu_h:.3f} serving ({busy} busy; {t.gpus:g} GPUs, "
+            f"servers up {t.held_s:.0f} s)"
+        )
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}.json"
+    with contextlib.suppress(Exception):  # a record for the report: never the sweep's end
+        (sweep.sweep_dir / "gpu_time" / stamp).write_json(
+            {"at": time.time(), "models": [t.as_json() for t in times]}
+        )
+    with contextlib.suppress(Exception):  # tracking trouble must not lose the sweep
+        for t in times:
+            tracker.client.log_metric(parent_id, f"gpu.{t.model}.held_h", t.held_gpu_h)
+            tracker.client.log_metric(parent_id, f"gpu.{t.model}.serving_h", t.serving_gpu_h)
+            if t.busy is not None:
+                tracker.client.log_metric(parent_id, f"gpu.{t.model}.busy", t.busy)
