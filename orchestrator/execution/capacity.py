@@ -1,18 +1,23 @@
 """Who gets which episode slots when several stages run at once.
 
-A sweep has two kinds of episode capacity: its episode workers (`cluster.num_workers`
-actors of `cluster.episodes_per_worker` episodes each, shared by every stage that runs
-now) and each model's request slots (`replicas x max_concurrency_per_server`, shared by
-the stages that play that model). A stage that plays episodes starts with a `Grant`: a
-number of workers and a share of every replica's slots of its model, which it keeps
-until it ends (its router then never sends a replica more than the stage's share, so
-the stages of one model together never exceed what its servers take at once).
+A sweep has two kinds of episode capacity: its episode slots (`cluster.num_workers`
+workers of `cluster.episodes_per_worker` episodes each: what the cluster's CPUs for
+episode workers are sized to, shared by every stage that runs now) and each model's
+request slots (`replicas x max_concurrency_per_server`, shared by the stages that play
+that model). A stage that plays episodes starts with a `Grant`: a number of episode
+slots and a share of every replica's request slots of its model, which it keeps until
+it ends (its router then never sends a replica more than the stage's share, so the
+stages of one model together never exceed what its servers take at once). Its episode
+workers are sized to its slots (`Grant.workers`): a stage of 8 episodes on workers of
+16 gets one worker reserving half a worker's CPUs, so four such stages run where two
+whole workers would have run two.
 
 `grant` deals the free capacity out to the stages that are ready, in priority order,
 one unit at a time round-robin (a unit: one more slot on every replica of the stage's
-model, with the workers it needs), so ready stages of different models all start and
-every model with a ready stage gets its servers fed; a stage never gets more than it
-can use (its missing episodes). A stage that gets nothing waits for a stage to end.
+model, or one episode for a model without servers), so ready stages of different models
+all start and every model with a ready stage gets its servers fed; a stage never gets
+more than it can use (its missing episodes). A stage that gets nothing waits for a
+stage to end.
 """
 
 from __future__ import annotations
@@ -33,57 +38,57 @@ class Demand:
 
 @dataclass(frozen=True)
 class Grant:
-    """What a stage runs with: `workers` episode workers and `per_replica` request
+    """What a stage runs with: `episodes` in flight at most and `per_replica` request
     slots on each replica of its model (0 for a model without servers)."""
 
-    workers: int
+    episodes: int
     per_replica: int
+
+    def workers(self, episodes_per_worker: int) -> tuple[int, int]:
+        """Its episode workers and the episodes each runs at once: as few workers as
+        hold its episodes, sharing them evenly."""
+        workers = max(1, math.ceil(self.episodes / episodes_per_worker))
+        return workers, max(1, math.ceil(self.episodes / workers))
 
 
 @dataclass(frozen=True)
 class Free:
     """The capacity not held by a running stage."""
 
-    workers: int
+    episodes: int
     per_replica: dict[str, int]  # server key -> slots free on each of its replicas
 
 
-def grant(demands: list[Demand], free: Free, episodes_per_worker: int) -> dict[str, Grant]:
+def grant(demands: list[Demand], free: Free) -> dict[str, Grant]:
     """Deal `free` out to `demands` (in priority order): the grant of every stage that
     gets at least one unit. Round-robin, one unit per stage per pass, until nothing
     more fits."""
     per_replica = dict(free.per_replica)
-    workers_left = free.workers
+    left = free.episodes
     episodes = {d.stage: 0 for d in demands}
     units = {d.stage: 0 for d in demands}
-    workers = {d.stage: 0 for d in demands}
     progress = True
     while progress:
         progress = False
         for d in demands:
-            if episodes[d.stage] >= d.episodes:
+            wanted = d.episodes - episodes[d.stage]
+            if wanted <= 0 or left <= 0:
                 continue
-            if d.server is None:  # no server: a unit is one more worker
-                more_episodes = episodes_per_worker
+            if d.server is None:  # no server: a unit is one more episode
+                more = 1
             else:
                 if per_replica.get(d.server, 0) < 1:
                     continue
-                more_episodes = d.replicas
-            needed = math.ceil(
-                min(episodes[d.stage] + more_episodes, d.episodes) / episodes_per_worker
-            )
-            more_workers = needed - workers[d.stage]
-            if more_workers > workers_left:
-                continue
-            workers_left -= more_workers
-            workers[d.stage] = needed
-            episodes[d.stage] += more_episodes
-            units[d.stage] += 1
-            if d.server is not None:
+                more = min(d.replicas, wanted)
+                if more > left:
+                    continue
                 per_replica[d.server] -= 1
+            left -= more
+            episodes[d.stage] += more
+            units[d.stage] += 1
             progress = True
     return {
-        d.stage: Grant(workers[d.stage], units[d.stage] if d.server is not None else 0)
+        d.stage: Grant(episodes[d.stage], units[d.stage] if d.server is not None else 0)
         for d in demands
         if units[d.stage] > 0
     }
@@ -92,9 +97,8 @@ def grant(demands: list[Demand], free: Free, episodes_per_worker: int) -> dict[s
 class Capacity:
     """The sweep's episode capacity and what running stages hold of it."""
 
-    def __init__(self, workers: int, episodes_per_worker: int) -> None:
-        self.workers = workers
-        self.episodes_per_worker = episodes_per_worker
+    def __init__(self, episodes: int) -> None:
+        self.episodes = episodes
         self.slots: dict[str, int] = {}  # server key -> slots per replica
         self.held: dict[str, tuple[str | None, Grant]] = {}  # stage -> (server, grant)
 
@@ -103,17 +107,17 @@ class Capacity:
 
     def free(self) -> Free:
         per_replica = dict(self.slots)
-        workers = self.workers
+        episodes = self.episodes
         for server, held in self.held.values():
-            workers -= held.workers
+            episodes -= held.episodes
             if server is not None:
                 per_replica[server] -= held.per_replica
-        return Free(workers, per_replica)
+        return Free(episodes, per_replica)
 
     def take(self, demands: list[Demand]) -> dict[str, Grant]:
         """Grants for the ready stages `demands` out of what is free now (held until
         `give_back`)."""
-        grants = grant(demands, self.free(), self.episodes_per_worker)
+        grants = grant(demands, self.free())
         server_of = {d.stage: d.server for d in demands}
         for stage, g in grants.items():
             self.held[stage] = (server_of[stage], g)

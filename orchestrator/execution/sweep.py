@@ -111,14 +111,22 @@ class Sweep:
         raise ValueError(f"{stage.key} plays episodes but names no model")
 
     def granted(self, stage: Stage, model: ModelConfig) -> tuple[ClusterConfig, ModelConfig]:
-        """The cluster and model a stage's episodes run with: its grant's episode workers
-        and its share of each replica's request slots (runtime fields: not the stage's
-        identity, nor the servers' key). Without a grant (a stage run by itself): all."""
+        """The cluster and model a stage's episodes run with: workers sized to its
+        grant's episodes (each reserving its part of a worker's CPUs) and its share of
+        each replica's request slots (runtime fields: not the stage's identity, nor the
+        servers' key). Without a grant (a stage run by itself): all of them."""
         grant = self.grants.get(stage.key)
         cluster = self.cfg.cluster
         if grant is None:
             return cluster, model
-        cluster = cluster.model_copy(update={"num_workers": grant.workers})
+        workers, each = grant.workers(cluster.episodes_per_worker)
+        cluster = cluster.model_copy(
+            update={
+                "num_workers": workers,
+                "episodes_per_worker": each,
+                "worker_num_cpus": cluster.worker_num_cpus * each / cluster.episodes_per_worker,
+            }
+        )
         if grant.per_replica > 0:
             model = model.model_copy(update={"max_concurrency_per_server": grant.per_replica})
         return cluster, model

@@ -62,7 +62,7 @@ class FakeLedger:
     def describe(self, stage: Any) -> None:
         pass
 
-    def record_run(self, key: StageKey, wall_s: float, gpu_s: float) -> None:
+    def record_run(self, key: StageKey, wall_s: float, gpu_s: float, by_model: Any) -> None:
         self.runs.append(key)
 
 
@@ -70,8 +70,8 @@ class FakeServers:
     def __init__(self) -> None:
         self.ended: list[StageKey] = []
 
-    def gpus(self, model: Any) -> float:
-        return 0.0
+    def stage_gpu_s(self, key: StageKey) -> dict[str, float]:
+        return {}
 
     def stage_ended(self, key: StageKey) -> None:
         self.ended.append(key)
@@ -209,7 +209,7 @@ def test_stages_of_one_model_share_its_request_slots():
         return True
 
     stages = [FakeStage(_key(n), (), model, hold, episodes=100) for n in "abc"]
-    sweep = FakeSweep(stages, num_workers=3, episodes_per_worker=2)
+    sweep = FakeSweep(stages, num_workers=3, episodes_per_worker=4)
     StageScheduler(sweep).run()
     assert sum(g.per_replica for g in seen.values()) == 6
-    assert all(g.per_replica == 2 and g.workers == 1 for g in seen.values())
+    assert all(g.per_replica == 2 and g.episodes == 2 for g in seen.values())
