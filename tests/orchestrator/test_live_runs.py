@@ -132,3 +132,44 @@ def test_the_heartbeat_line_says_where_the_sweep_is():
     line = beat.line()
     assert "[2/3] evaluate student=qwen3-4b zero_shot: 2/4 episodes (1 cached;" in line
     assert "success 0, failed 1, infra errors 0; 120 tokens)" in line
+
+
+def test_the_heartbeat_says_where_each_running_stage_is():
+    """Several stages run at once: a line each, in the order they started."""
+
+    class Stage:
+        plays_episodes = True
+
+    class Build:
+        plays_episodes = False
+
+    class Graph:
+        stages = {"evaluate:a": Stage(), "evaluate:b": Stage(), "build:c": Build()}
+        needs = {"evaluate:a": {"t1", "t2"}, "evaluate:b": {"t1", "t2", "t3"}}
+
+    class Ledger:
+        def episodes(self, key, verify=True):
+            return {}
+
+    class Sweep:
+        graph, ledger = Graph(), Ledger()
+
+        def line(self, stage):
+            return "build bank" if isinstance(stage, Build) else "evaluate student"
+
+    from distillery.workers.trajectories import EpisodeSummary
+
+    beat = heartbeat_module.Heartbeat(Sweep(), stream=io.StringIO(), enabled=False)
+    beat.stage_started("evaluate:a", "[1/3]")
+    beat.stage_started("build:c", "[2/3]")
+    beat.stage_started("evaluate:b", "[3/3]")
+    beat.episode("evaluate:b", EpisodeSummary("t1", True, "done", 3, 3, 10, 2, 1.0, 1, None, None))
+    lines = beat.line().splitlines()
+    assert len(lines) == 3
+    assert "[1/3] evaluate student: 0/2 episodes" in lines[0]
+    assert "[2/3] build bank: running for" in lines[1]
+    assert "[3/3] evaluate student: 1/3 episodes (0 cached; success 1," in lines[2]
+    beat.stage_finished("evaluate:a", True)
+    beat.stage_finished("build:c", True)
+    beat.stage_finished("evaluate:b", True)
+    assert "between stages" in beat.line()
