@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from distillery.orchestrator.execution.capacity import Capacity, Demand, Free, Grant, grant
     from distillery.orchestrator.execution.dispatch import INFRA_COUNTS, ray_get, run_agent
+    from distillery.orchestrator.execution.gpu_time import ModelGpuTime, ServingClock
     from distillery.orchestrator.execution.heartbeat import Heartbeat
     from distillery.orchestrator.execution.memory_stage import (
         BUILD_CPUS,
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
         TaskContext,
         stage_events,
     )
+    from distillery.orchestrator.execution.schedule import StageEnd, StageScheduler
     from distillery.orchestrator.execution.server_pool import ServerPool, gpus_of
     from distillery.orchestrator.execution.sweep import (
         Sweep,
@@ -34,19 +37,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILD_CPUS",
+    "Capacity",
+    "Demand",
+    "Free",
+    "Grant",
     "Heartbeat",
     "INFRA_COUNTS",
     "MemoryStage",
+    "ModelGpuTime",
     "OrderedEpisodeStage",
     "OrderedRun",
     "Reply",
     "SERVICE_CPUS",
     "ServerPool",
+    "ServingClock",
+    "StageEnd",
     "StageObserver",
+    "StageScheduler",
     "Sweep",
     "TaskContext",
     "agent_metrics",
     "gpus_of",
+    "grant",
     "in_benchmark_order",
     "longest_first",
     "notify",
@@ -66,13 +78,16 @@ if not TYPE_CHECKING:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
+            "capacity": ("Capacity", "Demand", "Free", "Grant", "grant"),
             "dispatch": ("INFRA_COUNTS", "ray_get", "run_agent"),
+            "gpu_time": ("ModelGpuTime", "ServingClock"),
             "heartbeat": ("Heartbeat",),
             "memory_stage": ("BUILD_CPUS", "SERVICE_CPUS", "MemoryStage", "service_options"),
             "metrics": ("agent_metrics",),
             "observers": ("StageObserver", "notify"),
             "ordered_run": ("OrderedRun",),
             "ordered_stage": ("OrderedEpisodeStage", "Reply", "TaskContext", "stage_events"),
+            "schedule": ("StageEnd", "StageScheduler"),
             "server_pool": ("ServerPool", "gpus_of"),
             "sweep": ("Sweep", "in_benchmark_order", "longest_first", "sweep_id_for"),
         },

@@ -8,9 +8,9 @@ that model). A stage that plays episodes starts with a `Grant`: a number of epis
 slots and a share of every replica's request slots of its model, which it keeps until
 it ends (its router then never sends a replica more than the stage's share, so the
 stages of one model together never exceed what its servers take at once). Its episode
-workers are sized to its slots (`Grant.workers`): a stage of 8 episodes on workers of
-16 gets one worker reserving half a worker's CPUs, so four such stages run where two
-whole workers would have run two.
+workers are sized to its slots (`Grant.workers`): a stage of 8 episodes on 2 workers of
+16 gets 2 workers of 4, each reserving a quarter of a worker's CPUs, so four such
+stages run where two whole workers would have run two.
 
 `grant` deals the free capacity out to the stages that are ready, in priority order,
 one unit at a time round-robin (a unit: one more slot on every replica of the stage's
@@ -44,10 +44,13 @@ class Grant:
     episodes: int
     per_replica: int
 
-    def workers(self, episodes_per_worker: int) -> tuple[int, int]:
-        """Its episode workers and the episodes each runs at once: as few workers as
-        hold its episodes, sharing them evenly."""
-        workers = max(1, math.ceil(self.episodes / episodes_per_worker))
+    def workers(self, num_workers: int, episodes_per_worker: int) -> tuple[int, int]:
+        """Its episode workers and the episodes each runs at once: spread over as many
+        workers as the sweep has (never more than its episodes, never fewer than hold
+        them), sharing them evenly. Each reserves its part of a worker's CPUs, so the
+        reservations of all running stages add up to at most the sweep's workers'."""
+        least = math.ceil(self.episodes / episodes_per_worker)
+        workers = max(1, least, min(num_workers, self.episodes))
         return workers, max(1, math.ceil(self.episodes / workers))
 
 

@@ -10,8 +10,8 @@ def test_ready_stages_of_four_models_all_start_in_the_slots_of_two_workers():
     demands = [Demand(s, 8, f"m{s}", 1) for s in "abcd"]
     grants = grant(demands, Free(32, {f"m{s}": 64 for s in "abcd"}))
     assert grants == {s: Grant(8, 8) for s in "abcd"}
-    # Each runs on one worker of 8 episodes (half a worker's CPUs).
-    assert grants["a"].workers(16) == (1, 8)
+    # Each runs on both workers' nodes: two workers of 4 (a quarter of a worker's CPUs).
+    assert grants["a"].workers(2, 16) == (2, 4)
 
 
 def test_stages_of_one_model_share_its_slots_and_never_exceed_them():
@@ -35,7 +35,9 @@ def test_without_a_free_slot_a_stage_waits():
 
 def test_the_oracle_needs_episode_slots_only():
     assert grant([Demand("a", 40, None)], Free(24, {})) == {"a": Grant(24, 0)}
-    assert Grant(24, 0).workers(16) == (2, 12)  # two workers sharing them evenly
+    assert Grant(24, 0).workers(2, 16) == (2, 12)  # two workers sharing them evenly
+    assert Grant(40, 0).workers(2, 16) == (3, 14)  # never fewer than hold them
+    assert Grant(1, 0).workers(2, 16) == (1, 1)  # never more than its episodes
 
 
 def test_held_capacity_comes_back_when_a_stage_ends():

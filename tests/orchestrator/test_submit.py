@@ -78,6 +78,9 @@ def _sweep_args(root: Path, url: str) -> list[str]:
         "cluster.num_workers=2",  # one per node
         "cluster.worker_num_cpus=1",
         "cluster.episodes_per_worker=1",
+        # One stage at a time: the evaluation gets both workers (one per node), which its
+        # log line shows; run at once, the teacher's and the student's stage get one each.
+        "cluster.max_stages_in_flight=1",
     ]
 
 
