@@ -11,6 +11,7 @@ from typing import TextIO, cast
 
 from distillery.orchestrator.core.config import DistilleryConfig
 from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.plan_clock import forecast_wall, format_forecast
 from distillery.orchestrator.planning.plan_listing import format_plan, stage_status
 from distillery.orchestrator.planning.plan_totals import format_totals, plan_totals
 from distillery.orchestrator.planning.preflight import (
@@ -58,6 +59,9 @@ def plan_command(
             format_totals(totals, cost.prices, cost.throughput_tokens_per_s, cost.gpu_hour),
             file=out,
         )
+        if totals:  # something still to run calls a model
+            forecast = forecast_wall(graph, statuses, ledger, cost.throughput_tokens_per_s)
+            print(format_forecast(forecast), file=out)
         out.flush()
     elif not problems:  # the benchmark cannot list its tasks: no plan, the world checked
         missing = getattr(unplanned, "missing", None)

@@ -86,42 +86,77 @@ def plan_totals(
 ) -> list[ModelTotals]:
     """One entry per model with work still to do (models that make no LLM call, the
     oracle and deterministic banks, are left out)."""
-    measured = _measured(graph, statuses, ledger)
+    measured = measured_units(graph, statuses, ledger)
     out: dict[str, ModelTotals] = {}
     for st in statuses:
-        stage = st.stage
-        model = stage.model
+        model = st.stage.model
         if model is None or st.is_cached:
             continue
         totals = out.setdefault(model.name, ModelTotals(model.name, model=model))
-        key = server_key(model)
-        if stage.plays_episodes:
-            totals.roles.add(stage.role or "agent")
-            done = set(ledger.episodes(stage.key, verify=False))
-            todo = [t for t in graph.needs.get(stage.key, set()) if t not in done]
-            totals.episodes += len(todo)
-            unit = measured.get(("episode", key))
-            for task_id in todo:
-                per = unit or _assumed_episode(graph.tasks.get(task_id), model)
-                totals.calls += per.calls
-                totals.tokens_in += per.tokens_in
-                totals.tokens_out += per.tokens_out
-                totals.basis.add(per.basis)
+        work = stage_work(st.stage, graph, ledger, measured)
+        if st.stage.plays_episodes:
+            totals.roles.add(st.stage.role or "agent")
+            totals.episodes += work.units
         else:
             totals.roles.add("memory builder")
-            n = _memory_tasks(stage)
-            totals.memory_tasks += n
-            per = measured.get(("bank", key)) or PerUnit(
-                BUILD_CALLS_PER_TASK,
-                BUILD_CALLS_PER_TASK * BUILD_PROMPT_TOKENS,
-                BUILD_CALLS_PER_TASK * BUILD_COMPLETION_TOKENS,
-                f"assumed: {BUILD_CALLS_PER_TASK:g} calls per memory task",
-            )
-            totals.calls += per.calls * n
-            totals.tokens_in += per.tokens_in * n
-            totals.tokens_out += per.tokens_out * n
-            totals.basis.add(per.basis)
+            totals.memory_tasks += work.units
+        totals.calls += work.calls
+        totals.tokens_in += work.tokens_in
+        totals.tokens_out += work.tokens_out
+        totals.basis.update(work.basis)
     return list(out.values())
+
+
+@dataclass
+class StageWork:
+    """What a stage still to run will ask of its model: episodes (or memory tasks),
+    calls and tokens, and what the figures rest on."""
+
+    units: int = 0
+    calls: float = 0.0
+    tokens_in: float = 0.0
+    tokens_out: float = 0.0
+    basis: set[str] = field(default_factory=set)
+
+    @property
+    def tokens(self) -> float:
+        return self.tokens_in + self.tokens_out
+
+
+def stage_work(
+    stage: Stage, graph: StageGraph, ledger: Ledger, measured: dict[tuple[str, str], PerUnit]
+) -> StageWork:
+    """The work left of one stage of a model (`measured`: `measured_units`)."""
+    work = StageWork()
+    model = stage.model
+    if model is None:
+        return work
+    key = server_key(model)
+    if stage.plays_episodes:
+        done = set(ledger.episodes(stage.key, verify=False))
+        todo = [t for t in graph.needs.get(stage.key, set()) if t not in done]
+        work.units = len(todo)
+        unit = measured.get(("episode", key))
+        for task_id in todo:
+            per = unit or _assumed_episode(graph.tasks.get(task_id), model)
+            work.calls += per.calls
+            work.tokens_in += per.tokens_in
+            work.tokens_out += per.tokens_out
+            work.basis.add(per.basis)
+        return work
+    n = _memory_tasks(stage)
+    work.units = n
+    per = measured.get(("bank", key)) or PerUnit(
+        BUILD_CALLS_PER_TASK,
+        BUILD_CALLS_PER_TASK * BUILD_PROMPT_TOKENS,
+        BUILD_CALLS_PER_TASK * BUILD_COMPLETION_TOKENS,
+        f"assumed: {BUILD_CALLS_PER_TASK:g} calls per memory task",
+    )
+    work.calls = per.calls * n
+    work.tokens_in = per.tokens_in * n
+    work.tokens_out = per.tokens_out * n
+    work.basis.add(per.basis)
+    return work
 
 
 def _memory_tasks(stage: Stage) -> int:
@@ -130,7 +165,7 @@ def _memory_tasks(stage: Stage) -> int:
     return len(getattr(source, "task_ids", ()) or ())
 
 
-def _measured(
+def measured_units(
     graph: StageGraph, statuses: Sequence[PlannedStatus], ledger: Ledger
 ) -> dict[tuple[str, str], PerUnit]:
     """Means over what this sweep's ledger already holds, per model (its servers' key)."""

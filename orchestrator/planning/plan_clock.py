@@ -1,0 +1,148 @@
+"""`--plan`'s wall-clock forecast: how long the stages still to run take as a graph,
+beside the critical-path bound and the one-stage-at-a-time schedule, and the GPU-hours
+each model's servers are held in that schedule.
+
+A stage's time is its tokens (`plan_totals.stage_work`: measured in this ledger, else
+assumed) over its model's throughput: `cost.throughput_tokens_per_s` (tokens one replica
+processes per second) times the model's replicas. A model's servers serve its stages
+one after another at that rate (stages of one model share its servers: running two at
+once takes as long as one after the other); stages of different models overlap as the
+graph allows. The schedule is simulated as the driver runs it (`execution.schedule`: a
+ready stage starts as soon as its model is free, the longest chain first). What plays
+without a model (the oracle, a deterministic build) or a model without a throughput is
+counted as instant, and the forecast says which.
+
+Its assumptions are the throughput's: the episode slots are taken to feed every server
+(size `cluster.num_workers` x `cluster.episodes_per_worker` to the models' request slots),
+and a replica's throughput at the sweep's concurrency is the figure given.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from distillery.orchestrator.planning.plan import StageGraph, server_key
+from distillery.orchestrator.planning.plan_listing import PlannedStatus
+from distillery.orchestrator.planning.plan_totals import measured_units, stage_work
+from distillery.orchestrator.stages.stage import StageKey
+from distillery.orchestrator.state.ledger import Ledger
+from distillery.workers.llm.config import ModelConfig
+
+
+@dataclass
+class WallForecast:
+    """The forecast of a sweep's stages still to run."""
+
+    wall_s: float  # as a graph
+    bound_s: float  # no schedule is shorter: the longest chain, or the busiest model
+    one_at_a_time_s: float  # every stage after the other
+    held_gpu_h: dict[str, float] = field(default_factory=dict)  # model -> GPU-hours up
+    instant: list[str] = field(default_factory=list)  # models without a throughput
+
+
+def forecast_wall(
+    graph: StageGraph,
+    statuses: Sequence[PlannedStatus],
+    ledger: Ledger,
+    throughput: dict[str, float],
+) -> WallForecast:
+    measured = measured_units(graph, statuses, ledger)
+    duration: dict[StageKey, float] = {}
+    server: dict[StageKey, str | None] = {}
+    models: dict[str, ModelConfig] = {}
+    instant: set[str] = set()
+    for st in statuses:
+        stage, key = st.stage, st.stage.key
+        model = stage.model
+        duration[key], server[key] = 0.0, None
+        if st.is_cached or model is None or model.backend == "oracle":
+            continue
+        tps = throughput.get(model.name)
+        if not tps:
+            instant.add(model.name)
+            continue
+        replicas = model.replicas if model.launched else 1
+        work = stage_work(stage, graph, ledger, measured)
+        duration[key] = work.tokens / (tps * replicas)
+        served = server[key] = server_key(model)
+        models[served] = model
+    readers: dict[StageKey, list[StageKey]] = {k: [] for k in graph.stages}
+    for key, stage in graph.stages.items():
+        for up in stage.upstream:
+            readers[up].append(key)
+
+    @functools.cache
+    def chain(key: StageKey) -> float:  # the longest path from `key` to the end
+        return duration[key] + max((chain(r) for r in readers[key]), default=0.0)
+
+    load: dict[str, float] = {}
+    for key, s in server.items():
+        if s is not None:
+            load[s] = load.get(s, 0.0) + duration[key]
+    bound = max([*(chain(k) for k in graph.stages), *load.values(), 0.0])
+
+    # The driver's schedule: each stage starts when its inputs have ended and its model
+    # is free; among those ready, the longest chain first.
+    end: dict[StageKey, float] = {}
+    free_at: dict[str, float] = {}
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    waiting = sorted(graph.stages, key=lambda k: (-chain(k), graph.depth(k), k))
+    while waiting:
+        ready = [k for k in waiting if all(u in end for u in graph.stages[k].upstream)]
+        if not ready:  # a cycle cannot be planned; nothing to forecast
+            break
+
+        def start_of(key: StageKey) -> float:
+            inputs = max((end[u] for u in graph.stages[key].upstream), default=0.0)
+            s = server[key]
+            return max(inputs, free_at.get(s, 0.0)) if s is not None else inputs
+
+        key = min(ready, key=lambda k: (start_of(k), waiting.index(k)))
+        start = start_of(key)
+        end[key] = start + duration[key]
+        s = server[key]
+        if s is not None:
+            free_at[s] = end[key]
+            first.setdefault(s, start)
+            last[s] = max(last.get(s, 0.0), end[key])
+        waiting.remove(key)
+    held = {}
+    for s, model in models.items():
+        gpus = model.replicas * max(model.gpus_per_server, 1) if model.backend == "vllm" else 0
+        if gpus:
+            held[model.name] = held.get(model.name, 0.0) + gpus * (last[s] - first[s]) / 3600
+    return WallForecast(
+        wall_s=max(end.values(), default=0.0),
+        bound_s=bound,
+        one_at_a_time_s=sum(duration.values()),
+        held_gpu_h=held,
+        instant=sorted(instant),
+    )
+
+
+def format_forecast(forecast: WallForecast) -> str:
+    lines = [
+        f"wall-clock forecast: {_time(forecast.wall_s)} as a graph (bound "
+        f"{_time(forecast.bound_s)}; one stage at a time {_time(forecast.one_at_a_time_s)}), "
+        "from cost.throughput_tokens_per_s"
+    ]
+    if forecast.held_gpu_h:
+        held = ", ".join(f"{m} {h:,.2f}" for m, h in sorted(forecast.held_gpu_h.items()))
+        lines.append(f"  GPU-hours held in that schedule (servers up, first to last stage): {held}")
+    if forecast.instant:
+        lines.append(
+            f"  no throughput for {', '.join(forecast.instant)}: its stages are counted as "
+            "instant (set cost.throughput_tokens_per_s.NAME)"
+        )
+    return "\n".join(lines)
+
+
+def _time(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.0f} s"

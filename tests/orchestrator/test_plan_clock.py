@@ -1,0 +1,65 @@
+"""`--plan`'s wall-clock forecast on planned sweeps whose stage times are known from
+their tokens and the throughputs given."""
+
+from __future__ import annotations
+
+import pytest
+
+from distillery.orchestrator.planning.plan import plan_sweep
+from distillery.orchestrator.planning.plan_clock import forecast_wall, format_forecast
+from distillery.orchestrator.planning.plan_listing import stage_status
+from distillery.orchestrator.planning.plan_totals import measured_units, stage_work
+from distillery.orchestrator.state.ledger import Ledger
+from tests.support.sweep_config import sweep_config
+
+
+def _seconds(graph, statuses, ledger, throughput):
+    measured = measured_units(graph, statuses, ledger)
+    return {
+        st.stage.key: stage_work(st.stage, graph, ledger, measured).tokens
+        / (throughput[st.stage.model.name] * st.stage.model.replicas)
+        for st in statuses
+        if st.stage.model is not None and st.stage.model.name in throughput
+    }
+
+
+def test_two_students_run_side_by_side_and_one_model_runs_its_stages_in_turn(tmp_path):
+    configs = [
+        sweep_config(tmp_path, "benchmark.limit=3", "methods=[zero_shot]", f"student={name}")
+        for name in ("qwen3_4b", "qwen3_8b")
+    ]
+    graph = plan_sweep(configs)
+    ledger = Ledger(configs[0].output_dir)
+    statuses = stage_status(graph, ledger)
+    throughput = {"qwen3-4b": 400.0, "qwen3-8b": 100.0}
+    seconds = _seconds(graph, statuses, ledger, throughput)
+    assert len(seconds) == 2
+    forecast = forecast_wall(graph, statuses, ledger, throughput)
+    assert forecast.wall_s == pytest.approx(max(seconds.values()))
+    assert forecast.bound_s == pytest.approx(max(seconds.values()))
+    assert forecast.one_at_a_time_s == pytest.approx(sum(seconds.values()))
+    # Each student's one GPU held while its stage runs.
+    assert set(forecast.held_gpu_h) == {"qwen3-4b", "qwen3-8b"}
+    assert sum(forecast.held_gpu_h.values()) == pytest.approx(sum(seconds.values()) / 3600)
+
+    # Two stages of one model (two seeds) share its servers: one after the other.
+    seeds = [
+        sweep_config(tmp_path, "benchmark.limit=3", "methods=[zero_shot]", f"seed={s}")
+        for s in (0, 1)
+    ]
+    graph = plan_sweep(seeds)
+    statuses = stage_status(graph, ledger)
+    name = seeds[0].student.name
+    one = forecast_wall(graph, statuses, ledger, {name: 400.0})
+    assert len(graph.stages) == 2
+    assert one.wall_s == pytest.approx(one.one_at_a_time_s)
+    assert format_forecast(one).startswith("wall-clock forecast: ")
+
+
+def test_a_model_without_a_throughput_is_named_and_counted_as_instant(tmp_path):
+    cfg = sweep_config(tmp_path, "benchmark.limit=2", "methods=[zero_shot]", "student=qwen3_4b")
+    graph = plan_sweep([cfg])
+    ledger = Ledger(cfg.output_dir)
+    forecast = forecast_wall(graph, stage_status(graph, ledger), ledger, {})
+    assert forecast.wall_s == 0.0 and forecast.instant == ["qwen3-4b"]
+    assert "no throughput for qwen3-4b" in format_forecast(forecast)
