@@ -147,22 +147,32 @@ def _cli(argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "distillery.orchestrator.cli.app", *argv]
 
 
-def _done_records(root: Path) -> int:
-    return len(list(root.glob("stages/evaluate/*/done/*.json")))
+def _done_records(root: Path, kind: str = "evaluate") -> int:
+    return len(list(root.glob(f"stages/{kind}/*/done/*.json")))
 
 
 def test_a_sweep_killed_mid_run_finishes_on_rerun_like_an_uninterrupted_one(tmp_path):
+    """Killed while the teacher's and the student's stages are both in flight (they
+    read nothing of each other: they run at once, one episode slot each)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     common = [
         "benchmark.limit=6",
         "methods=[teacher,zero_shot]",
-        "cluster.num_workers=1",
+        "cluster.num_workers=2",
         "cluster.episodes_per_worker=1",
         "cluster.num_cpus=2",
     ]
     with run_stub_server(
         script="distillery.testing.bfcl_scripts:replay_native", delay_s=0.3
     ) as url:
+        # The teacher is the scripted server too: its episodes take as long as the
+        # student's, so both stages are still playing when the sweep is killed.
+        common += [
+            "teacher=external",
+            f"teacher.base_url={url}",
+            "teacher.model=scripted-teacher",
+            "teacher.action_format=native",
+        ]
         killed_dir = tmp_path / "killed"
         argv = _args(killed_dir, url, *common)
         process = subprocess.Popen(
@@ -174,13 +184,16 @@ def test_a_sweep_killed_mid_run_finishes_on_rerun_like_an_uninterrupted_one(tmp_
             stderr=subprocess.DEVNULL,
         )
         deadline = time.time() + 240
-        while _done_records(killed_dir / "runs") < 2 and time.time() < deadline:
+        runs = killed_dir / "runs"
+        while time.time() < deadline and not (
+            _done_records(runs) >= 1 and _done_records(runs, "collect") >= 1
+        ):
             assert process.poll() is None, "the sweep ended before it could be killed"
             time.sleep(0.2)
         os.killpg(process.pid, signal.SIGKILL)  # the driver and its local Ray
         process.wait()
-        finished_before = _done_records(killed_dir / "runs")
-        assert 2 <= finished_before < 6
+        finished_before = _done_records(runs), _done_records(runs, "collect")
+        assert all(1 <= n < 6 for n in finished_before), finished_before  # both in flight
         before = _requests(url)
 
         resumed = subprocess.run(_cli(argv), cwd=REPO_ROOT, env=env, capture_output=True, text=True)
@@ -212,6 +225,11 @@ def test_a_sweep_killed_mid_run_finishes_on_rerun_like_an_uninterrupted_one(tmp_
     killed, uninterrupted = outcome(killed_dir), outcome(fresh_dir)
     assert len(killed) == 12 and not killed.duplicated(["method", "task_id"]).any()
     pd.testing.assert_frame_equal(killed, uninterrupted)
+
+    def stage_keys(root: Path) -> set[str]:
+        return {f"{d.parent.name}:{d.name}" for d in (root / "runs" / "stages").glob("*/*")}
+
+    assert stage_keys(killed_dir) == stage_keys(fresh_dir)  # the same stages, same keys
     # One episode file per task and stage, whatever was in flight when it died.
     for stage in (killed_dir / "runs" / "stages").glob("*/*"):
         files = list((stage / "episodes").glob("*.parquet"))
