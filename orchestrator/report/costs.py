@@ -21,12 +21,17 @@ names such models so the report can say the money total is a lower bound.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
+
+from distillery.workers.storage import Location
+
+log = logging.getLogger(__name__)
 
 # Category of a stage kind's own tokens; embeddings are always their own category.
 KIND_CATEGORY: Mapping[str, str] = MappingProxyType(
@@ -292,3 +297,37 @@ def model_costs(costs: pd.DataFrame) -> pd.DataFrame:
 def unpriced_models(costs: pd.DataFrame) -> list[str]:
     """Models that used tokens but have no price (their money counts as 0)."""
     return sorted(set(costs.loc[~costs["priced"], "model"]))
+
+
+def gpu_time(location: Location) -> pd.DataFrame:
+    """Each model's GPU time over every invocation of the sweep (`gpu_time/*.json`, one
+    per invocation: `tracking.results.log_gpu_time`): GPU-hours held (servers up) and
+    serving (a request in flight), busy (their ratio) and idle (held, not serving). An
+    unreadable record is skipped with a warning; none at all: an empty frame."""
+    rows: list[dict[str, Any]] = []
+    for target in (location / "gpu_time").listdir(".json"):
+        try:
+            data = target.read_json()
+            for m in data["models"]:
+                rows.append(
+                    {
+                        "model": str(m["model"]),
+                        "gpus": float(m["gpus"]),
+                        "held_gpu_h": float(m["held_gpu_h"]),
+                        "serving_gpu_h": float(m["serving_gpu_h"]),
+                    }
+                )
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable GPU time record %s (%s)", target, exc)
+    columns = ["model", "gpus", "held_gpu_h", "serving_gpu_h", "idle_gpu_h", "busy"]
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(rows).groupby("model", as_index=False, sort=True)
+    out = frame.agg(
+        gpus=("gpus", "max"),
+        held_gpu_h=("held_gpu_h", "sum"),
+        serving_gpu_h=("serving_gpu_h", "sum"),
+    )
+    out["idle_gpu_h"] = out["held_gpu_h"] - out["serving_gpu_h"]
+    out["busy"] = out["serving_gpu_h"] / out["held_gpu_h"].where(out["held_gpu_h"] > 0)
+    return out[columns]

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pandas as pd
 
-from distillery.orchestrator.report.costs import CATEGORIES
+from distillery.orchestrator.report.costs import CATEGORIES, gpu_time
 from distillery.orchestrator.report.load import SweepData
 from distillery.orchestrator.report.scenarios import scenario_labels
 from distillery.orchestrator.report.stats import _NA
@@ -206,6 +206,29 @@ def render_markdown(
                 )
             )
         )
+    held = gpu_time(data.location)
+    if not held.empty:
+        md += [
+            "",
+            "GPU time of each model's servers, over every run of the sweep: held (up, "
+            "paid for) and serving (a request in flight); idle is held and not serving "
+            "(a model waiting for its next stage, a stage's tail):",
+            "",
+            markdown_table(
+                pd.DataFrame(
+                    {
+                        "model": held["model"],
+                        "GPUs": held["gpus"].map("{:g}".format),
+                        "GPU-h held": held["held_gpu_h"].map("{:.3f}".format),
+                        "GPU-h serving": held["serving_gpu_h"].map("{:.3f}".format),
+                        "GPU-h idle": held["idle_gpu_h"].map("{:.3f}".format),
+                        "busy": held["busy"].map(
+                            lambda v: _NA if v is None or pd.isna(v) else f"{v:.0%}"
+                        ),
+                    }
+                )
+            ),
+        ]
     if not use_usd:
         md += ["", "No prices in `cost.prices`: money is 0 and plots use tokens."]
     if summary["unpriced"]:

@@ -565,3 +565,16 @@ def test_a_reference_that_pairs_with_nothing_is_explained(tmp_path):
     (note,) = [n for n in report.notes if n.startswith("reference 'memp'")]
     assert "no student method of this sweep is 'memp'" in note
     assert "amd_wf_st_fn, zero_shot" in note
+
+
+def test_gpu_time_held_and_serving_summed_over_the_sweeps_runs(tmp_path):
+    sweep = write_sweep(tmp_path)
+    records = sweep / "gpu_time"
+    records.mkdir()
+    for name, held, serving in (("first", 2.0, 1.5), ("resumed", 1.0, 0.5)):
+        model = {"model": "qwen3-4b", "gpus": 2.0, "held_s": 0.0, "serving_s": 0.0}
+        model |= {"held_gpu_h": held, "serving_gpu_h": serving}
+        (records / f"{name}.json").write_text(json.dumps({"at": 1.0, "models": [model]}))
+    (records / "damaged.json").write_text("{not json")
+    md = (Path(build_report(sweep, log_to_mlflow=False).out_dir) / "report.md").read_text()
+    assert "| qwen3-4b | 2 | 3.000 | 2.000 | 1.000 | 67% |" in md
