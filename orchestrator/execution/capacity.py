@@ -23,6 +23,7 @@ stage to end.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 
@@ -104,11 +105,17 @@ class Capacity:
         self.episodes = episodes
         self.slots: dict[str, int] = {}  # server key -> slots per replica
         self.held: dict[str, tuple[str | None, Grant]] = {}  # stage -> (server, grant)
+        # Taken by the scheduler, and by a stage's thread when its tail frees slots.
+        self._lock = threading.Lock()
 
     def add_server(self, server: str, per_replica: int) -> None:
         self.slots.setdefault(server, per_replica)
 
     def free(self) -> Free:
+        with self._lock:
+            return self._free()
+
+    def _free(self) -> Free:
         per_replica = dict(self.slots)
         episodes = self.episodes
         for server, held in self.held.values():
@@ -120,11 +127,28 @@ class Capacity:
     def take(self, demands: list[Demand]) -> dict[str, Grant]:
         """Grants for the ready stages `demands` out of what is free now (held until
         `give_back`)."""
-        grants = grant(demands, self.free())
-        server_of = {d.stage: d.server for d in demands}
-        for stage, g in grants.items():
-            self.held[stage] = (server_of[stage], g)
+        with self._lock:
+            grants = grant(demands, self._free())
+            server_of = {d.stage: d.server for d in demands}
+            for stage, g in grants.items():
+                self.held[stage] = (server_of[stage], g)
         return grants
 
+    def shrink(self, stage: str, in_flight: int) -> None:
+        """A stage with nothing left to dispatch keeps only what it has in flight: the
+        rest of its grant goes to the stages waiting (its tail no longer holds slots it
+        cannot use). Its share of each replica becomes at most its in-flight episodes
+        (all of them could be on one replica), never more than it was; a lost worker's
+        episodes dispatched again only replace those in flight."""
+        with self._lock:
+            if stage not in self.held:
+                return
+            server, held = self.held[stage]
+            if in_flight >= held.episodes:
+                return
+            per_replica = min(held.per_replica, in_flight) if server is not None else 0
+            self.held[stage] = (server, Grant(in_flight, per_replica))
+
     def give_back(self, stage: str) -> None:
-        self.held.pop(stage, None)
+        with self._lock:
+            self.held.pop(stage, None)

@@ -314,7 +314,7 @@ def run_agent(
     directory: Any = None,
     desc: str | None = None,
     position: int | None = None,
-    on_load: Callable[[int], None] | None = None,
+    on_load: Callable[[int, int], None] | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight.
 
@@ -323,8 +323,8 @@ def run_agent(
     than it has slots. A worker that dies (its actor, or its node) is replaced and
     its in-flight tasks are dispatched again: an episode file is replaced whole, and
     the ledger records an episode only when its summary arrives, so every task ends
-    up recorded exactly once. `on_load` is told the episodes in flight whenever their
-    number changes (the servers' serving time)."""
+    up recorded exactly once. `on_load` is told the episodes in flight and those still
+    to dispatch at every turn (the servers' serving time; a stage's tail)."""
     import ray
     import ray.exceptions as ray_exceptions
 
@@ -365,7 +365,7 @@ def run_agent(
                 owner[ref] = (index, pool.generation[index], task_id)
                 busy[index] += 1
             if on_load is not None:
-                on_load(len(owner))
+                on_load(len(owner), len(pending))
             # Never an unbounded wait: workers being placed are looked at every few
             # seconds (their deadline ends the stage when no worker is left).
             waiting = list(owner) or [ref for ref, _ in pool.placing.values()]
@@ -396,7 +396,7 @@ def run_agent(
         infra.update(pool.routing_stats())
     finally:
         if on_load is not None:
-            on_load(0)
+            on_load(0, 0)
         bar.close()
         pool.close()
     order = {t: i for i, t in enumerate(task_ids)}

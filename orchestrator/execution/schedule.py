@@ -61,6 +61,7 @@ class StageScheduler:
         self.max_in_flight = max_in_flight
         cluster = sweep.cfg.cluster
         self.capacity = Capacity(cluster.num_workers * cluster.episodes_per_worker)
+        sweep.capacity = self.capacity  # a stage's tail gives back what it cannot use
         self.ends: dict[StageKey, StageEnd] = {}
         self.started_order: list[StageKey] = []
         self._readers: dict[StageKey, set[StageKey]] = {k: set() for k in self.graph.stages}

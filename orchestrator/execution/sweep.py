@@ -18,7 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
-from distillery.orchestrator.execution.capacity import Grant
+from distillery.orchestrator.execution.capacity import Capacity, Grant
 from distillery.orchestrator.execution.dispatch import run_agent
 from distillery.orchestrator.execution.memory_stage import MemoryStage
 from distillery.orchestrator.execution.metrics import agent_metrics
@@ -82,6 +82,7 @@ class Sweep:
         self._observing = threading.Lock()
         # What each running stage that plays episodes was granted (the scheduler's).
         self.grants: dict[StageKey, Grant] = {}
+        self.capacity: Capacity | None = None  # the scheduler's, while it runs
         self._bars = _BarRows()
 
     # -- stages --------------------------------------------------------------------
@@ -175,13 +176,20 @@ class Sweep:
                 directory=directory,
                 desc=stage.progress_line(self.names.stage(stage.key)),
                 position=self.bar_row(stage.key),
-                on_load=lambda n: self.servers.in_flight(model, stage.key, n),
+                on_load=lambda n, left: self._load(stage.key, model, n, left),
             )
         finally:
             self.bar_done(stage.key)
         with self._observing:
             self.infra.update(run.infra)
         return True
+
+    def _load(self, key: StageKey, model: ModelConfig, in_flight: int, left: int) -> None:
+        """A stage's episodes in flight (its model's serving time); once nothing is left
+        to dispatch, the slots its tail no longer uses go back to the waiting stages."""
+        self.servers.in_flight(model, key, in_flight)
+        if left == 0 and self.capacity is not None:
+            self.capacity.shrink(str(key), in_flight)
 
     def _episode_done(self, key: StageKey, summary: EpisodeSummary) -> None:
         self.ledger.record_episode(key, summary)  # first: no result is lost

@@ -47,3 +47,15 @@ def test_held_capacity_comes_back_when_a_stage_ends():
     assert capacity.take([Demand("b", 100, "m", 1)]) == {}  # every slot of m is held
     capacity.give_back("a")
     assert capacity.take([Demand("b", 100, "m", 1)]) == {"b": Grant(8, 8)}
+
+
+def test_a_stage_tail_gives_back_what_it_no_longer_uses():
+    capacity = Capacity(episodes=16)
+    capacity.add_server("m", 8)
+    assert capacity.take([Demand("a", 100, "m", 2)]) == {"a": Grant(16, 8)}
+    capacity.shrink("a", 3)  # nothing left to dispatch, 3 in flight
+    assert capacity.free().episodes == 13
+    assert capacity.free().per_replica == {"m": 5}  # all 3 could be on one replica
+    assert capacity.take([Demand("b", 100, "m", 2)]) == {"b": Grant(10, 5)}
+    capacity.shrink("b", 12)  # more than it holds: nothing changes
+    assert capacity.held["b"][1] == Grant(10, 5)

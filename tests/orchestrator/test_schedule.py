@@ -213,3 +213,24 @@ def test_stages_of_one_model_share_its_request_slots():
     StageScheduler(sweep).run()
     assert sum(g.per_replica for g in seen.values()) == 6
     assert all(g.per_replica == 2 and g.episodes == 2 for g in seen.values())
+
+
+def test_a_stage_tail_lets_the_next_stage_of_its_model_start_before_it_ends():
+    model = _model("student").model_copy(update={"max_concurrency_per_server": 4})
+    second_started = threading.Event()
+
+    def tail(key: StageKey) -> bool:
+        # Everything dispatched, one episode left in flight: the rest goes back.
+        sweep.capacity.shrink(str(key), 1)
+        assert second_started.wait(WAIT_S), "the next stage waited for the whole stage"
+        return True
+
+    def second(key: StageKey) -> bool:
+        second_started.set()
+        return True
+
+    first = FakeStage(_key("a"), (), model, tail, episodes=100)
+    after = FakeStage(_key("b"), (), model, second, episodes=100)
+    sweep = FakeSweep([first, after], num_workers=1, episodes_per_worker=4)
+    StageScheduler(sweep).run()
+    assert sweep.stages_run == 2
