@@ -63,6 +63,7 @@ class StageScheduler:
         self.capacity = Capacity(cluster.num_workers * cluster.episodes_per_worker)
         sweep.capacity = self.capacity  # a stage's tail gives back what it cannot use
         self.ends: dict[StageKey, StageEnd] = {}
+        self._demands: dict[StageKey, Demand | None] = {}
         self.started_order: list[StageKey] = []
         self._readers: dict[StageKey, set[StageKey]] = {k: set() for k in self.graph.stages}
         for key, stage in self.graph.stages.items():
@@ -83,7 +84,13 @@ class StageScheduler:
     # -- demand --------------------------------------------------------------------
 
     def demand(self, key: StageKey) -> Demand | None:
-        """What the stage could use at once (None: it plays no episodes now)."""
+        """What the stage could use at once (None: it plays no episodes now). Read once,
+        when it is first ready: nothing else writes its episodes while it waits."""
+        if key not in self._demands:
+            self._demands[key] = self._demand(key)
+        return self._demands[key]
+
+    def _demand(self, key: StageKey) -> Demand | None:
         stage = self.graph.stages[key]
         episodes = stage.episode_demand(self.sweep.ledger, self.graph.needs.get(key, set()))
         if episodes <= 0:
