@@ -182,6 +182,15 @@ class Sweep:
             self.bar_done(stage.key)
         with self._observing:
             self.infra.update(run.infra)
+        # Its bar is cleared when several stages run (each had its own row): its end is
+        # a line of its own.
+        scored = [x for x in run.summaries if x.success is not None]
+        won = sum(1 for x in scored if x.success)
+        self.say(
+            f"{prefix} {stage.key} done: {len(run.summaries)} episodes in {run.wall_s:.0f} s "
+            f"(success {won}, failed {len(scored) - won}, infra errors "
+            f"{len(run.summaries) - len(scored)})  {self.line(stage)}"
+        )
         return True
 
     def _load(self, key: StageKey, model: ModelConfig, in_flight: int, left: int) -> None:
