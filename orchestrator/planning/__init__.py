@@ -10,11 +10,21 @@ if TYPE_CHECKING:
     from distillery.orchestrator.planning.descriptors import name_sweep
     from distillery.orchestrator.planning.plan import EvalPoint, StageGraph, plan_sweep, server_key
     from distillery.orchestrator.planning.plan_check import plan_command
+    from distillery.orchestrator.planning.plan_clock import (
+        WallForecast,
+        forecast_wall,
+        format_forecast,
+    )
     from distillery.orchestrator.planning.plan_listing import (
         PlannedStatus,
         format_plan,
         stage_line,
         stage_status,
+    )
+    from distillery.orchestrator.planning.plan_totals import (
+        StageWork,
+        measured_units,
+        stage_work,
     )
     from distillery.orchestrator.planning.preflight import (
         PreflightError,
@@ -43,6 +53,8 @@ __all__ = [
     "PreflightError",
     "RequirementsError",
     "StageGraph",
+    "StageWork",
+    "WallForecast",
     "check_benchmark_environment",
     "check_cluster",
     "check_config",
@@ -52,7 +64,10 @@ __all__ = [
     "check_requirements",
     "check_run",
     "endpoints_in_use",
+    "forecast_wall",
+    "format_forecast",
     "format_plan",
+    "measured_units",
     "missing_requirements",
     "models_in_use",
     "name_sweep",
@@ -63,6 +78,7 @@ __all__ = [
     "server_key",
     "stage_line",
     "stage_status",
+    "stage_work",
     "variables_read_on_nodes",
 ]
 
@@ -80,6 +96,8 @@ if not TYPE_CHECKING:
             "plan_listing": ("PlannedStatus", "format_plan", "stage_line", "stage_status"),
             "tasks": ("resolve_tasks",),
             "plan_check": ("plan_command",),
+            "plan_clock": ("WallForecast", "forecast_wall", "format_forecast"),
+            "plan_totals": ("StageWork", "measured_units", "stage_work"),
             "preflight": (
                 "PreflightError",
                 "check_benchmark_environment",

@@ -154,6 +154,10 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
         "model@teacher=qwen3_32b",
         *stand_in_vllm("teacher", 1, REPLAY, delay_s=REPLY_S),
         "cluster.placement_timeout_s=300",  # a failure says so in minutes
+        # 16 episode slots (8 workers of 2): the 16 episodes take whole workers, each
+        # reserving a whole worker's CPU (a stage of fewer episodes than the slots gets
+        # workers reserving their part of it: capacity.Grant.workers).
+        "cluster.episodes_per_worker=2",
     ]
 
     def submit(twin: ClusterTwin, log: Path) -> subprocess.Popen:
