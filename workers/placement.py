@@ -9,10 +9,33 @@ orchestrator/execution/dispatch.py, model server replicas in workers/llm/pool.py
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 
-class PlacementTimeout(RuntimeError):
+class WaitTimeout(RuntimeError):
+    """A wait on the cluster passed its deadline; the message is one line: what was
+    awaited, for how long, and what each node has free. The CLI prints it alone (exit
+    status 2): everything finished is in the ledger, and the same command resumes."""
+
+
+class PlacementTimeout(WaitTimeout):
     """Workers or replicas were not placed (or not started) within their deadline."""
+
+
+def bounded_get(ref: Any, timeout_s: float, what: str, resources: Sequence[str] = ()) -> Any:
+    """`ray.get(ref)` that waits at most `timeout_s`, then raises WaitTimeout naming
+    `what` (e.g. "the memory service's answer to open_bank") and each node's free
+    `resources` (with CPU)."""
+    import ray
+    import ray.exceptions as ray_exceptions
+
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray_exceptions.GetTimeoutError:
+        raise WaitTimeout(
+            f"{what}: no answer in {timeout_s:.0f} s; free/total per node: "
+            f"{free_per_node(list(resources))}"
+        ) from None
 
 
 def _fmt(value: float) -> str:

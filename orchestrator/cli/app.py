@@ -125,11 +125,17 @@ def run_cli(argv: list[str]) -> int:
         check_requirements(configs, models=False)
     except ValueError as exc:
         return _refuse(exc)
+    from distillery.workers.placement import WaitTimeout
+
     try:
         with _sigterm_interrupts():  # a stopped sweep marks its MLflow runs KILLED
             result = run_sweep(configs)
     except (UserError, ValueError) as exc:  # bad input or a busy output root, before Ray
         return _refuse(exc)
+    except WaitTimeout as exc:  # a wait on the cluster passed its deadline: one line
+        print(f"distillery: {exc}", file=sys.stderr)
+        print("Everything finished is kept: re-run the same command to resume.", file=sys.stderr)
+        return 2
     print_summary(result)
     # Unscored episodes left after their retries: the sweep is not finished.
     return 3 if unscored_points(result) else 0

@@ -18,13 +18,24 @@ from tqdm import tqdm
 from distillery.orchestrator.core.config import ClusterConfig
 from distillery.workers.episodes import AgentJob, EpisodeSummary, EpisodeWorkerImpl
 from distillery.workers.llm.types import RequestConfigError
-from distillery.workers.placement import PlacementTimeout, asks, placement_message
+from distillery.workers.placement import (
+    PlacementTimeout,
+    WaitTimeout,
+    asks,
+    bounded_get,
+    placement_message,
+)
 
 # How often the dispatch loop looks at workers being (re)placed while it waits.
 PLACEMENT_POLL_S = 5.0
 # Once the first worker is placed, the stage waits for the others while each arrives
 # within this long of the one before (the rest join the stage as they are placed).
 PLACEMENT_SETTLE_S = 15.0
+# How long a worker may take to say its CPU time or routing counts (a local call of the
+# actor; ours): one that does not answer by then is left out of those figures.
+WORKER_ANSWER_S = 30.0
+# A worker that dies before its first answer this many times is given up (ours).
+MAX_START_FAILURES = 3
 
 
 @dataclass(frozen=True)
@@ -39,14 +50,14 @@ class AgentRun:
     infra: dict[str, int] = field(default_factory=dict)
 
 
-def ray_get(ref: Any) -> Any:
-    """ray.get, with a RequestConfigError raised as itself (one message: the model,
-    the server's words, the key to change; not a remote traceback)."""
-    import ray
+def ray_get(ref: Any, *, timeout_s: float, what: str) -> Any:
+    """ray.get within `timeout_s` (past it: `WaitTimeout`, one line naming `what` and
+    each node's free resources), with a RequestConfigError raised as itself (one
+    message: the model, the server's words, the key to change; not a remote traceback)."""
     import ray.exceptions as ray_exceptions
 
     try:
-        return ray.get(ref)
+        return bounded_get(ref, timeout_s, what)
     except ray_exceptions.RayTaskError as exc:
         if isinstance(exc.cause, RequestConfigError):
             raise exc.cause from None
@@ -124,7 +135,8 @@ class EpisodeWorkers:
         self.nodes: dict[int, str] = {}  # placed worker -> its Ray node
         # Workers not yet placed: index -> (its ready() ref, when it was asked for).
         self.placing: dict[int, tuple[Any, float]] = {}
-        self.given_up: set[int] = set()  # never placed by the deadline
+        self.given_up: set[int] = set()  # never placed by the deadline, or cannot start
+        self.start_failures = [0] * n  # deaths before the first answer, per worker
 
     @property
     def asks(self) -> dict[str, float]:
@@ -178,7 +190,20 @@ class EpisodeWorkers:
                     break
                 placed = len(more)
             self.poll()
-            unreachable = ray_get(self.workers[min(self.placed)].preflight.remote())
+            # Every ready one had died while starting (asked for again): wait for one,
+            # within the deadline (each respawn has its own; poll gives up on it).
+            while not self.placed:
+                waiting = [ref for ref, _ in self.placing.values()]
+                if not waiting:
+                    raise PlacementTimeout(self._placement_line(self.n, timeout))
+                ray.wait(waiting, num_returns=1, timeout=PLACEMENT_POLL_S)
+                self.poll()
+            # The worker's one request to its servers: bounded by its request timeout.
+            unreachable = ray_get(
+                self.workers[min(self.placed)].preflight.remote(),
+                timeout_s=self.job.model.request_timeout_s * 2 + 60,
+                what=f"the preflight request of {self.job.model.name}'s episode worker",
+            )
         except BaseException:
             self.close()
             raise
@@ -207,9 +232,10 @@ class EpisodeWorkers:
             index = refs[ref]
             del self.placing[index]
             try:
-                self.nodes[index] = ray.get(ref)
-            except Exception:  # died as it started: its first episode replaces it
-                self.nodes[index] = "?"
+                self.nodes[index] = ray.get(ref, timeout=0)  # ready: ray.wait said so
+            except Exception as exc:  # died as it started: replaced, a few times at most
+                self._died_starting(index, exc)
+                continue
             self.placed.add(index)
         timeout = self.cluster.placement_timeout_s
         now = time.monotonic()
@@ -225,6 +251,31 @@ class EpisodeWorkers:
             with contextlib.suppress(Exception):
                 ray.kill(self.workers[index])
         tqdm.write(f"  warning: {line}; going on with {len(self.placed)} placed")
+
+    def _died_starting(self, index: int, exc: BaseException) -> None:
+        """Worker `index` died before it answered (its node went away, its process was
+        killed): asked for again wherever there is room, up to MAX_START_FAILURES times
+        (a worker that cannot start at all, e.g. a broken environment, is not retried
+        for ever: given up, and with none placed the stage ends with why)."""
+        import ray
+
+        self.start_failures[index] += 1
+        why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+        if self.start_failures[index] >= MAX_START_FAILURES:
+            self.given_up.add(index)
+            if not self.placed and len(self.given_up) == self.n:
+                raise PlacementTimeout(
+                    f"no episode worker of {self.job.stage} {self.job.role}:"
+                    f"{self.job.model.name} could start ({MAX_START_FAILURES} tries each); "
+                    f"the last: {why}"
+                )
+            tqdm.write(f"  warning: episode worker {index} could not start ({why}); given up")
+            return
+        with contextlib.suppress(Exception):
+            ray.kill(self.workers[index])
+        self.workers[index] = self._spawn(index)
+        self.generation[index] += 1
+        tqdm.write(f"  episode worker {index} died while starting ({why}); asked for again")
 
     def replace(self, index: int, born: int, exc: BaseException) -> bool:
         """Replace worker `index` lost with `exc`, unless it was replaced already since
@@ -245,19 +296,32 @@ class EpisodeWorkers:
         return True
 
     def cpu_times(self) -> dict[int, float]:
-        import ray
-
-        placed = sorted(self.placed)
-        times = ray.get([self.workers[w].cpu_time_s.remote() for w in placed])
-        return dict(zip(placed, times, strict=True))
+        return {w: float(t) for w, t in self._ask_each("cpu_time_s").items()}
 
     def routing_stats(self) -> Counter[str]:
-        import ray
-
         total: Counter[str] = Counter()
-        for stats in ray.get([self.workers[w].routing_stats.remote() for w in sorted(self.placed)]):
+        for stats in self._ask_each("routing_stats").values():
             total.update(stats)
         return total
+
+    def _ask_each(self, method: str) -> dict[int, Any]:
+        """Each placed worker's answer to `method` (its CPU time, its routing counts),
+        waited for at most WORKER_ANSWER_S: a worker that died (its node, while idle or
+        starting) or does not answer is left out. Its figures are lost, not the stage,
+        whose episodes are all recorded by then."""
+        import ray
+
+        refs = {w: getattr(self.workers[w], method).remote() for w in sorted(self.placed)}
+        if not refs:
+            return {}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=WORKER_ANSWER_S)
+        answered = set(ready)
+        out: dict[int, Any] = {}
+        for w, ref in refs.items():
+            if ref in answered:
+                with contextlib.suppress(Exception):  # died with an error: left out
+                    out[w] = ray.get(ref, timeout=0)
+        return out
 
     def close(self) -> None:
         import ray
@@ -304,6 +368,31 @@ class _Progress:
         self.bar.close()
 
 
+def episode_deadline_s(job: AgentJob) -> float:
+    """How long one episode may take on a worker: its attempts' timeouts and backoffs,
+    plus 5 minutes (ours). Past it, the worker hangs."""
+    attempts = job.episode_retries + 1
+    return attempts * (job.episode_timeout_s + job.retry_backoff_s) + 300.0
+
+
+def _check_overdue(
+    owner: dict[object, tuple[int, int, str]],
+    sent_at: dict[object, float],
+    deadline_s: float,
+    job: AgentJob,
+) -> None:
+    now = time.monotonic()
+    for ref, sent in sent_at.items():
+        if now - sent > deadline_s and ref in owner:
+            index, _, task_id = owner[ref]
+            raise WaitTimeout(
+                f"episode {task_id} of {job.stage} {job.role}:{job.model.name} on episode "
+                f"worker {index}: no result in {deadline_s:.0f} s (its timeout and retries "
+                f"are {job.episode_timeout_s:.0f} s x {job.episode_retries + 1}): the worker "
+                "hangs; re-run the same command to resume the stage there"
+            )
+
+
 def run_agent(
     job: AgentJob,
     endpoints: list[str],
@@ -345,6 +434,8 @@ def run_agent(
     started = time.perf_counter()
 
     pending = list(reversed(task_ids))
+    sent_at: dict[object, float] = {}  # ref -> when it was dispatched
+    deadline_s = episode_deadline_s(job)
     busy = [0] * pool.n
     owner: dict[object, tuple[int, int, str]] = {}  # ref -> (worker, its generation, task)
     summaries: list[EpisodeSummary] = []
@@ -363,6 +454,7 @@ def run_agent(
                 task_id = pending.pop()
                 ref = pool.workers[index].run_task.remote(task_id)
                 owner[ref] = (index, pool.generation[index], task_id)
+                sent_at[ref] = time.monotonic()
                 busy[index] += 1
             if on_load is not None:
                 on_load(len(owner), len(pending))
@@ -370,13 +462,16 @@ def run_agent(
             # seconds (their deadline ends the stage when no worker is left).
             waiting = list(owner) or [ref for ref, _ in pool.placing.values()]
             done, _ = ray.wait(waiting, num_returns=1, timeout=PLACEMENT_POLL_S)
+            _check_overdue(owner, sent_at, deadline_s, job)
             for ref in done:
                 if ref not in owner:  # a worker placed: dispatched to on the next turn
                     continue
                 index, born, task_id = owner.pop(ref)
+                sent_at.pop(ref, None)
                 busy[index] -= 1
                 try:
-                    summary = ray_get(ref)  # a RequestConfigError stops every episode
+                    # Ready (ray.wait returned it); a RequestConfigError stops every episode.
+                    summary = ray_get(ref, timeout_s=60, what=f"episode {task_id}'s result")
                 except (ray_exceptions.RayActorError, ray_exceptions.ActorUnavailableError) as exc:
                     # The worker (or its node) is gone: an infrastructure failure, never
                     # the agent's. Replace it once and dispatch its tasks again.

@@ -13,8 +13,13 @@ from typing import Any
 from tqdm import tqdm
 
 from distillery.orchestrator.core.config import ClusterConfig
-from distillery.orchestrator.execution.dispatch import PLACEMENT_POLL_S, EpisodeWorkers
+from distillery.orchestrator.execution.dispatch import (
+    PLACEMENT_POLL_S,
+    EpisodeWorkers,
+    episode_deadline_s,
+)
 from distillery.workers.episodes import AgentJob, PlayRequest
+from distillery.workers.placement import WaitTimeout
 from distillery.workers.trajectories import EpisodeSummary
 
 
@@ -38,6 +43,7 @@ class EpisodePool:
         self._workers: EpisodeWorkers | None = None
         self._busy: list[int] = []
         self.infra: Counter[str] = Counter()
+        self.play_deadline_s = episode_deadline_s(job)  # past it, the worker hangs
 
     def start(self) -> None:
         """Start the workers; a request refused for how it was built stops here."""
@@ -69,7 +75,17 @@ class EpisodePool:
                 worker = workers.workers[index]
                 self._busy[index] += 1
                 try:
-                    summary = await worker.run_task.remote(task_id, request)
+                    summary = await asyncio.wait_for(
+                        worker.run_task.remote(task_id, request), self.play_deadline_s
+                    )
+                except TimeoutError:
+                    raise WaitTimeout(
+                        f"play of task {task_id} by {self.job.model.name} on episode worker "
+                        f"{index}: no result in {self.play_deadline_s:.0f} s (its episode "
+                        f"timeout and retries are {self.job.episode_timeout_s:.0f} s x "
+                        f"{self.job.episode_retries + 1}): the worker hangs; re-run the "
+                        "same command to resume the stage there"
+                    ) from None
                 except (ray_exceptions.RayActorError, ray_exceptions.ActorUnavailableError) as exc:
                     if workers.replace(index, born, exc):
                         self.infra["worker_restarts"] += 1

@@ -33,6 +33,7 @@ from distillery.workers.memory_service import (
     build_task,
     render_task,
 )
+from distillery.workers.placement import PlacementTimeout, WaitTimeout, placement_message
 from distillery.workers.trajectories import read_episode_file, record_from_row
 
 if TYPE_CHECKING:
@@ -55,6 +56,11 @@ log = logging.getLogger(__name__)
 # waits on the store; a build runs an embedder and its builder model's calls).
 SERVICE_CPUS = 0.25
 BUILD_CPUS = 0.5
+# Deadlines (ours): one answer of the memory service (the longest, a bank's write,
+# embeds tens of thousands of entries), and one bank build, placed and run (the paper's
+# largest builds are a few hours of builder calls). Past one, one line and exit 2.
+SERVICE_CALL_TIMEOUT_S = 1800.0
+BUILD_TIMEOUT_S = 12 * 3600.0
 
 
 def service_options(cluster: ClusterConfig, num_cpus: float) -> dict[str, Any]:
@@ -100,7 +106,15 @@ class MemoryStage:
             options = service_options(cfg.cluster, SERVICE_CPUS)
             actor = ray.remote(MemoryServiceImpl).options(**options, max_concurrency=1)
             service = actor.remote(cfg.memory.store, cfg.memory.embedder, default_path)
-            ray_get(service.ready.remote())
+            timeout = cfg.cluster.placement_timeout_s
+            try:  # placed and its store open within the cluster's placement deadline
+                ray_get(service.ready.remote(), timeout_s=timeout, what="the memory service")
+            except WaitTimeout:
+                ray.kill(cast(Any, service))
+                each = {"CPU": SERVICE_CPUS, **cfg.cluster.service_resources(SERVICE_CPUS)}
+                raise PlacementTimeout(
+                    placement_message("memory service", 1, 1, timeout, [each])
+                ) from None
             self._service = service
         return self._service
 
@@ -116,6 +130,15 @@ class MemoryStage:
         finally:
             ray.kill(cast(Any, service))
 
+    def call(self, method: str, *args: Any) -> Any:
+        """The memory service's answer to `method(*args)`, within SERVICE_CALL_TIMEOUT_S."""
+        remote = getattr(self.service, method)
+        return ray_get(
+            remote.remote(*args),
+            timeout_s=SERVICE_CALL_TIMEOUT_S,
+            what=f"the memory service's answer to {method}",
+        )
+
     def read_job(self, read: MemoryRead, max_injected_chars: int) -> MemoryJob:
         """What an episode worker needs to let its student read `read`'s bank (opened
         in the service now; `max_injected_chars`: what one hook call may inject, the
@@ -127,7 +150,7 @@ class MemoryStage:
         bank_id = self.bank_of(read.bank_stage)
         # The embedder the bank was written with (a method's own, or the sweep's).
         own = own_embedder(memory_method(read.kind), read.settings)
-        ray_get(self.service.open_bank.remote(bank_id, read.isolation, own))
+        self.call("open_bank", bank_id, read.isolation, own)
         return MemoryJob(
             self.service, bank_id, read.isolation, read.settings, read.kind, max_injected_chars
         )
@@ -141,10 +164,10 @@ class MemoryStage:
     ) -> None:
         """A live view (a bank a stage is still writing) searchable as `view_id`
         (`embedder`: its method's own; None: the sweep's)."""
-        ray_get(self.service.put_view.remote(view_id, bank, isolation, embedder))
+        self.call("put_view", view_id, bank, isolation, embedder)
 
     def drop_views(self, prefix: str) -> None:
-        ray_get(self.service.drop_views.remote(prefix))
+        self.call("drop_views", prefix)
 
     def bank_of(self, key: StageKey) -> str:
         output = self.ledger.output(key)
@@ -166,7 +189,7 @@ class MemoryStage:
             message = f"{stage.key}: bank {output.bank_id[:16]} is damaged ({damage})"
             log.warning("%s; rebuilding it", message)
             self.say(f"{prefix} {message}; rebuilding")
-            ray_get(self.service.drop_bank.remote(output.bank_id))
+            self.call("drop_bank", output.bank_id)
         self.say(f"{prefix} {stage.key} building  {self.line(stage)}")
         ledger.record_output(stage.key, make())
         return True
@@ -174,9 +197,9 @@ class MemoryStage:
     def damage(self, output: BankOutput) -> str | None:
         """What is wrong with a recorded bank in the store (None: it is whole): its
         collections must exist, be complete, and hold the entries the build recorded."""
-        if not ray_get(self.service.has_bank.remote(output.bank_id)):
+        if not self.call("has_bank", output.bank_id):
             return "its collections are missing or incomplete in the store"
-        stored = ray_get(self.service.bank_counts.remote(output.bank_id))
+        stored = self.call("bank_counts", output.bank_id)
         recorded = output.counts
         # `stored` counts each of the bank's collections; the recorded counts also hold
         # totals of other things (trajectories, embedded_chars), not compared.
@@ -189,9 +212,9 @@ class MemoryStage:
 
     def reused(self, bank_id: str) -> BankOutput | None:
         """The output of an equal bank already in the store (None: there is none)."""
-        if not ray_get(self.service.has_bank.remote(bank_id)):
+        if not self.call("has_bank", bank_id):
             return None
-        counts = ray_get(self.service.bank_counts.remote(bank_id))
+        counts = self.call("bank_counts", bank_id)
         return BankOutput(bank_id, counts, reused=True)
 
     def written(
@@ -199,7 +222,7 @@ class MemoryStage:
     ) -> BankOutput:
         """Store a bank just made (`embedder`: its method's own; None: the sweep's);
         its output (entry counts and the build's stats)."""
-        counts = ray_get(self.service.write_bank.remote(bank_id, bank, embedder))
+        counts = self.call("write_bank", bank_id, bank, embedder)
         return BankOutput(bank_id, counts, dict(bank.stats))
 
     def build(self, stage: BuildStage) -> BankOutput:
@@ -241,7 +264,7 @@ class MemoryStage:
         reused = self.reused(text_id)
         if reused is not None:
             return reused
-        base = ray_get(self.service.load_bank.remote(base_id))
+        base = self.call("load_bank", base_id)
         bank = self._run_built(stage.key, source, render_task, source.kind, base)
         return self.written(text_id, bank)
 
@@ -255,12 +278,20 @@ class MemoryStage:
         model = source.builder_model
         remote: Any = ray.remote(**service_options(self.cfg.cluster, BUILD_CPUS))(_run_async)
         if model is None:  # deterministic entries, no server needed
-            bank = ray_get(remote.remote(body, *args, cfg.memory.builder, None, []))
+            bank = ray_get(
+                remote.remote(body, *args, cfg.memory.builder, None, []),
+                timeout_s=BUILD_TIMEOUT_S,
+                what=f"the bank build of {key}",
+            )
         else:
             endpoints = self.servers.endpoints(model)
             # The build calls its builder model for as long as it runs (serving time).
             with self.servers.calling(model, key):
-                bank = ray_get(remote.remote(body, *args, cfg.memory.builder, model, endpoints))
+                bank = ray_get(
+                    remote.remote(body, *args, cfg.memory.builder, model, endpoints),
+                    timeout_s=BUILD_TIMEOUT_S,
+                    what=f"the bank build of {key}",
+                )
         # Builder output is model output: every method's entries within the same bounds.
         return bound_bank(bank, cfg.memory.bounds, memory_delimiters(source.kind))
 

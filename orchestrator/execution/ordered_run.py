@@ -421,12 +421,9 @@ class OrderedRun:
         return PlayResult(summary, record)
 
     async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]:
-        from distillery.orchestrator.execution.dispatch import ray_get
-
         if not queries or not keys:
             return [[] for _ in queries]
-        service = self.sweep.memory.service
-        return await asyncio.to_thread(ray_get, service.similarities.remote(queries, keys))
+        return await asyncio.to_thread(self.sweep.memory.call, "similarities", queries, keys)
 
     async def ask(self, role: str, messages: list[dict[str, Any]]) -> tuple[Reply, str]:
         model = self.stage.models.get(role)

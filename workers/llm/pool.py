@@ -26,7 +26,7 @@ from typing import Any, cast
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.llm.servers import GpuLeaseImpl, LlmServerImpl
 from distillery.workers.llm.start_failure import ServerStartError
-from distillery.workers.placement import PlacementTimeout, placement_message
+from distillery.workers.placement import PlacementTimeout, bounded_get, placement_message
 from distillery.workers.storage import Location
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,11 @@ class ModelServerPool:
             raise
         for replica, url in zip(self.replicas, urls, strict=True):
             replica.url, replica.state = url, "up"
-        self.nodes = ray.get([r.actor.node_id.remote() for r in self.replicas])
+        # Each started replica's actor answers at once (its node's id).
+        self.nodes = [
+            bounded_get(r.actor.node_id.remote(), 60, f"model {self.cfg.name}'s replica node")
+            for r in self.replicas
+        ]
         actor = ray.remote(ReplicaDirectoryImpl).options(num_cpus=0)
         self.directory = actor.remote(self.snapshot())
         self._watcher = threading.Thread(
@@ -236,7 +240,7 @@ class ModelServerPool:
                     placement_bundles(self.cfg),
                 )
             )
-        return cast(list[str], ray.get(refs))
+        return cast(list[str], ray.get(refs, timeout=0))  # ready: ray.wait said so
 
     def _spawn(self, replica: ReplicaState) -> None:
         import ray
@@ -268,10 +272,14 @@ class ModelServerPool:
         ]
 
     def _start_ref(self, replica: ReplicaState) -> Any:
-        import ray
 
+        # The GPU-lease actors of a tensor-parallel replica: in its placement group (placed
+        # with it), so each answers once started, within the placement deadline.
+        what = f"the GPU leases of model {self.cfg.name}'s replica {replica.index}"
         more_gpus = [
-            g for ids in ray.get([a.gpu_ids.remote() for a in replica.leases]) for g in ids
+            g
+            for lease in replica.leases
+            for g in bounded_get(lease.gpu_ids.remote(), self.placement_timeout_s, what, ["GPU"])
         ]
         return replica.actor.start.remote(more_gpus)
 
@@ -336,7 +344,7 @@ class ModelServerPool:
                 problem = f"no health answer in {self.cfg.health_timeout_s:.0f} s"
             else:
                 try:
-                    ok = ray.get(ref)
+                    ok = ray.get(ref, timeout=0)  # ready: ray.wait said so
                     problem = "" if ok else "its server fails its health check"
                 except ray_exceptions.RayError as exc:  # the actor (or its node) died
                     problem = dead = f"{type(exc).__name__}: {str(exc)[:200]}"

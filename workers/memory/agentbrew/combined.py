@@ -204,7 +204,6 @@ class CombineStage(BankStage):
         return sweep.memory.ensure(self, prefix, lambda: self._combine(sweep))
 
     def _combine(self, sweep: Sweep) -> Any:
-        from distillery.orchestrator.execution.dispatch import ray_get
         from distillery.orchestrator.stages.stage import digest_of
         from distillery.workers.memory.bank import BuiltBank
         from distillery.workers.memory.registry import memory_method
@@ -217,7 +216,7 @@ class CombineStage(BankStage):
             return reused
         collections: dict[str, list[Any]] = {spec.name: [] for spec in method.collections}
         for part in ids:
-            bank: BuiltBank = ray_get(sweep.memory.service.load_bank.remote(part))
+            bank: BuiltBank = sweep.memory.call("load_bank", part)
             for name, entries in bank.collections.items():
                 collections[name].extend(entries)
         counts = {f"{name}.combined": len(items) for name, items in collections.items()}
