@@ -105,10 +105,17 @@ class ServerPool:
 
     def placed(self, model: ModelConfig) -> ModelConfig:
         """The model as this cluster places it: a vLLM replica reserves its GPU group's
-        resource (cluster.gpu_node_resource). Placement only: not the stage identity."""
-        if model.backend != "vllm":
+        resource (cluster.gpu_node_resource); a llama.cpp replica (CPUs only) the cpu
+        group's (cluster.worker_resource, as the memory service: never a GPU pod, whose
+        CPU belongs to its vLLM replica, nor a grading pod). Placement only: not the
+        stage identity. A private local Ray has neither: unchanged."""
+        cluster = self.graph.configs[0].cluster
+        if model.backend == "vllm":
+            extra = cluster.replica_resources(model.gpus_per_server)
+        elif model.backend == "llama_cpp":
+            extra = cluster.service_resources(model.server_num_cpus)
+        else:
             return model
-        extra = self.graph.configs[0].cluster.replica_resources(model.gpus_per_server)
         if not extra:
             return model
         return model.model_copy(update={"server_resources": {**model.server_resources, **extra}})

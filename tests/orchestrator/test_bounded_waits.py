@@ -130,3 +130,21 @@ def test_the_cli_says_a_placement_deadline_in_one_line_and_exits_2(tmp_path):
     assert "episode workers of evaluate student:" in lines[0]
     assert "not placed in 5 s" in lines[0] and "nowhere" in lines[0]
     assert "re-run the same command to resume" in done.stderr
+
+
+def test_llama_cpp_replicas_reserve_the_cpu_groups_resource_on_a_cluster(tmp_path):
+    """On KubeRay a llama.cpp replica reserves distillery_cpu (only the cpu group has
+    it): never a GPU pod's CPU or a grading pod; a private local Ray: unchanged."""
+    from distillery.orchestrator.execution.server_pool import ServerPool
+    from distillery.orchestrator.planning.plan import plan_sweep
+    from distillery.workers.storage import Location
+    from tests.support.sweep_config import sweep_config
+
+    for cluster, expected in (("kuberay", {"distillery_cpu": 1.0}), ("local", {})):
+        cfg = sweep_config(
+            tmp_path, f"cluster={cluster}", "student=smollm2_135m", "benchmark.limit=1"
+        )
+        pool = ServerPool(plan_sweep([cfg]), Location.of(str(tmp_path / "logs")), print)
+        placed = pool.placed(cfg.student)
+        assert placed.backend == "llama_cpp"
+        assert placed.server_resources == {**cfg.student.server_resources, **expected}
