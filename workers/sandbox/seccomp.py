@@ -18,7 +18,13 @@ everything it starts (a filter is inherited and cannot be removed):
   ``register``, ``keyctl``/``add_key``/``request_key``, ``ptrace``,
   ``process_vm_readv``/``writev``, ``kcmp``;
 - modules, ``kexec``, ``reboot``, swap, ``acct``, host and domain names, ``syslog``,
-  ``quotactl``, ``open_by_handle_at``/``name_to_handle_at``.
+  ``quotactl``, ``open_by_handle_at``/``name_to_handle_at``;
+- ``personality`` with any persona but those Docker's default profile allows (the
+  default 0x0, 0x8, 0x20000, 0x20008, and the query 0xffffffff): no
+  READ_IMPLIES_EXEC, no ADDR_NO_RANDOMIZE;
+- ``socket`` of the families graded code never needs: AF_VSOCK (a VM's channel to its
+  host, e.g. Kata's agent: a network namespace does not isolate it), AF_PACKET, and
+  AF_NETLINK but for NETLINK_ROUTE (what the C library's address lookups use).
 
 A system call of another ABI (32-bit calls on x86_64, x32 calls) kills the process:
 graded code never makes one, and a filter written for one table must not let another
@@ -53,6 +59,10 @@ CLONE_NAMESPACE_FLAGS = (
     0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 )
 X32_SYSCALL_BIT = 0x40000000
+OFFSET_ARG2_LOW = OFFSET_ARG0_LOW + 16
+# personality(2) values Docker's default profile allows (moby profiles/seccomp).
+ALLOWED_PERSONAS = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
+AF_NETLINK, AF_PACKET, AF_VSOCK, NETLINK_ROUTE = 16, 17, 40, 0
 
 DENIED = (
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
@@ -78,7 +88,7 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
         "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246,
         "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "sethostname": 170,
         "setdomainname": 171, "syslog": 103, "quotactl": 179, "open_by_handle_at": 304,
-        "name_to_handle_at": 303,
+        "name_to_handle_at": 303, "personality": 135, "socket": 41,
     }),
     "aarch64": (0xC00000B7, {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40,
@@ -91,7 +101,7 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
         "init_module": 105, "finit_module": 273, "delete_module": 106, "kexec_load": 104,
         "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89, "sethostname": 161,
         "setdomainname": 162, "syslog": 116, "quotactl": 60, "open_by_handle_at": 265,
-        "name_to_handle_at": 264,
+        "name_to_handle_at": 264, "personality": 92, "socket": 198,
     }),
 }  # fmt: skip
 
@@ -123,6 +133,8 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
         out += [(BPF_JGE_K, 0, 1, X32_SYSCALL_BIT), (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS)]
     for name in DENIED:
         out += [(BPF_JEQ_K, 0, 1, numbers[name]), (BPF_RET_K, 0, 0, deny)]
+    out += _personality_block(numbers["personality"], deny)
+    out += _socket_block(numbers["socket"], deny)
     out += [(BPF_JEQ_K, 0, 1, numbers["clone3"]), (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS)]
     out += [
         (BPF_JEQ_K, 0, 3, numbers["clone"]),
@@ -132,6 +144,32 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
         (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
     ]
     return out
+
+
+def _personality_block(number: int, deny: int) -> list[tuple[int, int, int, int]]:
+    """personality(p): allowed for ALLOWED_PERSONAS, else denied. Other calls skip the
+    block with the call's number still loaded."""
+    n = len(ALLOWED_PERSONAS)
+    block = [(BPF_JEQ_K, 0, n + 3, number), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0_LOW)]
+    for i, persona in enumerate(ALLOWED_PERSONAS):  # a match jumps to the allow below
+        block.append((BPF_JEQ_K, n - i, 0, persona))
+    return [*block, (BPF_RET_K, 0, 0, deny), (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+
+
+def _socket_block(number: int, deny: int) -> list[tuple[int, int, int, int]]:
+    """socket(domain, type, protocol): AF_VSOCK and AF_PACKET denied, AF_NETLINK only
+    with NETLINK_ROUTE, the rest allowed. Other calls skip the block."""
+    return [
+        (BPF_JEQ_K, 0, 8, number),
+        (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0_LOW),  # the family
+        (BPF_JEQ_K, 4, 0, AF_VSOCK),  # -> deny
+        (BPF_JEQ_K, 3, 0, AF_PACKET),  # -> deny
+        (BPF_JEQ_K, 0, 3, AF_NETLINK),  # not netlink -> allow
+        (BPF_LD_W_ABS, 0, 0, OFFSET_ARG2_LOW),  # the netlink protocol
+        (BPF_JEQ_K, 1, 0, NETLINK_ROUTE),  # -> allow
+        (BPF_RET_K, 0, 0, deny),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
 
 
 def install_seccomp() -> None:

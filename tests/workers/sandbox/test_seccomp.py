@@ -105,3 +105,27 @@ def test_another_abi_is_killed(sandbox, leaves_nothing):
     )
     check = sandbox.run({"kind": "program", "code": code, "tests": ""}, QUICK)
     assert not check.passed and check.status == "crashed"
+
+
+def test_personality_and_socket_families_docker_refuses_are_refused(sandbox, leaves_nothing):
+    """personality(READ_IMPLIES_EXEC | ADDR_NO_RANDOMIZE) and AF_VSOCK / AF_PACKET /
+    netlink other than route sockets are refused (EPERM), as under Docker's default
+    profile; the persona query and the route netlink socket the C library uses are not."""
+    numbers = seccomp.TABLES[MACHINE][1]
+    code = (
+        "import ctypes, socket\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def call(number, *args):\n"
+        "    rc = libc.syscall(number, *args)\n"
+        "    return 'ok' if rc >= 0 else ctypes.get_errno()\n"
+        f"print(call({numbers['personality']}, 0x0400000 | 0x0040000))\n"
+        f"print(call({numbers['personality']}, 0xFFFFFFFF))\n"
+        f"print(call({numbers['socket']}, 40, 1, 0))\n"  # AF_VSOCK, SOCK_STREAM
+        f"print(call({numbers['socket']}, 17, 3, 0))\n"  # AF_PACKET, SOCK_RAW
+        f"print(call({numbers['socket']}, 16, 3, 9))\n"  # AF_NETLINK, NETLINK_AUDIT
+        f"print(call({numbers['socket']}, 16, 3, 0))\n"  # AF_NETLINK, NETLINK_ROUTE
+        "print(socket.socket(socket.AF_INET, socket.SOCK_STREAM).fileno() >= 0)\n"
+    )
+    check = sandbox.run({"kind": "program", "code": code, "tests": ""}, QUICK)
+    assert check.passed, check.summary
+    assert check.result["output"].split() == ["1", "ok", "1", "1", "1", "ok", "True"]
