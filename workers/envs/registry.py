@@ -200,6 +200,16 @@ def ground_truth_texts(
     return {t: tuple(found.get(t, ())) for t in ids}
 
 
+def same_answer(name: str, options: Mapping[str, Any] | None, gold: str, answer: str) -> bool | None:
+    """Whether `answer` states `gold` by the benchmark's own grading (its class method
+    `same_answer(options, gold, answer)`); None when it has none (texts are compared).
+    Read on the driver (the leakage guard), never shown to a model."""
+    declared = getattr(benchmark_class(name), "same_answer", None)
+    if declared is None:
+        return None
+    return declared(benchmark_options(name, options), gold, answer)
+
+
 def benchmark_counters(name: str) -> tuple[str, ...]:
     """The counters a benchmark's episodes record (`Score.counters`; its class
     attribute `counters`, none by default), summed per evaluation point."""

@@ -1,8 +1,8 @@
 """AgentBrew's memory: notes (the paper's §2.3.2 schema) in disjoint skill scopes, and
 the scope-description catalog (§2.5.1), with everything that reads or checks a note's
 text: the teacher's JSON validated, lexical similarity (the curator's candidates and
-redundancy gate), the leakage check against a task's ground truth, and the block the
-student is shown.
+redundancy gate) and the block the student is shown. The leakage check against a
+task's ground truth is `leakage.py`.
 
 A note's statistics (`shown`, `succeeded`) are brew-time only: the plays of brew tasks
 that showed it and how many of them succeeded (its certifying re-play included). They
@@ -340,7 +340,9 @@ def parse_draft(
     )
 
 
-# -- similarity and leakage -------------------------------------------------------------
+# -- similarity ------------------------------------------------------------------------
+
+_SPACE = re.compile(r"\s+")
 
 _WORD = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
@@ -430,70 +432,6 @@ def curator_candidates(
     out.sort(key=lambda c: (c.note.note_key != draft.note_key,
                             -max(c.lexical, c.semantic), c.note.note_key))  # fmt: skip
     return out
-
-
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_SPACE = re.compile(r"\s+")
-
-
-def _normal(text: str) -> str:
-    return _SPACE.sub(" ", _THOUSANDS.sub("", text)).strip().lower()
-
-
-@dataclass(frozen=True)
-class TruthCheck:
-    """What the leakage check found in one note: whether it holds one of its task's
-    ground-truth texts, and how many of those were too short to check."""
-
-    found: tuple[str, ...] = ()
-    unchecked: int = 0
-    checked: int = 0
-
-    @property
-    def leaks(self) -> bool:
-        return bool(self.found)
-
-
-def check_truth(texts: Iterable[str], truths: Sequence[str], min_chars: int) -> TruthCheck:
-    """Which of `truths` (a task's gold answer, its test asserts) `texts` contain: as a
-    whole token (a number is not found inside a longer one), whitespace and thousands
-    separators ignored; a structured truth (LaTeX, code) also with spaces ignored.
-    A truth shorter than `min_chars` once normalized (MATH's "2") occurs in almost any
-    note as an ordinary number: it is found only where stated as a final answer
-    (``\\boxed{2}``, "the answer is 2", "answer: 2", "final answer = 2"), and counted
-    as unchecked besides."""
-    text = _normal("\n".join(texts))
-    squeezed = text.replace(" ", "")
-    found: list[str] = []
-    unchecked = checked = 0
-    for truth in truths:
-        gold = _normal(truth)
-        if not gold:
-            continue
-        if len(gold) < min_chars:
-            unchecked += 1
-            if _stated_as_answer(gold, text, squeezed):
-                found.append(truth)
-            continue
-        checked += 1
-        bounded = rf"(?<![a-z0-9.]){re.escape(gold)}(?![a-z0-9])"
-        if re.search(bounded, text) or (
-            re.search(r"[^a-z0-9 .]", gold) and gold.replace(" ", "") in squeezed
-        ):
-            found.append(truth)
-    return TruthCheck(tuple(found), unchecked, checked)
-
-
-def _stated_as_answer(gold: str, text: str, squeezed: str) -> bool:
-    """Whether a short `gold` is stated as the final answer in `text` (normalized)."""
-    token = re.escape(gold)
-    if f"\\boxed{{{gold}}}" in squeezed:
-        return True
-    answer = (
-        rf"\banswer\s*(?:is|was|:|=|of)?\s*(?:\$\s*)?(?:\\boxed\{{\s*)?{token}(?![a-z0-9]|\.[0-9])"
-        rf"|\bthe\s+(?:final\s+)?(?:result|total)\s+is\s*\$?\s*{token}(?![a-z0-9.])"
-    )
-    return re.search(answer, text) is not None
 
 
 # -- what the student is shown -------------------------------------------------------------

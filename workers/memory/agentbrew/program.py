@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from distillery.workers.memory.agentbrew import prompts
+from distillery.workers.memory.agentbrew.leakage import SameAnswer, check_truth
 from distillery.workers.memory.agentbrew.notes import (
     NOTES,
     SCOPES,
@@ -41,7 +42,6 @@ from distillery.workers.memory.agentbrew.notes import (
     Draft,
     Note,
     Scope,
-    check_truth,
     curator_candidates,
     json_object,
     parse_draft,
@@ -75,11 +75,18 @@ class StudentProfile:
 class BrewProgram:
     """The brew stage's `TaskProgram` (see the module docstring)."""
 
-    def __init__(self, settings: AgentBrewSettings, student: StudentProfile, truths: Truths):
+    def __init__(
+        self,
+        settings: AgentBrewSettings,
+        student: StudentProfile,
+        truths: Truths,
+        same: SameAnswer | None = None,
+    ):
         self.settings = settings
         self.brew = settings.brew
         self.student = student
         self.truths = truths
+        self.same = same  # the benchmark's equivalence of two final answers
 
     def texts(self) -> tuple[str, ...]:
         return prompts.TEXTS
@@ -148,7 +155,8 @@ class BrewProgram:
     def _refused(self, ctx: Any, draft: Draft, revision: int) -> bool:
         """The leakage guard: a draft holding its task's ground truth is refused (or,
         `gold: count`, only recorded)."""
-        check = check_truth(draft.texts(), self.truths(ctx.task.task_id), self.brew.gold_min_chars)
+        truths = self.truths(ctx.task.task_id)
+        check = check_truth(draft.texts(), truths, self.brew.gold_min_chars, self.same)
         if not check.leaks:
             return False
         refuse = self.brew.gold == "refuse"
@@ -165,7 +173,7 @@ class BrewProgram:
         rejection, gate `gold`: the target note stays as it was); `gold: count` only
         records it (`gold_found`)."""
         truths = (*self.truths(ctx.task.task_id), *self.truths(target.source.task_id))
-        check = check_truth(written.texts(), truths, self.brew.gold_min_chars)
+        check = check_truth(written.texts(), truths, self.brew.gold_min_chars, self.same)
         if not check.leaks:
             return False
         if self.brew.gold != "refuse":

@@ -39,7 +39,9 @@ REFUSED_PROTOCOLS = ("main", "self_excluded")
 @dataclass(frozen=True, kw_only=True)
 class BrewStage(OrderedEpisodeStage):
     kind: ClassVar[str] = "brew"
-    code_version: ClassVar[str] = "1"
+    # 2: the leakage guard reads a stated answer as the grader does (leakage.py): a brew
+    # refuses drafts the first version kept, so its notes differ.
+    code_version: ClassVar[str] = "2"
 
     def program(self) -> BrewProgram:
         settings = self.settings
@@ -50,7 +52,7 @@ class BrewStage(OrderedEpisodeStage):
             params_b=student.get("params_b"),
             weaknesses=student.get("weaknesses"),
         )
-        return BrewProgram(settings, profile, self.truths)
+        return BrewProgram(settings, profile, self.truths, self.same_answer)
 
     def truths(self, task_id: str) -> tuple[str, ...]:
         """The brew task's ground truth as texts (the leakage guard), read on the
@@ -58,13 +60,21 @@ class BrewStage(OrderedEpisodeStage):
         options = json.dumps(self.extra.get("options") or {}, sort_keys=True)
         return _truths(str(self.identity["benchmark"]), options, task_id)
 
+    def same_answer(self, gold: str, answer: str) -> bool | None:
+        """The benchmark's equivalence of a gold and a stated answer (the leakage
+        guard: "1/2" states \\frac{1}{2} on MATH); None: compare the texts."""
+        options = json.dumps(self.extra.get("options") or {}, sort_keys=True)
+        return _same(str(self.identity["benchmark"]), options, gold, answer)
+
     def report(self, ledger: Ledger, needs: set[str]) -> StageReport | None:
         records = stage_events(ledger, self.key)
         if not records:
             return None
         settings = self.settings
         assert isinstance(settings, AgentBrewSettings)
-        figures = brew_figures(records, self.truths, settings.brew.gold_min_chars)
+        figures = brew_figures(
+            records, self.truths, settings.brew.gold_min_chars, self.same_answer
+        )
         files = tuple(
             r["summary"]["file"]
             for r in records
@@ -164,6 +174,13 @@ def _model(cfg: Any, choice: str, name: str, role: str) -> ModelConfig:
         f"invalid config at method_catalog.{name}.retrieval.brew.{role}: {choice!r} is no "
         f"model of this config; use one of {known} (define others under builder_models)"
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _same(benchmark: str, options: str, gold: str, answer: str) -> bool | None:
+    from distillery.workers.envs.registry import same_answer
+
+    return same_answer(benchmark, json.loads(options), gold, answer)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distillery.workers.memory.agentbrew.notes import NOTES, SCOPES, Note, check_truth
+from distillery.workers.memory.agentbrew.leakage import SameAnswer, check_truth
+from distillery.workers.memory.agentbrew.notes import NOTES, SCOPES, Note
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ def brew_figures(
     records: Sequence[dict[str, Any]],
     truths: Callable[[str], tuple[str, ...]],
     gold_min_chars: int,
+    same: SameAnswer | None = None,
 ) -> list[Figure]:
     """Table 3 and ours (see the module docstring), from the stage's event log."""
     first: dict[str, bool] = {}
@@ -94,7 +96,7 @@ def brew_figures(
         tasks = [entry["source"]["task_id"], *entry.get("merged_from", [])]
         texts = [entry[k] for k in ("trigger_pattern", "corrective_rule", "not_applicable_when")]
         texts += [*entry.get("minimal_steps", []), *entry.get("tags", [])]
-        if any(check_truth(texts, truths(t), gold_min_chars).leaks for t in tasks):
+        if any(check_truth(texts, truths(t), gold_min_chars, same).leaks for t in tasks):
             with_gold += 1
     terminal = committed + direct + rejected + events["rolled_back"]
     terminal += events["teacher_invalid"] + events["gold_refused"]

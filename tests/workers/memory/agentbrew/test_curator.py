@@ -23,9 +23,9 @@ from distillery.workers.memory.agentbrew.notes import (
     Draft,
     Note,
     Scope,
-    check_truth,
     most_similar,
 )
+from distillery.workers.memory.agentbrew.leakage import check_truth
 from distillery.workers.memory.agentbrew.program import BrewProgram, StudentProfile
 from distillery.workers.memory.entries import MemorySource
 from tests.workers.memory.agentbrew.harness import settings

@@ -7,7 +7,8 @@ import asyncio
 import json
 
 from distillery.orchestrator.execution.ordered_stage import Reply
-from distillery.workers.memory.agentbrew.notes import check_truth, json_object, parse_draft
+from distillery.workers.memory.agentbrew.leakage import check_truth
+from distillery.workers.memory.agentbrew.notes import json_object, parse_draft
 from distillery.workers.memory.agentbrew.program import ask_valid
 
 NOTE = {
