@@ -169,13 +169,6 @@ class AnswerBenchmark:
         return ()
 
     @classmethod
-    def same_answer(cls, options: AnswerOptions, gold: str, answer: str) -> bool | None:
-        """Whether `answer` (a final answer as extracted) is `gold` by this benchmark's
-        own grading (None: it has no equivalence beyond the texts, or cannot grade
-        here)."""
-        return None
-
-    @classmethod
     def versions(cls) -> dict[str, str]:
         found = {}
         for package in cls.packages:

@@ -200,7 +200,9 @@ def ground_truth_texts(
     return {t: tuple(found.get(t, ())) for t in ids}
 
 
-def same_answer(name: str, options: Mapping[str, Any] | None, gold: str, answer: str) -> bool | None:
+def same_answer(
+    name: str, options: Mapping[str, Any] | None, gold: str, answer: str
+) -> bool | None:
     """Whether `answer` states `gold` by the benchmark's own grading (its class method
     `same_answer(options, gold, answer)`); None when it has none (texts are compared).
     Read on the driver (the leakage guard), never shown to a model."""

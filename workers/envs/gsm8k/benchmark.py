@@ -32,6 +32,7 @@ from distillery.workers.envs.answer_data import (
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.mathgrade.answers import gsm8k_gold
 from distillery.workers.envs.mathgrade.base import MathBenchmark, MathOptions
+from distillery.workers.envs.mathgrade.equivalence import grader_same_answer
 
 HUB = HubSource("openai/gsm8k", "main")
 BREW_SIZE = 1000  # AgentBrew appendix A.2: the first 1,000 training problems
@@ -103,6 +104,8 @@ def _records(rows: list[dict[str, Any]], source: str, where: str) -> list[dict[s
 class Gsm8k(MathBenchmark):
     name: ClassVar[str] = "gsm8k"
     options_model = Gsm8kOptions
+    # A stated answer is the gold one when the grader says so (the leakage guard).
+    same_answer = classmethod(grader_same_answer)
 
     def task(self, record: dict[str, Any]) -> Task:
         return Task(

@@ -29,9 +29,9 @@ unknowable: the release is a folder per subject with no order across them, and t
 loader most copies of MATH descend from (huggingface/datasets,
 datasets/competition_math/competition_math.py, ``_generate_examples``) yields
 ``glob.glob(os.path.join(math_dir, split, "*/*"))`` unsorted, i.e. the order of the
-file system it was built on; in any order that keeps a subject's files together (ours,
+file system it was built on; in an order that keeps a subject's files together (ours,
 the hub mirror's one config per subject) the first 1,000 are algebra alone (1,744
-problems). So by default (``stratified``, ours) the brew order is a seeded
+problems) when algebra comes first, as alphabetically it does. So by default (``stratified``, ours) the brew order is a seeded
 (``brew_order_seed``, 0) interleaving of the seven subjects, each shuffled, such that
 every prefix holds each subject in its share of train within one problem: the first
 1,000 hold ~232 algebra, ~103 counting & probability, ~116 geometry, ~173 intermediate
@@ -63,6 +63,7 @@ from distillery.workers.envs.answer_data import (
 from distillery.workers.envs.base import Task
 from distillery.workers.envs.mathgrade.answers import math_gold
 from distillery.workers.envs.mathgrade.base import MathBenchmark, MathOptions
+from distillery.workers.envs.mathgrade.equivalence import grader_same_answer
 
 SUBJECTS = (
     "algebra",
@@ -263,6 +264,8 @@ def _math500(rows: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
 class Math(MathBenchmark):
     name: ClassVar[str] = "math"
     options_model = MathBenchOptions
+    # A stated answer is the gold one when the grader says so (the leakage guard).
+    same_answer = classmethod(grader_same_answer)
 
     def task(self, record: dict[str, Any]) -> Task:
         return Task(

@@ -70,20 +70,6 @@ class MathBenchmark(AnswerBenchmark):
     def truth_texts(cls, options: AnswerOptions, record: dict[str, Any]) -> tuple[str, ...]:
         return (str(record["gold"]),)  # the gold answer
 
-    @classmethod
-    def same_answer(cls, options: AnswerOptions, gold: str, answer: str) -> bool | None:
-        """The grader's verdict (math-verify, isolated as for episodes: `answer` is a
-        model's text); None where it cannot run isolated and the options do not allow
-        it without namespaces, or when it times out."""
-        assert isinstance(options, MathOptions)
-        why = grader.isolation_unavailable()
-        if why is not None and not options.sandbox_without_namespaces:
-            return None
-        verdict = grader.shared_grader(network=why is not None).grade(
-            gold, answer, options.grader_timeout_s
-        )
-        return None if verdict.timed_out else verdict.correct
-
     def prepare(self) -> None:
         try:
             latex_parser.check()

@@ -72,9 +72,7 @@ class BrewStage(OrderedEpisodeStage):
             return None
         settings = self.settings
         assert isinstance(settings, AgentBrewSettings)
-        figures = brew_figures(
-            records, self.truths, settings.brew.gold_min_chars, self.same_answer
-        )
+        figures = brew_figures(records, self.truths, settings.brew.gold_min_chars, self.same_answer)
         files = tuple(
             r["summary"]["file"]
             for r in records
