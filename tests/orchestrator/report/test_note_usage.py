@@ -21,17 +21,19 @@ def _record(task, success, shown):
     return episode_record(task, success, extra_json=json.dumps({"shown": shown}))
 
 
-def test_usage_counts_distinct_tasks_and_successes_when_shown():
+def test_usage_counts_each_use_and_whether_that_episode_succeeded():
     records = [
         _record("t1", True, ["note:a", "note:b"]),
         _record("t2", False, ["note:a"]),
-        _record("t2", True, ["note:a"]),  # the same task again (a seed): counted once
+        _record("t2", True, ["note:a", "note:a"]),  # the same task again (a seed): a use
         _record("t3", None, ["note:a"]),  # unscored: nowhere
         _record("t4", False, ["note:b"]),
     ]
+    # note:a: shown in 3 scored episodes, 2 of them succeeded (per use: 2/3; per task,
+    # "solved by any seed", would have said 2 of 2).
     assert note_usage(records) == [
-        {"note": "note:a", "tasks": 2, "solved": 2, "success_rate": 1.0},
-        {"note": "note:b", "tasks": 2, "solved": 1, "success_rate": 0.5},
+        {"note": "note:a", "uses": 3, "succeeded": 2, "success_rate": 2 / 3, "tasks": 2},
+        {"note": "note:b", "uses": 2, "succeeded": 1, "success_rate": 0.5, "tasks": 2},
     ]
 
 
@@ -45,10 +47,14 @@ def test_the_report_has_a_note_usage_table(tmp_path):
     report = build_report(sweep, log_to_mlflow=False)
     table = report.tables["note_usage"]
     rows = {(r["method"], r["note"]): r for r in table.to_dict("records")}
-    assert (
-        rows[("agentbrew", "note:a")]["tasks"] == 3 and rows[("agentbrew", "note:a")]["solved"] == 3
-    )
+    # Both splits' agentbrew points read the fixture's one folder (their stage names
+    # share the 16-character folder name): each of the 3 episodes that showed note:a is
+    # two uses here, all succeeded; the distinct tasks stay 3.
+    assert rows[("agentbrew", "note:a")]["uses"] == 6
+    assert rows[("agentbrew", "note:a")]["succeeded"] == 6
+    assert rows[("agentbrew", "note:a")]["tasks"] == 3
     assert rows[("agentbrew", "note:b")]["tasks"] == 1
+    assert {r["seed"] for r in table.to_dict("records")} == {"pooled"}  # one seed
     assert {m for m, _ in rows} == {"agentbrew"}  # methods that record no notes: no rows
     assert (report.out_dir / "note_usage.csv").exists()
     assert "Per-note usage at test time" in (report.out_dir / "report.md").read_text()
@@ -59,3 +65,33 @@ def test_a_log_whose_shown_is_not_a_list_of_ids_counts_nowhere():
     notes, so no rows, and the report still builds."""
     records = [_record("t1", True, 2), _record("t2", False, None)]
     assert note_usage(records) == []
+
+
+def test_usage_per_seed_and_pooled(tmp_path, monkeypatch):
+    """Two seeds of one cell: a row for the seeds pooled, then one per seed."""
+    import pandas as pd
+
+    from distillery.orchestrator.report import note_usage as module
+    from distillery.orchestrator.report.load import SweepData
+
+    points = pd.DataFrame(
+        [
+            {
+                "method": "agentbrew",
+                "benchmark": "gsm8k",
+                "student": "s",
+                "seed": seed,
+                "role": "student",
+                "stage": f"stage-{seed}",
+            }  # fmt: skip
+            for seed in (0, 1)
+        ]
+    )
+    episodes = {
+        "stage-0": [_record("t1", True, ["note:a"]), _record("t2", False, ["note:a"])],
+        "stage-1": [_record("t1", True, ["note:a"])],
+    }
+    data = SweepData(Location.of(str(tmp_path)), {}, points, pd.DataFrame(), pd.DataFrame())
+    (table,), _ = module.note_usage_table(data, episodes)
+    got = [(r["seed"], r["uses"], r["succeeded"]) for r in table.numbers.to_dict("records")]
+    assert got == [("pooled", 3, 2), ("0", 2, 1), ("1", 1, 1)]

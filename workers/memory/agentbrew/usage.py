@@ -1,7 +1,8 @@
 """Per-note usage at test time (the AgentBrew paper's §3.5: a note "retrieved and used
 on 1,200 distinct test tasks with a 55.6% success rate when applied"): from the episodes
-of an evaluation, for every note, the tasks whose prompt showed it and how many of those
-were solved. Every AgentBrew episode records the ids of the notes it was shown
+of an evaluation, for every note, each use (an episode whose prompt showed it) and
+whether that episode succeeded, so the success rate is per use; the distinct tasks that
+read it besides. Every AgentBrew episode records the ids of the notes it was shown
 (`shown` in its log, serve.py); an unscored episode (an infrastructure error) counts
 nowhere."""
 
@@ -13,9 +14,11 @@ from typing import Any
 
 
 def note_usage(records: Iterable[Any]) -> list[dict[str, Any]]:
-    """One row per note shown: `note` (its memory id), `tasks` (distinct tasks that read
-    it), `solved` (those solved), `success_rate`; most-read first (ties by id)."""
-    shown_on: dict[str, dict[str, bool]] = {}
+    """One row per note shown: `note` (its memory id), `uses` (scored episodes that
+    showed it), `succeeded` (those that succeeded), `success_rate` (per use), `tasks`
+    (distinct tasks that read it); most-used first (ties by id)."""
+    uses: dict[str, list[int]] = {}  # note -> [uses, succeeded]
+    tasks: dict[str, set[str]] = {}
     for record in records:
         success = getattr(record, "success", None)
         if success is None:
@@ -24,12 +27,19 @@ def note_usage(records: Iterable[Any]) -> list[dict[str, Any]]:
         shown = log.get("shown") if isinstance(log, dict) else None
         if not isinstance(shown, list):  # another method's log may use the key otherwise
             continue
-        for memory_id in shown:
-            tasks = shown_on.setdefault(str(memory_id), {})
-            tasks[record.task_id] = tasks.get(record.task_id, False) or bool(success)
-    rows = []
-    for memory_id, tasks in shown_on.items():
-        solved = sum(tasks.values())
-        rows.append({"note": memory_id, "tasks": len(tasks), "solved": solved,
-                     "success_rate": solved / len(tasks)})  # fmt: skip
-    return sorted(rows, key=lambda r: (-r["tasks"], r["note"]))
+        for memory_id in dict.fromkeys(str(m) for m in shown):  # a note once per episode
+            tally = uses.setdefault(memory_id, [0, 0])
+            tally[0] += 1
+            tally[1] += bool(success)
+            tasks.setdefault(memory_id, set()).add(record.task_id)
+    rows = [
+        {
+            "note": note,
+            "uses": n,
+            "succeeded": ok,
+            "success_rate": ok / n,
+            "tasks": len(tasks[note]),
+        }  # fmt: skip
+        for note, (n, ok) in uses.items()
+    ]
+    return sorted(rows, key=lambda r: (-r["uses"], r["note"]))
