@@ -429,8 +429,9 @@ def curator_candidates(
     by_semantic = sorted(notes, key=lambda m: (-cosine[m.memory_id], m.note_key))[:n]
     chosen = {note.memory_id: note for note in (*by_lexical, *by_semantic)}
     out = [Candidate(note, lexical[k], cosine[k]) for k, note in chosen.items()]
-    out.sort(key=lambda c: (c.note.note_key != draft.note_key,
-                            -max(c.lexical, c.semantic), c.note.note_key))  # fmt: skip
+    # The key reused first, then the more similar; among equals, the draft's own scope.
+    out.sort(key=lambda c: (c.note.note_key != draft.note_key, -max(c.lexical, c.semantic),
+                            c.note.scope != draft.scope, c.note.note_key))  # fmt: skip
     return out
 
 

@@ -13,7 +13,8 @@ curator uncertified (`unvalidated: curate`, a "direct write" when it passes). A 
 holding the task's ground truth is refused (`gold: refuse`) or counted.
 
 `commit_task` (the curator, in task order): quality gate, then deduplication against the
-scope's notes (lexical candidates, the curator model's semantic verdict: add, merge
+memory's notes (`dedup_against`; an exact copy merged at once; otherwise lexical and
+semantic candidates, the curator model's verdict: add, merge
 into an existing note_key, reject), the redundancy gate, and an append-only write:
 nothing is ever deleted; a merge updates a note in place. Every brew task's first play
 also updates the statistics of the notes it was shown (their quality and frequency).
@@ -274,15 +275,29 @@ class BrewProgram:
             ctx.event("curated", decision="reject", gate="quality", **event,
                       reason=f"quality {quality:.3f} < min_quality {brew.min_quality}")  # fmt: skip
             return None, None
-        in_scope = sorted(
-            (n for n in notes.values() if n.scope == draft.scope), key=lambda n: n.memory_id
+        against = sorted(
+            (n for n in notes.values() if brew.dedup_against == "memory" or n.scope == draft.scope),
+            key=lambda n: n.memory_id,
         )
-        decision, target, reason, merged, gate = "add", None, "no note in its scope yet", None, None
-        if in_scope:
-            (cosines,) = await ctx.similarities(
-                [candidate.key_text], [n.key_text for n in in_scope]
+        none_yet = (
+            "no note in memory yet"
+            if brew.dedup_against == "memory"
+            else "no note in its scope yet"
+        )
+        decision, target, reason, merged, gate = "add", None, none_yet, None, None
+        copy = next((n for n in against if _same_rule(n, candidate)), None)
+        if copy is None:  # an exact copy in any scope is never added (see below)
+            copy = next((n for n in notes.values() if _same_rule(n, candidate)), None)
+        if copy is not None:
+            decision, target, reason, gate = (
+                "merge",
+                copy,
+                f"an exact copy of {copy.note_key}",
+                "duplicate",
             )
-            similar = curator_candidates(draft, in_scope, cosines, brew.curator_candidates)
+        elif against:
+            (cosines,) = await ctx.similarities([candidate.key_text], [n.key_text for n in against])
+            similar = curator_candidates(draft, against, cosines, brew.curator_candidates)
             event["candidates"] = [
                 {"note_key": c.note.note_key, "lexical": round(c.lexical, 4),
                  "semantic": round(c.semantic, 4)}
@@ -371,6 +386,19 @@ class BrewProgram:
         if near is not None:
             return "merge", near[0], f"curator answer invalid; {near[1]}", None
         return "add", None, "curator answer invalid; no near duplicate", None
+
+
+def _same_rule(note: Note, candidate: Note) -> bool:
+    """Whether `candidate` says exactly what `note` says (trigger, rule and steps, case
+    and spacing aside): a copy, whatever its key or scope."""
+
+    def rule(n: Note) -> tuple[str, ...]:
+        return tuple(
+            " ".join(t.lower().split())
+            for t in (n.trigger_pattern, n.corrective_rule, *n.minimal_steps)
+        )
+
+    return rule(note) == rule(candidate)
 
 
 def _near_duplicate(similar: list[Candidate], brew: Any) -> tuple[Note, str] | None:

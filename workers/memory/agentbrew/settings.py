@@ -124,9 +124,15 @@ class BrewSettings(BaseModel):
     # sentence embedder, near what a reworded copy reaches.
     semantic_redundancy_threshold: float = Field(default=0.95, gt=0, le=1)
     # ours: the curator sees the union of this many most lexically (token Jaccard) and
-    # this many most semantically (the stage's embedder) similar notes of the candidate's
-    # scope (§2.3.3: "lexical and semantic similarity"), both similarities logged.
+    # this many most semantically (the stage's embedder) similar notes (§2.3.3:
+    # "lexical and semantic similarity"), both similarities logged.
     curator_candidates: int = Field(default=3, ge=1, le=20)
+    # Which notes a candidate is deduplicated against. memory (the paper's, §2.3.3 (i):
+    # "compare n against existing entries in M"): every note, those of the candidate's
+    # scope ranked first among equals; scope (ours, the first version): its scope's
+    # only, so a copy filed under another scope name is added. An exact copy of a note
+    # (the same trigger, rule and steps) is merged into it under either.
+    dedup_against: Literal["memory", "scope"] = "memory"
     # ours: the notes of each scope the teacher's prompt lists (note_key and trigger,
     # cut at 160 characters) so that it can update a rule by its key; 0: none.
     prompt_notes_per_scope: int = Field(default=20, ge=0, le=200)

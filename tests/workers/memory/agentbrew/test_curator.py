@@ -18,6 +18,7 @@ import pytest
 
 from distillery.orchestrator.execution.ordered_stage import Reply
 from distillery.workers.memory.agentbrew import prompts
+from distillery.workers.memory.agentbrew.leakage import check_truth
 from distillery.workers.memory.agentbrew.notes import (
     Catalog,
     Draft,
@@ -25,7 +26,6 @@ from distillery.workers.memory.agentbrew.notes import (
     Scope,
     most_similar,
 )
-from distillery.workers.memory.agentbrew.leakage import check_truth
 from distillery.workers.memory.agentbrew.program import BrewProgram, StudentProfile
 from distillery.workers.memory.entries import MemorySource
 from tests.workers.memory.agentbrew.harness import settings
@@ -219,3 +219,37 @@ def test_a_merged_note_is_checked_for_the_tasks_answer_again():
 def test_a_short_answer_is_caught_where_stated_as_the_final_answer(text, leaks):
     check = check_truth([text], ["2"], 2)
     assert check.leaks is leaks and check.unchecked == 1
+
+
+def _in_scope(draft: Draft, scope: str) -> Draft:
+    from dataclasses import replace as with_fields
+
+    return with_fields(draft, scope=scope, scope_description=scope)
+
+
+def test_a_paraphrase_filed_under_another_scope_is_merged_against_the_whole_memory():
+    """§2.3.3 (i): "compare n against existing entries in M" — not only its scope's."""
+    ctx, written = _curate(_in_scope(PARAPHRASE, "ratios"), merging_curator)
+    curated = [data for kind, data in ctx.events if kind == "curated"][-1]
+    assert curated["decision"] == "merge" and curated["target"] == "simplify-fractions"
+    assert written is not None and written.scope == "arithmetic"  # the target keeps its scope
+    # The first version compared it with its own scope only: added, a second copy.
+    ctx, written = _curate(_in_scope(PARAPHRASE, "ratios"), merging_curator,
+                           dedup_against="scope")  # fmt: skip
+    curated = [data for kind, data in ctx.events if kind == "curated"][-1]
+    assert curated["decision"] == "add" and curated["reason"] == "no note in its scope yet"
+
+
+def test_an_exact_copy_is_never_added_whatever_its_key_or_scope():
+    copy = _in_scope(EXISTING[1], "columns")
+    for dedup in ("memory", "scope"):
+        copy_with_new_key = Draft(
+            "carry-twice", copy.scope, copy.scope_description, copy.trigger_pattern.upper(),
+            copy.corrective_rule, copy.minimal_steps, (), "never", 0.8,
+        )  # fmt: skip
+        ctx, written = _curate(copy_with_new_key, lambda prompt: pytest.fail("asked"),
+                               dedup_against=dedup)  # fmt: skip
+        curated = [data for kind, data in ctx.events if kind == "curated"][-1]
+        assert curated["decision"] == "merge" and curated["gate"] == "duplicate", dedup
+        assert curated["target"] == "carry-digits"
+        assert written is not None and written.memory_id == "note:carry-digits"
