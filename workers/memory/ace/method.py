@@ -46,6 +46,14 @@ class Ace(BaseMemoryMethod):
     def hook_texts(self) -> tuple[str, ...]:
         return prompts.HOOK_TEXTS
 
+    def read_identity(self, settings: Any) -> dict[str, Any]:
+        out = super().read_identity(settings)
+        # A setting added later, left out at the first version's value (the evaluations
+        # of old keep their keys); set otherwise, its bank's key moves anyway.
+        if out.get("curator_answer") == "valid_adds":
+            del out["curator_answer"]
+        return out
+
     def hooks(
         self,
         task: Any,

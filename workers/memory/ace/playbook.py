@@ -252,6 +252,32 @@ class Addition:
     known_section: bool
 
 
+def parse_curation_as_harness(
+    text: str, sections: SectionSet
+) -> tuple[list[Addition] | None, list[Violation]]:
+    """A curator answer read as ACE's AppWorld harness reads it (adaptation_react.py
+    `curator_call`, its strict validation): all of it, or nothing (an empty list: the
+    playbook stays as it was; the harness asks no second time). A section outside the
+    playbook's is an addition marked unknown (the caller skips it, as the harness does)."""
+    data = json_object(text)
+    if data is None:
+        return [], [Violation("not_json", "no JSON object")]
+    if not isinstance(data.get("reasoning"), str):
+        return [], [Violation("no_reasoning", "`reasoning` must be a string")]
+    operations = data.get("operations")
+    if not isinstance(operations, list):
+        return [], [Violation("no_operations", "`operations` must be a list")]
+    out: list[Addition] = []
+    for i, op in enumerate(operations):
+        if not isinstance(op, dict) or op.get("type") != "ADD":
+            return [], [Violation("not_add", f"operation {i} is not an ADD object")]
+        if not {"section", "content"} <= set(op):
+            return [], [Violation("missing_fields", f"ADD operation {i} lacks a field")]
+        key, known = sections.key(str(op.get("section", "")))
+        out.append(Addition(key, str(op["content"]).strip(), known))
+    return out, []
+
+
 def parse_curation(
     text: str, sections: SectionSet
 ) -> tuple[list[Addition] | None, list[Violation]]:

@@ -26,6 +26,7 @@ BUILD_FIELDS = (
     "playbook_token_budget",
     "dedup_threshold",
     "dedup_merge",
+    "curator_answer",
     "trajectory_chars",
     "observation_chars",
     # The generator's plays read the playbook as the student does (hooks.py): bounded.
@@ -91,6 +92,15 @@ class AceSettings(BaseModel):
     # conversation history appended; a curator ADD to an unknown section is skipped, as
     # the harness's playbook update skips it).
     prompts: Literal["ours", "appworld"] = "ours"
+    # How a curator's answer is applied. "valid_adds" (ours): its valid ADD operations,
+    # the invalid ones skipped (an answer with none is asked again once, naming the
+    # problem). "as_harness": as ACE's AppWorld harness applies it
+    # (adaptation_react.py `curator_call`): the whole answer discarded, never asked
+    # again, when it is no JSON object, lacks a string `reasoning` or a list
+    # `operations`, or holds any operation that is not an object with type exactly
+    # "ADD", a section and a content; an ADD to a section outside the playbook's is
+    # skipped alone. `ace_appworld` sets it (conf/method_catalog/ace.yaml).
+    curator_answer: Literal["valid_adds", "as_harness"] = "valid_adds"
     # Bullets the playbook starts with: a file in the original's format
     # (`## SECTION` lines, `[id] content` bullets), e.g. the AppWorld harness's
     # playbooks/appworld_initial_playbook.txt, or "appworld": that file as vendored
@@ -134,4 +144,6 @@ class AceSettings(BaseModel):
         out = self.model_dump(mode="json", include=set(BUILD_FIELDS))
         if self.prompts != "ours":  # set only: the playbooks of old keep their keys
             out["prompts"] = self.prompts
+        if self.curator_answer == "valid_adds":  # the first version's: keys kept
+            del out["curator_answer"]
         return out

@@ -34,6 +34,7 @@ from distillery.workers.memory.ace.playbook import (
     SectionSet,
     next_number,
     parse_curation,
+    parse_curation_as_harness,
     parse_initial,
     parse_reflection,
     render,
@@ -182,10 +183,17 @@ class AceProgram:
             prompt = appworld_prompts.fill_curator(shown, reflection, task, self._messages(last))
         else:
             prompt = self._curator_prompt(ctx, reflection, playbook)
-        additions = await self._ask_valid(
-            ctx, CURATOR, prompt, prompts.CURATOR_RETRY,
-            lambda text: parse_curation(text, self.sections), "curation",
-        )  # fmt: skip
+        if s.curator_answer == "as_harness":  # one answer, applied whole or not at all
+            reply = await ctx.ask(CURATOR, [{"role": "user", "content": prompt}])
+            additions, problems = parse_curation_as_harness(reply.text, self.sections)
+            if reply.refused or problems:
+                why = reply.refused or "; ".join(p.message for p in problems)
+                ctx.event("curation_discarded", problem=why[:300])
+        else:
+            additions = await self._ask_valid(
+                ctx, CURATOR, prompt, prompts.CURATOR_RETRY,
+                lambda text: parse_curation(text, self.sections), "curation",
+            )  # fmt: skip
         kept = []
         for addition in additions or []:
             if addition.known_section:

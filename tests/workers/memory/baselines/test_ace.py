@@ -15,6 +15,7 @@ from distillery.workers.memory.ace.playbook import (
     SectionSet,
     json_object,
     parse_curation,
+    parse_curation_as_harness,
     parse_initial,
     parse_reflection,
     render,
@@ -63,6 +64,32 @@ def test_answers_are_read_as_json_and_checked():
     assert parse_curation('{"operations": [{"type": "DELETE"}]}', GENERIC)[1][0].code == "not_add"
     assert parse_curation('{"operations": []}', GENERIC) == ([], [])
     assert parse_curation("[]", GENERIC)[1][0].code == "not_json"
+
+
+def test_a_curator_answer_applied_as_acess_appworld_harness_applies_it():
+    """adaptation_react.py `curator_call`: the whole answer or nothing, a section outside
+    the playbook's skipped alone; `valid_adds` (ours) keeps the valid ADDs instead."""
+    appworld = SectionSet.of("appworld")
+    mixed = json.dumps({"reasoning": "r", "operations": [
+        {"type": "ADD", "section": "verification_checklist", "content": "Check units."},
+        {"type": "UPDATE", "section": "others", "content": "x"}]})  # fmt: skip
+    assert parse_curation_as_harness(mixed, appworld)[0] == []  # discarded whole
+    assert [a.content for a in parse_curation(mixed, appworld)[0] or []] == ["Check units."]
+    no_reasoning = json.dumps({"operations": [
+        {"type": "ADD", "section": "verification_checklist", "content": "Check units."}]})  # fmt: skip
+    additions, problems = parse_curation_as_harness(no_reasoning, appworld)
+    assert additions == [] and problems[0].code == "no_reasoning"
+    lower = json.dumps({"reasoning": "r", "operations": [
+        {"type": "add", "section": "others", "content": "x"}]})  # fmt: skip
+    assert parse_curation_as_harness(lower, appworld)[0] == []  # type must be "ADD"
+    good = json.dumps({"reasoning": "r", "operations": [
+        {"type": "ADD", "section": "Verification Checklist", "content": " Check units. "},
+        {"type": "ADD", "section": "made-up", "content": "Box it."}]})  # fmt: skip
+    additions, problems = parse_curation_as_harness(good, appworld)
+    assert not problems and additions is not None
+    assert [(a.section, a.content, a.known_section) for a in additions] == [
+        ("verification_checklist", "Check units.", True), ("others", "Box it.", False)
+    ]  # fmt: skip
 
 
 def test_the_playbook_text_and_an_initial_playbook_file():
@@ -255,6 +282,30 @@ def test_ace_appworld_runs_the_harness_prompts_and_initial_playbook(tmp_path, mo
     assert len(contents) > 1
     assert ("m3", "curation_unknown_section_skipped") in events(sweep, stage)
     assert appworld_prompts.TEXTS[0] in stage.program().texts()
+
+
+def test_ace_appworld_discards_a_curator_answer_the_harness_would_and_asks_no_more(
+    tmp_path, monkeypatch
+):
+    """With curator_answer: as_harness (the ace_appworld entry), an answer holding one
+    non-ADD operation changes nothing and is not asked again; the first version kept its
+    valid ADDs after a retry."""
+
+    def answer(role, messages):
+        if role == "reflector":
+            return json.dumps({"key_insight": "Paginate every list API.", "bullet_tags": []})
+        return json.dumps({"reasoning": "r", "operations": [
+            {"type": "ADD", "section": "verification_checklist", "content": "Loop pages."},
+            {"type": "UPDATE", "section": "others", "content": "x"}]})  # fmt: skip
+
+    world = World(_outcome, answer)
+    stage = _stage(max_rounds=0, feedback="none", sections="appworld", show_counts=False,
+                   prompts="appworld", curator_answer="as_harness")  # fmt: skip
+    sweep = run_stage(stage, ["m3"], world, tmp_path, monkeypatch)
+    assert [role for role, _ in world.asks] == ["reflector", "curator"]  # asked once
+    assert ("m3", "curation_discarded") in events(sweep, stage)
+    (bank,) = world.banks
+    assert bank["bullets"] == []
 
 
 def test_the_vendored_harness_texts_are_verbatim():
