@@ -204,7 +204,7 @@ def test_a_bank_whose_store_counts_differ_from_its_build_record_is_damaged(monke
     stored = {"wf": 2, "st": 0, "fn": 7}
     stage = memory_stage.MemoryStage(None, None, None, {}, print, str)  # type: ignore[arg-type]
     stage._service = SimpleNamespace(has_bank=_Call(True), bank_counts=_Call(stored))
-    monkeypatch.setattr(memory_stage, "ray_get", lambda value: value)
+    monkeypatch.setattr(memory_stage, "ray_get", lambda value, timeout_s, what: value)
     recorded = BankOutput("b" * 64, {"wf": 2, "st": 15, "fn": 7, "embedded_chars": 9})
     assert stage.damage(recorded) == "st: 0 entries, the build recorded 15"
     assert stage.damage(BankOutput("b" * 64, stored)) is None
