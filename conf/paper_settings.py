@@ -150,15 +150,13 @@ def rows_of(experiment: str) -> list[Row]:
 
 
 def _rows(experiment: str, cfg: Any) -> list[Row]:
-    from distillery.workers.memory.amd.settings import profile_for
-
     s = cfg.student
     rows: list[tuple[str, Any, Any, str]] = []
     paper = "paper section 4.1"
     rows.append(("student.temperature", s.temperature, 0.0, f"{RB}qwen3_4b_student.jsonnet:9"))
     rows.append(("embedder", cfg.memory.embedder.model, "text-embedding-3-small", paper))
     amd = next((m for m in cfg.methods if m.startswith("amd")), None)
-    retrieval = profile_for(cfg.benchmark.name).apply(cfg.retrieval_for(amd)) if amd else None
+    retrieval = cfg.retrieval_for(amd) if amd else None
     if cfg.benchmark.name == "appworld":
         from distillery.workers.envs.appworld import react
         from distillery.workers.envs.appworld.adapter import AppWorldOptions

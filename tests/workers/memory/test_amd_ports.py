@@ -192,10 +192,10 @@ class _AmdLookup:
 
 def test_amd_on_toolsandbox_reads_as_the_authors_code_sets_it():
     assert profile_for("toolsandbox") is TOOLSANDBOX
-    config = TOOLSANDBOX.apply(RetrievalConfig())
+    config = TOOLSANDBOX.label(RetrievalConfig.model_validate(TOOLSANDBOX.retrieval))
     assert (config.threshold_wf, config.subtask_query, config.k_fn) == (0.5, "decompose", 2)
     # The authors' query (the simulated user's hidden instruction) and their Function
-    # hint's tool description are the profile's defaults.
+    # hint's tool description are what ToolSandbox composes.
     assert config.threshold_st == 0.45 and config.query == "hidden_user_instruction"
     assert config.fn_description and config.read_settings()["fn_description"] is True
     assert memory_method("amd").build_profile("toolsandbox") is None  # builds as on BFCL
@@ -216,7 +216,9 @@ def test_amd_on_toolsandbox_reads_as_the_authors_code_sets_it():
     assert asked[0] == ("wf", "Ask the agent to text Bob 'hi'.", 1, 0.5)  # the authors'
     assert asked[1] == ("st", ("find the contact", "send the message"), 1, 0.45)
     # The user's turn (what the agent is given) is ours, a named option in identity.
-    own = TOOLSANDBOX.apply(RetrievalConfig(query="user_turn"))
+    own = TOOLSANDBOX.label(
+        RetrievalConfig.model_validate({**TOOLSANDBOX.retrieval, "query": "user_turn"})
+    )
     assert play(own)[0] == ("wf", "Text Bob.", 1, 0.5)
     assert own.read_settings()["query"] == "user_turn"
     assert config.read_settings()["query"] == "hidden_user_instruction"

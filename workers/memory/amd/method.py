@@ -62,12 +62,13 @@ class AmdMethod(BaseMemoryMethod):
         return RetrievalConfig.model_validate({**shared, **overrides, "types": chosen})
 
     def for_benchmark(self, settings: RetrievalConfig, benchmark: str) -> RetrievalConfig:
-        """The settings as read on `benchmark`: its profile's values where they still
-        hold BFCL's defaults (AppWorld: Workflow cosine >= 0.30, figure 15's
-        decomposition), the profile named in the identity; BFCL's: `settings` itself."""
+        """The settings as composed (the benchmark's values are composed into
+        `memory.retrieval` by conf/memory/benchmark/<benchmark>.yaml: nothing is changed
+        here), labelled with the benchmark's profile for the identity (its prompts);
+        BFCL's: `settings` itself."""
         from distillery.workers.memory.amd.settings import profile_for
 
-        return profile_for(benchmark).apply(settings)
+        return profile_for(benchmark).label(settings)
 
     def build_profile(self, benchmark: str) -> str | None:
         """The profile a build on `benchmark` uses (its prompts' digest), None for
@@ -150,8 +151,8 @@ class AmdMethod(BaseMemoryMethod):
         from distillery.workers.memory.amd.lookup import SearchLookup
         from distillery.workers.memory.amd.settings import profile_for
 
-        # The task's benchmark picks the profile; its values replace the settings
-        # still at BFCL's defaults (AppWorld: Workflow cosine >= 0.30, figure 15).
+        # The task's benchmark picks the profile (how its prompts and actions read);
+        # the settings are read as composed (conf/memory/benchmark/<benchmark>.yaml).
         profile = profile_for(task.benchmark)
         # SearchLookup's hits are `isolation.Hit`s, which the hooks' `Hit` protocol reads
         # (lists are invariant, so the checker cannot see it through `list[Hit]`).
@@ -159,7 +160,7 @@ class AmdMethod(BaseMemoryMethod):
         return AmdHooks(
             task.task_id,
             lookup,
-            profile.apply(settings),
+            profile.label(settings),  # values as composed; the label for its log
             allows=allows,
             ask_model=ask_model,
             user_turns=list(task.turns),

@@ -19,8 +19,8 @@ SubtaskQuery = Literal["decompose", "per_turn"]
 # benchmark's simulated user has an instruction of its own (ToolSandbox), that hidden
 # instruction, as the AMD authors' ToolSandbox student retrieved
 # (toolsandbox/common/roles/memory_augmented_agent.py reads the SYSTEM->USER message).
-# The user's turn on every benchmark but ToolSandbox, whose profile asks with the hidden
-# instruction as the authors' student did (the paper's ToolSandbox numbers come from
+# ToolSandbox's composed settings ask with the hidden instruction
+# (conf/memory/benchmark/toolsandbox.yaml: the paper's ToolSandbox numbers come from
 # it); `query=user_turn` there is ours, a named option recorded in the stage identity:
 # the agent never sees that instruction, so retrieving by it hands the student the
 # user's private goal, which no deployed agent has.
@@ -52,11 +52,11 @@ class RetrievalConfig(BaseModel):
     subtask_query: SubtaskQuery = "per_turn"
     max_subtasks: int = Field(default=6, ge=1, le=12)
     block_max_chars: int = Field(default=6000, ge=200, description="Cap of the WF+ST block.")
-    # None: the benchmark's (its profile's; the user's turn where it sets none).
-    query: RetrievalQuery | None = None
+    # None: the user's turn (accepted as written by configs of before).
+    query: RetrievalQuery | None = "user_turn"
     # Function hints led by the failing tool's description and parameters, as the
     # authors' ToolSandbox student appends them (memory_augmented_agent.py
-    # `_format_func_description`): the ToolSandbox profile's value.
+    # `_format_func_description`): ToolSandbox's composed value.
     fn_description: bool = False
 
     @model_validator(mode="after")
@@ -105,21 +105,41 @@ class RetrievalConfig(BaseModel):
 
 # --- per-benchmark profiles -------------------------------------------------------
 #
-# AMD differs by benchmark where the paper does (its appendix C and the authors' code):
-# AppWorld's actions are Python code, so its Subtask and Function memory are code and
-# its prompts are the paper's figures 13-15. The benchmark name carried by the tasks and
-# trajectories picks the profile here, and nowhere else; a benchmark without an entry
-# reads AMD as on BFCL.
+# AMD differs by benchmark where the paper does (its appendix C and the authors' code).
+# Its read settings on a benchmark are CONFIG, composed into `memory.retrieval` by
+# Hydra (conf/memory/benchmark/<benchmark>.yaml, chosen by the benchmark; below the
+# experiment and the command line, so a value set there is kept whatever it equals):
+# nothing here changes a setting after composition. What stays here is what is no
+# setting: how AMD builds on the benchmark (AppWorld's actions are Python code, so its
+# Subtask and Function memory are code and its prompts are the paper's figures 13-15)
+# and the profile's name and digest in a read stage's identity. The benchmark name
+# carried by the tasks and trajectories picks the profile, and nowhere else; a
+# benchmark without an entry reads and builds AMD as on BFCL.
 
 Actions = Literal["calls", "code"]
+# The composed settings of each profile: the conf package's file (one source of the values).
+PROFILE_SETTINGS_DIR = "memory/benchmark"
+
+
+def composed_profile_settings(name: str) -> dict[str, Any]:
+    """The read settings `conf/memory/benchmark/<name>.yaml` composes into
+    `memory.retrieval` on benchmark `name` ({} where it has no file)."""
+    from importlib.resources import files
+
+    import yaml
+
+    path = files("distillery.conf").joinpath(f"{PROFILE_SETTINGS_DIR}/{name}.yaml")
+    if not path.is_file():
+        return {}
+    return dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
 class BenchmarkProfile(BaseModel):
-    """How AMD reads and builds on one benchmark.
+    """How AMD builds on one benchmark, and what its read stages are labelled with.
 
-    `retrieval`: read settings whose values differ from BFCL's on this benchmark. One
-    is applied where the configured value is still BFCL's default (`RetrievalConfig`'s
-    own), so `memory=amd` just works on the benchmark and a value a user set stays.
+    `retrieval`: the read settings the benchmark's config file composes into
+    `memory.retrieval` (composed_profile_settings: read from that file, for the
+    profile's digest and for the identity's `query` rule; never applied here).
     `actions`: "calls" (a step is one function call, BFCL) or "code" (a step is one
     executed code block whose `apis.<app>.<api>(...)` calls are the functions)."""
 
@@ -129,19 +149,14 @@ class BenchmarkProfile(BaseModel):
     actions: Actions = "calls"
     retrieval: dict[str, Any] = Field(default_factory=dict)
 
-    def apply(self, config: RetrievalConfig) -> RetrievalConfig:
-        """`config` with this profile's values where it still holds BFCL's defaults;
+    def label(self, config: RetrievalConfig) -> RetrievalConfig:
+        """`config`, every value as composed, labelled with this profile (part of a
+        read stage's identity: the profile's prompts are what the student reads);
         BFCL's profile returns `config` itself. Idempotent."""
         if self.name == BFCL_NAME or getattr(config, "profile", None) == self.name:
             return config
-        defaults = RetrievalConfig()
-        changed = {
-            key: value
-            for key, value in self.retrieval.items()
-            if getattr(config, key) == getattr(defaults, key)
-        }
         base = config.model_dump(exclude={"profile"})
-        return ProfiledRetrievalConfig.model_validate({**base, **changed, "profile": self.name})
+        return ProfiledRetrievalConfig.model_validate({**base, "profile": self.name})
 
     @property
     def builds_differently(self) -> bool:
@@ -150,8 +165,8 @@ class BenchmarkProfile(BaseModel):
         return self.name != BFCL_NAME and (self.actions != "calls" or self.name in PROFILE_PROMPTS)
 
     def version(self) -> str:
-        """This profile's values and the prompts its builders and students are given
-        (AppWorld's: the paper's figures 13-15), as a short digest."""
+        """This profile's composed values and the prompts its builders and students are
+        given (AppWorld's: the paper's figures 13-15), as a short digest."""
         module = PROFILE_PROMPTS.get(self.name)
         texts = {
             name: value
@@ -163,8 +178,8 @@ class BenchmarkProfile(BaseModel):
 
 
 class ProfiledRetrievalConfig(RetrievalConfig):
-    """Read settings resolved for a benchmark with a profile of its own (AppWorld):
-    the profile is part of what a student reads, so of its stage's identity."""
+    """Read settings on a benchmark with a profile of its own (AppWorld): the profile
+    is part of what a student reads, so of its stage's identity."""
 
     profile: str
 
@@ -179,29 +194,10 @@ class ProfiledRetrievalConfig(RetrievalConfig):
 BFCL_NAME = "bfcl"
 BFCL = BenchmarkProfile(name=BFCL_NAME)
 APPWORLD = BenchmarkProfile(
-    name="appworld",
-    actions="code",
-    # The authors' AppWorld code: Workflow cosine >= 0.30 (conf/memory/default.yaml);
-    # the student decomposes the task with the paper's figure 15 (Algorithm 1), the
-    # AppWorld prompt the paper gives, instead of BFCL's per-turn queries.
-    retrieval={"threshold_wf": 0.30, "subtask_query": "decompose"},
+    name="appworld", actions="code", retrieval=composed_profile_settings("appworld")
 )
 TOOLSANDBOX = BenchmarkProfile(
-    name="toolsandbox",
-    # The authors' ToolSandbox student (toolsandbox/common/memory/injection.py
-    # `build_static_memory_prompt`, store.py): Workflow top-1 at cosine >= 0.5, the task
-    # decomposed into at most 6 labels for Subtask memory, and 2 Function examples per
-    # failing tool (`max_examples=2`). Subtask cosine >= 0.45 is BFCL's default too.
-    # The proactive retrieval asks with the simulated user's hidden instruction
-    # (memory_augmented_agent.py `respond`: the last SYSTEM->USER message's task), and a
-    # Function hint carries the tool's description (`_format_func_description`).
-    retrieval={
-        "threshold_wf": 0.5,
-        "subtask_query": "decompose",
-        "k_fn": 2,
-        "query": "hidden_user_instruction",
-        "fn_description": True,
-    },
+    name="toolsandbox", retrieval=composed_profile_settings("toolsandbox")
 )
 PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD, "toolsandbox": TOOLSANDBOX}
 # The prompt texts of each profile (module constants), part of its identity.

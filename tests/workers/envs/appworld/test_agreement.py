@@ -163,7 +163,9 @@ def _amd_hooks(task_id: str, instruction: str):
     async def decompose(messages):
         return ChatResult(text='["read the profile"]')
 
-    config = APPWORLD.apply(RetrievalConfig(types=("wf", "st")))
+    config = APPWORLD.label(
+        RetrievalConfig.model_validate({**APPWORLD.retrieval, "types": ("wf", "st")})
+    )
     return AmdHooks(
         task_id, _OneWorkflow(), config, lambda s: True, decompose, [instruction], APPWORLD
     )

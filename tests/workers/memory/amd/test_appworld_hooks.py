@@ -14,7 +14,12 @@ from distillery.workers.memory.amd.function import FunctionBuilder
 from distillery.workers.memory.amd.hooks import DECOMPOSE_PROMPT
 from distillery.workers.memory.amd.method import AmdMethod
 from distillery.workers.memory.amd.records import MemorySource, WorkflowMemory
-from distillery.workers.memory.amd.settings import APPWORLD, RetrievalConfig, profile_for
+from distillery.workers.memory.amd.settings import (
+    APPWORLD,
+    RetrievalConfig,
+    composed_profile_settings,
+    profile_for,
+)
 from distillery.workers.memory.isolation import Hit
 from tests.workers.memory.amd.appworld_episodes import (
     CREATE_FAILED,
@@ -71,10 +76,16 @@ def task(benchmark: str) -> Task:
     return Task("ccf4b82_1", benchmark, (INSTRUCTION,), (), (), "ccf4b82")
 
 
+def composed(benchmark: str, **given: Any) -> RetrievalConfig:
+    """memory.retrieval as composed on `benchmark` (its conf/memory/benchmark file over
+    the defaults; test_composed_settings checks Hydra composes exactly this), `given` set."""
+    return RetrievalConfig.model_validate({**composed_profile_settings(benchmark), **given})
+
+
 def hooks(benchmark: str, settings: RetrievalConfig | None = None):
     search, student = RecordingSearch(), Student()
     made = AmdMethod().hooks(
-        task(benchmark), search, settings or RetrievalConfig(), lambda s: True, student
+        task(benchmark), search, settings or composed(benchmark), lambda s: True, student
     )
     return made, search, student
 
@@ -88,9 +99,12 @@ def test_the_benchmark_name_picks_the_profile():
     bfcl, _, _ = hooks("bfcl_multi_turn_base")
     assert bfcl.config == RetrievalConfig()  # BFCL reads exactly what it is given
     assert bfcl.config.threshold("wf") is None and bfcl.config.subtask_query == "per_turn"
-    # A value the user set is kept on AppWorld; only BFCL's defaults are replaced.
-    mine, _, _ = hooks("appworld", RetrievalConfig(threshold_wf=0.5))
+    # The hooks read the settings as given: AppWorld's values come from composition,
+    # never from the hooks (a value the user set, BFCL's default included, is kept).
+    mine, _, _ = hooks("appworld", composed("appworld", threshold_wf=0.5))
     assert mine.config.threshold("wf") == 0.5 and mine.config.subtask_query == "decompose"
+    as_bfcl, _, _ = hooks("appworld", RetrievalConfig())
+    assert as_bfcl.config.threshold("wf") is None and as_bfcl.config.subtask_query == "per_turn"
 
 
 def test_an_appworld_student_reads_workflow_at_0_30_and_decomposes_with_figure_15():
@@ -152,7 +166,8 @@ def test_the_settings_read_on_appworld_are_what_the_plan_and_report_see():
     method = AmdMethod()
     bfcl = RetrievalConfig()
     assert method.for_benchmark(bfcl, "bfcl_multi_turn_base") is bfcl
-    resolved = method.for_benchmark(bfcl, "appworld")
+    assert method.for_benchmark(bfcl, "appworld").threshold("wf") is None  # labelled only
+    resolved = method.for_benchmark(composed("appworld"), "appworld")
     identity = method.read_identity(resolved)
     assert identity["threshold_wf"] == 0.30 and identity["subtask_query"] == "decompose"
     assert identity["max_subtasks"] == 6
