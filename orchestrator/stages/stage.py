@@ -432,6 +432,24 @@ class EvaluateStage(EpisodeStage):
 
     memory: MemoryRead | None = None
 
+    def code(self) -> dict[str, str]:
+        out = super().code()
+        framing = self._framing_texts()
+        if framing:  # only where a port frames the benchmark's prompt: other keys stay
+            out["framing"] = digest_of(list(framing))[:16]
+        return out
+
+    def _framing_texts(self) -> tuple[str, ...]:
+        """What the memory method's framing of the benchmark's prompt makes its
+        episodes read (e.g. an AMD authors' port on AppWorld); () for none."""
+        if self.memory is None:
+            return ()
+        from distillery.workers.envs.registry import framing_texts
+        from distillery.workers.memory.registry import memory_method
+
+        framing = memory_method(self.memory.kind).prompt_framing(self.memory.settings)
+        return framing_texts(self.identity["benchmark"], framing) if framing else ()
+
     def run(self, sweep: Sweep, prefix: str) -> bool:
         return sweep.play(self, prefix, self.memory)
 

@@ -22,14 +22,16 @@ the lock. Renewing it is a decision, made per unit:
     python -m tests.support.code_lock --renew [--keep UNIT ...]
 
 - the version was raised with the change (keys move, results are recomputed): renewed;
-- the version was kept: the unit must be named with `--keep` (its outputs are declared
-  the same: say why in the commit), else renewal refuses and names it.
+- the version was kept: the unit must be named with `--keep` (a name or a pattern,
+  `'method:*'`; its outputs are declared the same: say why in the commit), else
+  renewal refuses and names it.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import hashlib
 import importlib.util
 import json
@@ -215,7 +217,7 @@ class UndecidedChange(ValueError):
 def renewed(locked: Mapping[str, Any], now: Mapping[str, Any], keep: Iterable[str]) -> list[str]:
     """What renewing the lock decides, one line per changed unit; raises
     `UndecidedChange` naming each unit whose code changed, version kept, not in `keep`."""
-    kept = set(keep)
+    patterns = list(keep)
     lines, undecided = [], []
     for name, change in differences(locked, now).items():
         if "unit" in change:
@@ -225,7 +227,7 @@ def renewed(locked: Mapping[str, Any], now: Mapping[str, Any], keep: Iterable[st
         modules = ", ".join(change["modules"]) or "none"
         if old != new:
             lines.append(f"{name}: version {old} -> {new} (its stages recomputed); code: {modules}")
-        elif name in kept:
+        elif any(fnmatch.fnmatchcase(name, p) for p in patterns):
             lines.append(f"{name}: version {old} kept, outputs declared the same; code: {modules}")
         else:
             undecided.append(f"{name} (code: {modules})")
@@ -244,7 +246,12 @@ def renewed(locked: Mapping[str, Any], now: Mapping[str, Any], keep: Iterable[st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--renew", action="store_true", help="rewrite the lock")
-    parser.add_argument("--keep", nargs="*", default=[], help="units whose outputs are unchanged")
+    parser.add_argument(
+        "--keep",
+        nargs="*",
+        default=[],
+        help="units (or patterns: 'method:*') whose outputs are unchanged",
+    )
     args = parser.parse_args(argv)
     locked = json.loads(LOCK.read_text()) if LOCK.exists() else {"units": {}, "modules": {}}
     now = current()

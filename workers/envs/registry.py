@@ -159,6 +159,16 @@ def action_format_deviation(name: str, action_format: str) -> str | None:
     return found.get(action_format)
 
 
+def framing_texts(name: str, framing: str) -> tuple[str, ...]:
+    """The texts a memory method's `framing` (its hooks' `prompt_framing`) makes an
+    episode of the benchmark read, from the class method `framing_texts(framing)`
+    (AppWorld: a port's edit of ACE's prompt, rendered); () for a benchmark that frames
+    no prompt. Part of the identity of the evaluate stages of that framing only: a
+    framing added later moves no other stage's key."""
+    declared = getattr(benchmark_class(name), "framing_texts", None)
+    return tuple(declared(framing)) if declared is not None else ()
+
+
 def known_deviations(name: str) -> tuple[str, ...]:
     """The deviations from its own pipeline that a benchmark's adapter has whatever
     the options (its class attribute `known_deviations`; none by default): recorded

@@ -114,6 +114,12 @@ class MemoryMethod(Protocol):
         """What of `settings` decides an evaluate stage's episodes (its identity)."""
         ...
 
+    def prompt_framing(self, settings: Any) -> str | None:
+        """The framing its hooks ask of a benchmark's own opening prompt (their
+        `prompt_framing`, e.g. the AMD authors' AppWorld ports), None for none: the
+        benchmark's texts of that framing are part of its evaluate stages' identity."""
+        ...
+
     def build_identity(self, memory: MemoryConfig) -> dict[str, Any]:
         """The builder knobs that decide a bank's content (build stage identity)."""
         ...
@@ -251,6 +257,9 @@ class BaseMemoryMethod:
 
     def for_benchmark(self, settings: Any, benchmark: str) -> Any:
         return settings
+
+    def prompt_framing(self, settings: Any) -> str | None:
+        return None
 
     def read_identity(self, settings: Any) -> dict[str, Any]:
         # What the student is shown: the settings and every text of the hooks.

@@ -228,11 +228,18 @@ class AppWorld(IsolatedBenchmark):
     def fingerprint(cls) -> tuple[str, ...]:
         # This file and react.py decide what runs (the code a reply holds) and what the
         # model sees of it (messages, outputs, the context): part of the benchmark as
-        # much as the world is.
-        sources = b"".join(
-            Path(f).read_bytes() for f in (__file__, react.__file__, framings.__file__)
-        )
+        # much as the world is. A memory port's framing of the prompt is not: it is in
+        # the identity of that port's evaluate stages alone (`framing_texts`).
+        sources = b"".join(Path(f).read_bytes() for f in (__file__, react.__file__))
         return (*super().fingerprint(), f"adapter:{hashlib.sha256(sources).hexdigest()}")
+
+    @classmethod
+    def framing_texts(cls, framing: str) -> tuple[str, ...]:
+        """What an episode framed by port `framing` reads: ACE's shipped generator
+        prompt as the port edits it (framings.py; a prompt file without ACE's framing
+        is used as it is, whatever the port)."""
+        ace = BUNDLED_PROMPTS["ace_generator"].read_text(encoding="utf-8")
+        return (framing, framings.framed(ace, framing))
 
     def __init__(
         self, settings: AppWorldOptions | None = None, limits: CallLimits = DEFAULT_LIMITS

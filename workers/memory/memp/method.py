@@ -209,6 +209,9 @@ class MempAmdPort(MempMethod):
     def hook_texts(self) -> tuple[str, ...]:
         return (*prompts.TEXTS, *prompts.PORT_TEXTS)
 
+    def prompt_framing(self, settings: MempSettings) -> str | None:
+        return "memp"  # its hooks label the procedures' verdicts (MempHooks.prompt_framing)
+
     def hooks(
         self,
         task: Any,

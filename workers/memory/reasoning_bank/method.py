@@ -94,6 +94,11 @@ class ReasoningBank(BaseMemoryMethod):
     def derived_stage(self, settings: ReasoningBankSettings) -> bool:
         return False
 
+    def prompt_framing(self, settings: ReasoningBankSettings) -> str | None:
+        from distillery.workers.memory.reasoning_bank.hooks import ReasoningBankHooks
+
+        return ReasoningBankHooks.prompt_framing
+
     def hooks(
         self,
         task: Any,

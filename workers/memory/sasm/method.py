@@ -202,6 +202,13 @@ class SasmMethod(BaseMemoryMethod):
     def derived_stage(self, settings: SasmSettings) -> bool:
         return False
 
+    def prompt_framing(self, settings: SasmSettings) -> str | None:
+        from distillery.workers.memory.sasm.hooks import SasmHooks
+        from distillery.workers.memory.sasm.transition import SasmTransitionHooks
+
+        chosen = SasmTransitionHooks if settings.student == "transition" else SasmHooks
+        return chosen.prompt_framing
+
     def hooks(
         self,
         task: Task,
