@@ -178,7 +178,11 @@ class _Context:
             results[i] = result
 
         missing = [i for i, result in enumerate(results) if result is None]
-        await asyncio.gather(*(probe_one(i) for i in missing))
+        # Every probe ends (and is recorded) before the first failure stops the stage.
+        outcomes = await asyncio.gather(*(probe_one(i) for i in missing), return_exceptions=True)
+        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failed is not None:
+            raise failed
         self.seq = first + len(task_ids)
         return [r for r in results if r is not None]
 
