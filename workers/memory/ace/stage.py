@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -57,6 +58,7 @@ from distillery.workers.memory.transcript import TEXTS as TRANSCRIPT_TEXTS
 from distillery.workers.memory.transcript import episode_transcript
 
 REFLECTOR = "reflector"
+BULLET_ID_SHAPE = re.compile(r"[A-Za-z]+-\d+")  # `<slug>-<n>` (playbook.py)
 CURATOR = "curator"
 
 
@@ -110,12 +112,13 @@ class AceProgram:
             content = message.get("content")
             if message.get("role") == "assistant" and content:
                 texts.append(content if isinstance(content, str) else json.dumps(content))
-        ids = cited_ids(texts)
         by_id = {b.memory_id: b for b in playbook}
+        # Bracketed words that name no bullet: ids shaped like ours count as cited ones
+        # that are not in the playbook (ace.py's "none found"); code's `x[i]` does not.
+        ids = [i for i in cited_ids(texts) if i in by_id or BULLET_ID_SHAPE.fullmatch(i)]
         cited = [by_id[i] for i in ids if i in by_id]
-        ctx.event(
-            "bullets_cited", cited=[b.memory_id for b in cited], other_ids=len(ids) - len(cited)
-        )
+        unknown = len(ids) - len(cited)
+        ctx.event("bullets_cited", cited=[b.memory_id for b in cited], unknown_ids=unknown)
         return cited if ids else None
 
     def _playbook_text(

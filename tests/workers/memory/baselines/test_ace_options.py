@@ -219,8 +219,8 @@ def _two_tips(role: str, messages: list) -> str:
 
 
 def _cites(task_id: str, attempt: int, shown: list) -> str:
-    if task_id == "m1":  # one bullet of the playbook, one id of none
-        return "Following [err-00002] and [calc-00099], the answer is 5"
+    if task_id == "m1":  # one bullet of the playbook, one id of none, an index
+        return "Following [err-00002] and [calc-00099], counts[0] is 5: the answer is 5"
     return "the answer is 5"
 
 
@@ -239,7 +239,7 @@ def test_the_reflector_reads_and_tags_only_the_bullets_the_play_cited(tmp_path, 
     # The reflector's tag of err-00001, which m1 did not cite, is not applied.
     bullets = {b.memory_id: b for b in world.banks[0]["bullets"]}
     assert (bullets["err-00001"].helpful, bullets["err-00002"].helpful) == (0, 1)
-    cited = [(r["cited"], r["other_ids"]) for r in stage_events(sweep.ledger, stage.key)
+    cited = [(r["cited"], r["unknown_ids"]) for r in stage_events(sweep.ledger, stage.key)
              if r["kind"] == "bullets_cited"]  # fmt: skip
     assert cited == [([], 0), (["err-00002"], 1), ([], 0)]
     # Under the harness's choice the same answers tag both bullets m1 read.
