@@ -93,21 +93,25 @@ class _Context:
 
     # -- the journal ---------------------------------------------------------------------
 
-    def _recorded(self, kind: str, request: str) -> dict[str, Any] | None:
-        record = self.run.journal.get(self.index, self.seq)
+    def _recorded(self, kind: str, request: str, seq: int | None = None) -> dict[str, Any] | None:
+        seq = self.seq if seq is None else seq
+        record = self.run.journal.get(self.index, seq)
         if record is None:
             return None
         if record.get("kind") != kind or record.get("request") != request:
             raise StageStopped(
                 f"{self.run.stage.key}: the event log of task {self.task.task_id!r} differs "
-                f"from its program at record {self.seq} ({record.get('kind')} recorded, "
+                f"from its program at record {seq} ({record.get('kind')} recorded, "
                 f"{kind} asked): the program decides from something else than its context"
             )
         return record
 
     def _write(self, kind: str, request: str, **data: Any) -> None:
+        self._write_at(self.seq, kind, request, data)
+
+    def _write_at(self, seq: int, kind: str, request: str, data: dict[str, Any]) -> None:
         record = {"task": self.task.task_id, "kind": kind, "request": request, **data}
-        self.run.journal.write(self.index, self.seq, record)
+        self.run.journal.write(self.index, seq, record)
 
     def _next(self) -> None:
         self.seq += 1
@@ -134,6 +138,53 @@ class _Context:
         self._next()
         self.plays.append(result)
         return result
+
+    async def probe(self, task_ids: Sequence[str]) -> list[PlayResult]:
+        """Play each of `task_ids` once, all at once, reading the committed memory (as
+        `committed` returns it: as of the wave's start in `play_task`, as of now in
+        `commit_task`) with nothing staged: how that memory does on other tasks (a
+        validation split). Each is recorded like a play (kind `probed`, its episode file
+        under `episodes/probe-<task index>-<record>`, counted in the cost rows) and
+        resumed like one; none is a result of the stage's tasks (the ledger records
+        theirs only). The results are in the order of `task_ids`."""
+        memory = self.run.memory.snapshot() if self.committing else self.snapshot
+        first = self.seq
+        views = [self.run.view_of(memory, {}, task_id) for task_id in task_ids]
+        requests = [
+            digest_of({"probe": task_id, "view": view})
+            for task_id, view in zip(task_ids, views, strict=True)
+        ]
+        results: list[PlayResult | None] = [None] * len(task_ids)
+        for i, request in enumerate(requests):
+            recorded = self._recorded("probed", request, first + i)
+            if recorded is None:
+                continue
+            results[i] = self.run.read_play(recorded["summary"])
+            if results[i] is None:  # its file is gone or damaged: play again from here
+                self.run.journal.drop_from(self.index, first + i)
+                break
+
+        async def probe_one(i: int) -> None:
+            seq = first + i
+            folder = f"probe-{self.index:06d}-{seq:04d}"
+            summary = await self.run.play(task_ids[i], 1, views[i], (), folder=folder)
+            result = self.run.read_play(asdict(summary))
+            if result is None:
+                raise StageStopped(f"the episode file {summary.file} cannot be read back")
+            # Written as each ends (a gap left by a kill is played again).
+            self._write_at(
+                seq, "probed", requests[i], {"probe": task_ids[i], "summary": asdict(summary)}
+            )
+            results[i] = result
+
+        missing = [i for i, result in enumerate(results) if result is None]
+        # Every probe ends (and is recorded) before the first failure stops the stage.
+        outcomes = await asyncio.gather(*(probe_one(i) for i in missing), return_exceptions=True)
+        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failed is not None:
+            raise failed
+        self.seq = first + len(task_ids)
+        return [r for r in results if r is not None]
 
     async def ask(self, role: str, messages: list[dict[str, Any]]) -> Reply:
         request = digest_of({"role": role, "messages": messages})
@@ -197,6 +248,21 @@ class _Context:
             return list(self.run.memory.entries[collection].values())
         return list(self.snapshot.get(collection, []))
 
+    def choose_bank(self) -> None:
+        """The memory committed so far becomes the stage's bank (what evaluate stages
+        read) unless a later call chooses again; a program that never calls it leaves
+        the memory as its last task left it. In `commit_task` (tasks commit in order)."""
+        if not self.committing:
+            raise RuntimeError("ctx.choose_bank belongs in commit_task (tasks commit in order)")
+        chosen = self.run.memory.snapshot()
+        counts = {name: len(items) for name, items in chosen.items()}
+        content = {n: [entry_to_dict(e) for e in items] for n, items in chosen.items()}
+        request = digest_of({"kind": "bank_chosen", "content": content})
+        if self._recorded("bank_chosen", request) is None:
+            self._write("bank_chosen", request, entries=counts)
+        self._next()
+        self.run.chosen = (self.index, chosen)
+
     def event(self, kind: str, **data: Any) -> None:
         self.run.event_counts[kind] += 1
         data = json.loads(json.dumps(data, default=str))
@@ -253,6 +319,9 @@ class OrderedRun:
         self.bound_counts: Counter[str] = Counter()
         # The program's events by kind (a resumed run replays every task: totals).
         self.event_counts: Counter[str] = Counter()
+        # What a program chose as the bank (`choose_bank`): the choosing task's place
+        # in the order and the memory then; None: the memory at the end.
+        self.chosen: tuple[int, dict[str, list[Any]]] | None = None
         self._pool: Any = None
         self._views: set[str] = set()
         self._llms: dict[str, Any] = {}
@@ -377,8 +446,15 @@ class OrderedRun:
         return self._pool
 
     async def play(
-        self, task_id: str, attempt: int, view: str | None, staged: tuple[Any, ...]
+        self,
+        task_id: str,
+        attempt: int,
+        view: str | None,
+        staged: tuple[Any, ...],
+        folder: str | None = None,
     ) -> EpisodeSummary:
+        """One play of `task_id` reading `view` and `staged`, its episode file under the
+        stage's episodes in `folder` (None: `attempt-<attempt>`, the task's plays)."""
         from distillery.workers.episodes import PlayRequest
         from distillery.workers.memory_service import MemoryJob
 
@@ -393,8 +469,8 @@ class OrderedRun:
             attempt=attempt,
             staged=staged,
         )
-        folder = self.ledger.episodes_dir(self.stage.key) / f"attempt-{attempt}"
-        request = PlayRequest(attempt, memory, folder.uri)
+        where = self.ledger.episodes_dir(self.stage.key) / (folder or f"attempt-{attempt}")
+        request = PlayRequest(attempt, memory, where.uri)
         pool = self._episodes_pool()
         with self.sweep.servers.calling(self._player(), self.stage.key):
             summary = await pool.play(task_id, request)
@@ -462,13 +538,16 @@ class OrderedRun:
     # -- the bank -------------------------------------------------------------------------
 
     def _bank_output(self) -> Any:
-        collections = self.memory.snapshot()
+        # The memory the program chose (its counts are the bank's), else the last.
+        collections = self.chosen[1] if self.chosen is not None else self.memory.snapshot()
+        chosen = {"chosen_in_task": self.chosen[0] + 1} if self.chosen is not None else {}
         bank = BuiltBank(
             self.method.store_prefix,
             self.method.collections,
             collections,
             {
                 **{f"{n}.committed": len(v) for n, v in collections.items()},
+                **chosen,
                 **dict(self.bound_counts),
                 # What the program logged (fallbacks, rejections...): the build's counts.
                 **{f"events.{k}": n for k, n in sorted(self.event_counts.items())},

@@ -24,7 +24,12 @@ everything else:
   at any moment resumes by replaying each task's program over its records, so the
   memory and the event log equal an uninterrupted run's (the program must decide only
   from what its context returns);
-- cost: one row per model and role (the student's plays, each asked role's calls).
+- probes: a program may play other tasks once each, read-only, against the memory
+  committed so far (`ctx.probe`: a validation split), recorded and resumed like plays;
+- the bank: the memory as the last task left it, or the committed memory as of the
+  program's last `ctx.choose_bank()` (the best of several states, as judged by probes);
+- cost: one row per model and role (the student's plays and probes, each asked role's
+  calls).
 
 A play that ends in an infrastructure failure after its retries, or a model that
 cannot be reached, stops the stage with a message: nothing of it is recorded, and
@@ -119,11 +124,13 @@ class TaskContext(Protocol):
     plays: list[PlayResult]  # the task's plays so far, in order
 
     async def play(self) -> PlayResult: ...
+    async def probe(self, task_ids: Sequence[str]) -> list[PlayResult]: ...
     async def ask(self, role: str, messages: list[dict[str, Any]]) -> Reply: ...
     def stage(self, collection: str, entries: Sequence[Any]) -> None: ...
     def rollback(self) -> None: ...
     def commit(self, collection: str, entries: Sequence[Any]) -> None: ...
     def committed(self, collection: str) -> list[Any]: ...
+    def choose_bank(self) -> None: ...
     def event(self, kind: str, **data: Any) -> None: ...
     def source(self, play: PlayResult) -> MemorySource: ...
     async def similarities(self, queries: list[str], keys: list[str]) -> list[list[float]]: ...
@@ -185,6 +192,7 @@ class OrderedEpisodeStage(EpisodeStage):
         *,
         bounds_key: str = "bounds",
         embedder: EmbedderConfig | None = None,
+        plays: Sequence[str] | None = None,
         **fields: Any,
     ) -> Self:
         """A node of this kind that `player` plays on the point's memory split, added to
@@ -194,10 +202,13 @@ class OrderedEpisodeStage(EpisodeStage):
         Its identity: what decides the split's episodes (`planner.episode_identity` of
         `player` under the memory split's options), the split's task digest and label,
         the kind's own entries (`identity`: its models, its settings), the embedder
-        (`embedder`, a method's own, else the sweep's) and, off their defaults, the memory bounds (under `bounds_key`: the brew's
-        pinned keys name them `memory_bounds`). `label` gets the task count appended;
-        `fields` are the node's own fields (`memory_kind`, `settings`, `other_models`,
-        `wave_size`, ...).
+        (`embedder`, a method's own, else the sweep's) and, off their defaults, the
+        memory bounds (under `bounds_key`: the brew's pinned keys name them
+        `memory_bounds`). `label` gets the task count appended; `fields` are the node's
+        own fields (`memory_kind`, `settings`, `other_models`, `wave_size`, ...).
+        `plays`: the split's tasks it plays in order (None: all; a kind that holds some
+        out, e.g. to probe them, names the rest: what it holds out must follow from its
+        identity).
         """
         cfg, split = planner.cfg, planner.split
         full = {
@@ -211,16 +222,17 @@ class OrderedEpisodeStage(EpisodeStage):
         }
         if cfg.memory.bounds.identity():  # off their defaults: other entries
             full[bounds_key] = cfg.memory.bounds.identity()
+        played = list(split.memory_ids) if plays is None else list(plays)
         node = cls(
             identity=full,
             upstream=(),
-            label=f"{label} ({len(split.memory_ids)} tasks)",
+            label=f"{label} ({len(played)} tasks)",
             model=planner.served(player),
             split=split.memory_split,
             options=planner.memory_options,
             **fields,
         )
-        planner.add(node, split.memory_ids)
+        planner.add(node, played)
         return node
 
     def code(self) -> dict[str, str]:
@@ -254,13 +266,14 @@ class OrderedEpisodeStage(EpisodeStage):
         return StageStatus(finished, state, len(needs), done)
 
     def cost_rows(self, ledger: Ledger, needs: set[str]) -> list[CostRow]:
-        """The student's plays, then each asked role's calls, from the event log."""
+        """The student's plays (probes too), then each asked role's calls, from the
+        event log."""
         rows: dict[str, list[int]] = {}
         names: dict[str, str] = {}
         student = self.model.name if self.model is not None else "oracle"
         rows[self.role], names[self.role] = [0, 0, 0], student
         for record in self.journal(ledger).ordered():
-            if record.get("kind") == "played":
+            if record.get("kind") in ("played", "probed"):
                 s = record["summary"]
                 row = rows[self.role]
                 row[0] += s.get("tokens_in", 0)

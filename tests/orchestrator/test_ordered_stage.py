@@ -2,7 +2,8 @@
 per task and attempt, written as real episode files), the memory is the framework's.
 Checked: tasks in order, a provisional slot seen by the task's re-plays only, commits
 seen by the next tasks (B = 1) or by the next wave only (B = 2), a durable event log,
-and a run that dies mid-task resuming to the same memory and the same log."""
+a run that dies mid-task resuming to the same memory and the same log, and probes
+(held-out tasks played read-only against the committed memory) choosing the bank."""
 
 from __future__ import annotations
 
@@ -93,34 +94,79 @@ class NoteStage(OrderedEpisodeStage):
         return Program()
 
 
+HELD_OUT = ["v0", "v1"]
+
+
+class ProbingProgram(Program):
+    """Program's, plus a note "seen:<task>" committed for every task; after each task
+    the held-out tasks are probed with the memory so far, and the memory whose probes
+    solved strictly more than the best so far (from none: the empty memory, chosen
+    first) becomes the bank."""
+
+    def __init__(self) -> None:
+        self.best = 0
+
+    async def commit_task(self, ctx: Any, result: Any) -> None:
+        if ctx.index == 0:
+            ctx.choose_bank()
+        await super().commit_task(ctx, result)
+        source = ctx.source(ctx.plays[-1])
+        ctx.commit("notes", [Note(f"seen:{ctx.task.task_id}", source, "seen")])
+        probes = await ctx.probe(HELD_OUT)
+        solved = sum(bool(p.success) for p in probes)
+        ctx.event("probes_solved", solved=solved, tasks=[p.summary.task_id for p in probes])
+        if solved > self.best:
+            self.best = solved
+            ctx.choose_bank()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbingStage(OrderedEpisodeStage):
+    kind: ClassVar[str] = "probing_stage"
+    code_version: ClassVar[str] = "1"
+
+    def program(self) -> ProbingProgram:
+        return ProbingProgram()
+
+
 class World:
     """The fake plays and answers: a task succeeds on its first play when it is t0, or
     when a committed note is visible; on a re-play when its own note is staged (not t3,
     whom nothing helps). Records what each play saw."""
+
+    stage: OrderedEpisodeStage
+    sweep: Any
+    banks: list[dict[str, list[str]]]
+    snapshots: dict[str, dict[str, list[Note]]]
 
     def __init__(self, ledger: Ledger, key: Any, crash_at: int | None = None) -> None:
         self.ledger, self.key, self.crash_at = ledger, key, crash_at
         self.plays: list[tuple[str, int, int, int]] = []  # task, attempt, committed, staged
         self.asks = 0
 
-    async def play(self, run: OrderedRun, task_id, attempt, view, staged):
+    async def play(self, run: OrderedRun, task_id, attempt, view, staged, folder=None):
         if self.crash_at is not None and len(self.plays) == self.crash_at:
             raise KeyboardInterrupt("killed")  # the run dies here, nothing recorded
         committed = len(self.snapshots[view]["notes"]) - len(staged)
         self.plays.append((task_id, attempt, committed, len(staged)))
         success = task_id == "t0" or (task_id != "t3" and (committed > 0 or len(staged) > 0))
+        if task_id in HELD_OUT:  # by the memory's size: v0 with 2 notes, v1 with 2 or 3
+            size = len(self.snapshots[view]["notes"])
+            success = size == 2 if task_id == "v0" else size in (2, 3)
         record = replace(_record(task_id, success), attempt=attempt, stage="note_stage")
-        folder = self.ledger.episodes_dir(self.key) / f"attempt-{attempt}"
-        return EpisodeSummary.of(record, write_episode(folder, record))
+        where = self.ledger.episodes_dir(self.key) / (folder or f"attempt-{attempt}")
+        return EpisodeSummary.of(record, write_episode(where, record))
 
     async def ask(self, run, role, messages):
         self.asks += 1
         return ordered_stage.Reply(f"hint for {messages[0]['content']}", 3, 2), "teacher-model"
 
 
-def _run(tmp_path, monkeypatch, wave_size: int = 1, crash_at: int | None = None) -> World:
+def _run(
+    tmp_path, monkeypatch, wave_size: int = 1, crash_at: int | None = None, kind: Any = NoteStage
+) -> World:
     ledger = Ledger(tmp_path)
-    stage = NoteStage(
+    stage = kind(
         identity={"benchmark": "bfcl_multi_turn_base", "wave_size": wave_size},
         upstream=(),
         label="note stage",
@@ -140,7 +186,7 @@ def _run(tmp_path, monkeypatch, wave_size: int = 1, crash_at: int | None = None)
         return view
 
     monkeypatch.setattr(OrderedRun, "view_of", view_of)
-    monkeypatch.setattr(OrderedRun, "play", lambda self, *a: world.play(self, *a))
+    monkeypatch.setattr(OrderedRun, "play", lambda self, *a, **k: world.play(self, *a, **k))
     monkeypatch.setattr(OrderedRun, "ask", lambda self, *a: world.ask(self, *a))
     banks: list[dict] = []
 
@@ -239,3 +285,50 @@ def test_a_run_killed_mid_task_resumes_to_the_same_memory_and_log(tmp_path, monk
         assert len(killed.plays) + len(resumed.plays) == len(whole.plays)
         assert killed.asks + resumed.asks == whole.asks
     assert json.dumps(expected)  # the log is plain JSON
+
+
+def test_probes_play_held_out_tasks_read_only_and_the_chosen_memory_is_the_bank(
+    tmp_path, monkeypatch
+):
+    world = _run(tmp_path, monkeypatch, kind=ProbingStage)
+    probes = [(t, c) for t, a, c, s in world.plays if t in HELD_OUT]
+    # After each task both held-out tasks read the memory committed so far, nothing
+    # staged: one "seen" note per task (t3's staged note is rolled back, never read).
+    assert probes == [("v0", 1), ("v1", 1), ("v0", 2), ("v1", 2), ("v0", 3), ("v1", 3),
+                      ("v0", 4), ("v1", 4), ("v0", 5), ("v1", 5)]  # fmt: skip
+    assert all(s == 0 for t, a, c, s in world.plays if t in HELD_OUT)
+    # Solved: 0 after t0, 2 after t1 (chosen), 1 after t2, then 0: the bank is the
+    # memory after t1, not the last one.
+    assert world.banks == [{"notes": ["seen:t0", "seen:t1"]}]
+    log = stage_events(world.sweep.ledger, world.stage.key)
+    solved = [r["solved"] for r in log if r["kind"] == "probes_solved"]
+    assert solved == [0, 2, 1, 0, 0]
+    assert [(r["task"], r["entries"]) for r in log if r["kind"] == "bank_chosen"] == [
+        ("t0", {"notes": 0}), ("t1", {"notes": 2})
+    ]  # fmt: skip
+    probed = [r for r in log if r["kind"] == "probed"]
+    assert [r["probe"] for r in probed] == HELD_OUT * 5
+    assert all("/probe-" in r["summary"]["file"] for r in probed)  # files of their own
+    # The held-out tasks are no result of the stage; their plays are in its cost.
+    ledger = world.sweep.ledger
+    assert sorted(ledger.episodes(world.stage.key)) == TASKS
+    (student, _) = world.stage.cost_rows(ledger, set(TASKS))
+    plays = [r for r in log if r["kind"] == "played"]
+    assert student.n_llm_calls == sum(r["summary"]["n_llm_calls"] for r in plays + probed)
+    assert len(probed) == 10 and student.n_llm_calls > sum(
+        r["summary"]["n_llm_calls"] for r in plays
+    )
+
+
+def test_a_run_killed_among_its_probes_resumes_to_the_same_bank_and_log(tmp_path, monkeypatch):
+    whole = _run(tmp_path / "whole", monkeypatch, kind=ProbingStage)
+    expected = _log(whole, tmp_path / "whole")
+    for crash_at in (2, 3, 4):  # t0's second probe; t1's play; t1's first probe
+        root = tmp_path / f"killed{crash_at}"
+        killed = _run(root, monkeypatch, crash_at=crash_at, kind=ProbingStage)
+        partial = _log(killed, root)
+        assert killed.banks == [] and partial == expected[: len(partial)]
+        resumed = _run(root, monkeypatch, kind=ProbingStage)
+        assert _log(resumed, root) == expected
+        assert resumed.banks == whole.banks
+        assert len(killed.plays) + len(resumed.plays) == len(whole.plays)

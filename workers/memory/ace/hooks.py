@@ -4,7 +4,10 @@ section-aware at `playbook_max_chars` (bullets left out counted: `bullets_cut`,
 `playbook_cut`), between the
 generator prompt's markers, before the first turn; during adaptation, a re-play also
 reads the reflection on its task's previous play (ACE's generator `reflection` input).
-No bullet at all: nothing is shown (the vanilla student), counted `empty_playbook`."""
+No bullet at all: nothing is shown (the vanilla student), counted `empty_playbook`.
+The ACE stage's own plays with `reflector_reads: cited_bullets` (`AdaptationPlaySettings`)
+are also asked, after the playbook, to name the bullets they use (ace.py's generator
+`bullet_ids`); a student never is."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Any
 from distillery.workers.memory.ace import prompts
 from distillery.workers.memory.ace.playbook import SectionSet, bounded
 from distillery.workers.memory.ace.records import BULLETS, Bullet
-from distillery.workers.memory.ace.settings import AceSettings
+from distillery.workers.memory.ace.settings import AceSettings, AdaptationPlaySettings
 from distillery.workers.memory.audit import allowed_hits
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.proactive import ProactiveOnly
@@ -38,10 +41,12 @@ def _empty_log() -> dict[str, Any]:
     }
 
 
-def playbook_block(playbook: str, frame: bool) -> str:
+def playbook_block(playbook: str, frame: bool, cite: bool = False) -> str:
+    # `cite`: the ACE stage's generator, asked to name the bullets it uses.
+    request = [prompts.CITE_BULLETS] if cite else []
     if not frame:  # the benchmark's prompt frames it (ACE's own generator prompt)
-        return playbook
-    return "\n".join([prompts.FRAME, prompts.BEGIN, playbook, prompts.END])
+        return "\n\n".join([playbook, *request])
+    return "\n".join([prompts.FRAME, prompts.BEGIN, playbook, prompts.END, *request])
 
 
 @dataclass
@@ -62,7 +67,10 @@ class AceHooks(ProactiveOnly):
                 playbook, cut = bounded(
                     bullets, sections, self.settings.show_counts, self.settings.playbook_max_chars
                 )
-                blocks.append(playbook_block(playbook, self.settings.frame))
+                cite = isinstance(self.settings, AdaptationPlaySettings) and (
+                    self.settings.cite_bullets
+                )
+                blocks.append(playbook_block(playbook, self.settings.frame, cite))
                 self.log["playbook_chars"] = len(playbook)
                 self.log["playbook_cut"] = int(cut > 0)
                 self.log["bullets_cut"] = cut

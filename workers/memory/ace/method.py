@@ -9,7 +9,11 @@ from typing import Any, ClassVar
 from distillery.workers.memory.ace import prompts
 from distillery.workers.memory.ace.hooks import AceHooks
 from distillery.workers.memory.ace.records import COLLECTIONS, STORE_PREFIX
-from distillery.workers.memory.ace.settings import ACE_PY_DEVIATIONS, AceSettings
+from distillery.workers.memory.ace.settings import (
+    AceSettings,
+    ace_py_deviations,
+    omit_first_version_defaults,
+)
 from distillery.workers.memory.entries import CollectionSpec, MemorySource
 from distillery.workers.memory.feedback import with_shared_feedback
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings, summed_counters
@@ -47,12 +51,9 @@ class Ace(BaseMemoryMethod):
         return prompts.HOOK_TEXTS
 
     def read_identity(self, settings: Any) -> dict[str, Any]:
-        out = super().read_identity(settings)
-        # A setting added later, left out at the first version's value (the evaluations
-        # of old keep their keys); set otherwise, its bank's key moves anyway.
-        if out.get("curator_answer") == "valid_adds":
-            del out["curator_answer"]
-        return out
+        # Settings added later, left out at the first version's values (the evaluations
+        # of old keep their keys); set otherwise, their bank's key moves anyway.
+        return omit_first_version_defaults(super().read_identity(settings))
 
     def hooks(
         self,
@@ -73,8 +74,8 @@ class Ace(BaseMemoryMethod):
     def tags(self, settings: AceSettings, embedder: str) -> dict[str, str]:
         dedup = "off" if settings.dedup_threshold is None else str(settings.dedup_threshold)
         out = {"ace_rounds": str(settings.max_rounds), "ace_dedup": dedup}
-        if settings.prompts == "ours":  # ace.py's loop, with the harness's choices
-            out["ace_deviations"] = ",".join(ACE_PY_DEVIATIONS)
+        if settings.prompts == "ours":  # ace.py's loop: where it takes the harness's choices
+            out["ace_deviations"] = ",".join(ace_py_deviations(settings))
         return out
 
     def report_columns(self, settings: AceSettings) -> dict[str, Any]:

@@ -100,6 +100,38 @@ def render(bullets: Sequence[Bullet], sections: SectionSet, counts: bool) -> str
     return "\n".join(lines)
 
 
+# A bullet id as a play cites it (`[shr-00001]`; any id of an initial playbook file).
+_CITED_ID = re.compile(r"\[([^\[\]\s]{1,64})\]")
+
+
+def cited_ids(texts: Iterable[str]) -> list[str]:
+    """Every `[id]` in `texts`, each once, in the order first cited (ace.py's generator
+    reads the `[xxx-00001]`s of its answer: core/generator.py
+    `_extract_bullet_ids_regex`); which of them name bullets is the caller's to check."""
+    out: dict[str, None] = {}
+    for text in texts:
+        out.update(dict.fromkeys(_CITED_ID.findall(text)))
+    return list(out)
+
+
+def render_lines(bullets: Sequence[Bullet], sections: SectionSet, counts: bool) -> str:
+    """The bullets one per line, in the playbook's order, no section headers (ace.py's
+    `extract_playbook_bullets`: the reflector's `bullets_used`)."""
+    place = {key: i for i, key in enumerate(sections.keys)}
+    line = prompts.BULLET_COUNTS if counts else prompts.BULLET_PLAIN
+    return "\n".join(
+        line.format(
+            id=b.memory_id,
+            helpful=b.helpful,
+            harmful=b.harmful,
+            content=" ".join(b.content.split()),
+        )
+        for b in sorted(
+            bullets, key=lambda b: (place.get(b.section, len(place)), b.order, b.memory_id)
+        )
+    )
+
+
 def bounded(
     bullets: Sequence[Bullet], sections: SectionSet, counts: bool, max_chars: int | None
 ) -> tuple[str, int]:

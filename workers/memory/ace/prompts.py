@@ -124,6 +124,27 @@ SECTION_LINE = "## {name}"
 BULLET_COUNTS = "[{id}] helpful={helpful} harmful={harmful} :: {content}"
 BULLET_PLAIN = "[{id}] {content}"
 
+# reflector_reads: cited_bullets (ace.py's generator names the bullets it used, its
+# reflector reads only those: `extract_playbook_bullets`). Ours, in ace.py's words where
+# it has them; sent only then (the program's texts, never the student's hooks).
+CITE_BULLETS = (
+    "While you solve the task, name every playbook bullet you use: write its id in square "
+    "brackets as the playbook shows it (e.g. [abc-00001]), in your reasoning or answer."
+)
+_TAG_ALL = """- Tag each playbook bullet the attempt relied on or should have relied on as
+  "helpful", "harmful" or "neutral" (for reaching the right result)."""
+_TAG_CITED = """- Tag each playbook bullet below (those the attempt says it used) as "helpful",
+  "harmful" or "neutral" (for reaching the right result)."""
+_SHOWN_ALL = "Playbook the attempt was given:"
+_SHOWN_CITED = "Playbook bullets the attempt says it used:"
+assert _TAG_ALL in REFLECTOR_PROMPT and _SHOWN_ALL in REFLECTOR_PROMPT
+REFLECTOR_PROMPT_CITED = REFLECTOR_PROMPT.replace(_TAG_ALL, _TAG_CITED).replace(
+    _SHOWN_ALL, _SHOWN_CITED
+)
+NONE_CITED = "(the attempt named no playbook bullet)"
+CITED_NOT_FOUND = "(the attempt named bullet ids that are not in the playbook)"
+CITED_TEXTS = (CITE_BULLETS, REFLECTOR_PROMPT_CITED, NONE_CITED, CITED_NOT_FOUND)
+
 TEXTS = (REFLECTOR_PROMPT, FEEDBACK_SOLVED, FEEDBACK_FAILED, FEEDBACK_NONE, NO_PLAYBOOK,
          REFLECTION_RETRY, CURATOR_PROMPT, CURATOR_RETRY, MERGE_PROMPT)  # fmt: skip
 HOOK_TEXTS = (FRAME, BEGIN, END, REFLECTION_HEADER, SECTION_LINE, BULLET_COUNTS, BULLET_PLAIN)

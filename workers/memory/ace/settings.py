@@ -1,9 +1,10 @@
 """ACE's settings, with the source of each default.
 
-Sources: the original code (ace-agent/ace: `ace/ace.py` `_extract_config_params` and
-`_train_single_sample`, `ace/core/bulletpoint_analyzer.py`, `playbook_utils.py`,
-`utils.py`) and ACE's AppWorld harness (../shared/vendor/ace-appworld/experiments:
-`configs/ACE_offline_no_GT_adaptation.jsonnet`, `code/ace/adaptation_agent.py`
+Sources: the original code (ace-agent/ace: `ace/ace.py` `_extract_config_params`,
+`_train_single_sample` and `_offline_train`, `ace/core/bulletpoint_analyzer.py`,
+`ace/core/generator.py`, `playbook_utils.py`, `utils.py`, `finance/run.py` and
+`finance/data/sample_config.json`) and ACE's AppWorld harness
+(../shared/vendor/ace-appworld/experiments: `configs/ACE_offline_no_GT_adaptation.jsonnet`, `code/ace/adaptation_agent.py`
 `solve_task_wo_gt`, `code/ace/adaptation_react.py` `curator_call`,
 `playbooks/appworld_initial_playbook.txt`).
 """
@@ -27,6 +28,10 @@ BUILD_FIELDS = (
     "dedup_threshold",
     "dedup_merge",
     "curator_answer",
+    "reflector_reads",
+    "playbook_selection",
+    "eval_steps",
+    "validation_fraction",
     "trajectory_chars",
     "observation_chars",
     # The generator's plays read the playbook as the student does (hooks.py): bounded.
@@ -34,32 +39,28 @@ BUILD_FIELDS = (
 )
 
 
-# Where the adaptation differs from ace.py (the authors' math/finance code, whose loop
-# `ace` follows) and why; `prompts: appworld` follows ACE's AppWorld harness in both,
-# so it has none. Tagged on every run (`ace_deviations`, `Ace.tags`), documented in
-# docs/methods/ace.md.
-# - final_playbook: the student reads the playbook as adaptation left it. ace.py's
-#   `_offline_train` plays a validation split with the playbook every `eval_steps: 100`
-#   tasks and keeps the best (`best_playbook`, accuracy strictly above the best so far,
-#   from 0.0), which `run` then tests; the AppWorld harness keeps no best: its
-#   evaluation reads `trained_playbook_file_path`, the file `curator_call` rewrites after
-#   every task (ACE_offline_no_GT_{adaptation,evaluation}.jsonnet). Ours follows the
-#   harness: the protocol's memory split has no validation part (carving one out would
-#   shrink what ACE learns from against what every other method learns from), and a
-#   validation pass per 100 tasks is plays no other method gets.
-# - reflector_reads_playbook: the reflector reads the playbook the play read and tags
-#   any bullet of it. ace.py's generator answers one JSON object whose `bullet_ids` name
-#   the bullets it used, and its reflector reads only those (`extract_playbook_bullets`);
-#   the AppWorld harness's generator cites nothing and its reflector reads the whole
-#   playbook (`reflector_call`: `{{playbook}}` is `self.playbook`). Ours follows the
-#   harness: our generator is the benchmark's own agent (a boxed answer, code, tool
-#   calls), which names no bullet ids unless its prompt asks, and asking would change
-#   what the student reads at test time against every other method.
+# Where the adaptation at the defaults differs from ace.py (the authors' math/finance
+# code, whose loop `ace` follows) and why; `prompts: appworld` follows ACE's AppWorld
+# harness in each, so it has none. The first two are options (ace.py's choice one
+# setting away); a run is tagged with those in effect for its settings
+# (`ace_deviations`: `ace_py_deviations`, `Ace.tags`), documented in docs/methods/ace.md.
+# - final_playbook (`playbook_selection: final`): the student reads the playbook as
+#   adaptation left it, as the AppWorld harness does: its evaluation reads
+#   `trained_playbook_file_path`, the file `curator_call` rewrites after every task
+#   (ACE_offline_no_GT_{adaptation,evaluation}.jsonnet). ace.py's `_offline_train`
+#   plays a validation split every `eval_steps` tasks and keeps the best playbook
+#   (`best_on_validation`), which costs ACE the validation part of the memory split and
+#   the teacher plays of every validation pass, which no other method gets.
+# - reflector_reads_playbook (`reflector_reads: playbook`): the reflector reads the
+#   playbook the play read and tags any bullet of it, as the AppWorld harness's
+#   (`reflector_call`: `{{playbook}}` is `self.playbook`; its generator cites nothing).
+#   ace.py's generator names the bullets it used and its reflector reads only those
+#   (`cited_bullets`).
 # - curator_reads_attempt: the curator also reads the task and the play's transcript
 #   (as the AppWorld harness's `curator_call` does: the instruction as
 #   `question_context`, the conversation history appended); ace.py's curator reads the
 #   reflection, the playbook and the sample's context, not the attempt. Ours so that it
-#   can name the steps and APIs involved.
+#   can name the steps and APIs involved. Not an option.
 ACE_PY_DEVIATIONS = ("final_playbook", "reflector_reads_playbook", "curator_reads_attempt")
 
 
@@ -101,6 +102,33 @@ class AceSettings(BaseModel):
     # "ADD", a section and a content; an ADD to a section outside the playbook's is
     # skipped alone. `ace_appworld` sets it (conf/method_catalog/ace.yaml).
     curator_answer: Literal["valid_adds", "as_harness"] = "valid_adds"
+    # What the reflector reads of the playbook. "playbook": the playbook the play read,
+    # any bullet of which it may tag (the AppWorld harness: `reflector_call` fills
+    # `{{playbook}}` with `self.playbook`; its generator cites nothing). "cited_bullets"
+    # (ace.py `_train_single_sample`): the generator names the bullets it used
+    # (core/generator.py `bullet_ids`) and the reflector reads only those
+    # (playbook_utils.py `extract_playbook_bullets`). Ours asks the ACE stage's plays
+    # (the teacher as generator, never the student) to cite the ids they use as
+    # `[id]` and reads them off the play's own messages; the reflector may tag only
+    # them (a tag of another bullet is not applied).
+    reflector_reads: Literal["playbook", "cited_bullets"] = "playbook"
+    # Which playbook the student reads. "final": as adaptation left it (the AppWorld
+    # harness: its evaluation reads the playbook file `curator_call` rewrites after
+    # every task). "best_on_validation" (ace.py `_offline_train`): after every
+    # `eval_steps`-th training task the teacher plays every validation task with the
+    # playbook so far, and a playbook whose accuracy is strictly above the best so far
+    # (from 0.0, the initial playbook until then: `best_playbook`) becomes the one the
+    # student reads (`run`'s final test reads `self.best_playbook`). As there, the
+    # tasks after the last multiple of `eval_steps` are never validated.
+    playbook_selection: Literal["final", "best_on_validation"] = "final"
+    # ace.py `_extract_config_params` `eval_steps: 100` (finance/run.py `--eval_steps`).
+    eval_steps: int = Field(default=100, ge=1)
+    # The validation tasks, held out of the memory split (ace.py reads a split of its
+    # own, finance/data/sample_config.json `val_data`; our protocol has none): this
+    # fraction of the split's tasks, a fixed draw (the smallest sha256 of their ids),
+    # which ACE then does not learn from. A third: FiNER's 500 validation samples beside
+    # its 1,000 training samples (finer_val_batched_500_samples.jsonl).
+    validation_fraction: float = Field(default=1 / 3, gt=0, lt=1)
     # Bullets the playbook starts with: a file in the original's format
     # (`## SECTION` lines, `[id] content` bullets), e.g. the AppWorld harness's
     # playbooks/appworld_initial_playbook.txt, or "appworld": that file as vendored
@@ -144,6 +172,44 @@ class AceSettings(BaseModel):
         out = self.model_dump(mode="json", include=set(BUILD_FIELDS))
         if self.prompts != "ours":  # set only: the playbooks of old keep their keys
             out["prompts"] = self.prompts
-        if self.curator_answer == "valid_adds":  # the first version's: keys kept
-            del out["curator_answer"]
-        return out
+        return omit_first_version_defaults(out)
+
+
+# Settings added later, left out of identities at the first version's value (the
+# playbooks and evaluations of old keep their keys); set otherwise, the keys move.
+FIRST_VERSION = {"curator_answer": "valid_adds", "reflector_reads": "playbook"}
+# Read only when the playbook is selected on validation.
+SELECTION_ONLY = ("eval_steps", "validation_fraction")
+
+
+def omit_first_version_defaults(identity: dict[str, Any]) -> dict[str, Any]:
+    """`identity` (settings dumped) less the later settings at their first value."""
+    out = {k: v for k, v in identity.items() if FIRST_VERSION.get(k, object()) != v}
+    if out.get("playbook_selection") == "final":
+        for name in ("playbook_selection", *SELECTION_ONLY):
+            out.pop(name, None)
+    return out
+
+
+def ace_py_deviations(settings: AceSettings) -> tuple[str, ...]:
+    """The deviations from ace.py in effect under `settings` (`ACE_PY_DEVIATIONS`)."""
+    off = {
+        "final_playbook": settings.playbook_selection != "final",
+        "reflector_reads_playbook": settings.reflector_reads != "playbook",
+    }
+    return tuple(name for name in ACE_PY_DEVIATIONS if not off.get(name, False))
+
+
+class AdaptationPlaySettings(AceSettings):
+    """What the ACE stage's own plays (the teacher as generator) read: the read
+    settings, and whether they are asked to name the bullets they use
+    (`reflector_reads: cited_bullets`). Never a student's: evaluate stages read the
+    method's `AceSettings`, and the request is in none of their texts."""
+
+    cite_bullets: bool = False
+
+    @classmethod
+    def of(cls, settings: AceSettings) -> AdaptationPlaySettings:
+        return cls(
+            **settings.model_dump(), cite_bullets=settings.reflector_reads == "cited_bullets"
+        )

@@ -15,13 +15,20 @@ the curator (or dropped: `dedup_merge: false`). Reflector and curator are the bu
 model (`memory.builder.model`: the teacher by default; ACE uses one model for all
 three); an answer that is not the JSON asked for is retried once, then skipped
 (counted: `reflection_fallback`, `curation_fallback`).
+
+Two of ace.py's choices are options (settings.py): `reflector_reads: cited_bullets`,
+the plays are asked to name the bullets they use and the reflector reads (and tags)
+only those; `playbook_selection: best_on_validation`, part of the memory split is held
+out and played after every `eval_steps`-th task with the playbook so far
+(`validation.py`), the best playbook becoming the bank.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,38 +39,57 @@ from distillery.workers.memory.ace.playbook import (
     Addition,
     Reflection,
     SectionSet,
+    cited_ids,
     next_number,
     parse_curation,
     parse_curation_as_harness,
     parse_initial,
     parse_reflection,
     render,
+    render_lines,
     stats,
 )
 from distillery.workers.memory.ace.records import BULLETS, REFLECTIONS, Bullet
-from distillery.workers.memory.ace.settings import AceSettings
+from distillery.workers.memory.ace.settings import AceSettings, AdaptationPlaySettings
+from distillery.workers.memory.ace.validation import Validation, validation_split
 from distillery.workers.memory.feedback import failure_detail
 from distillery.workers.memory.reflexion.records import Reflection as StagedReflection
 from distillery.workers.memory.transcript import TEXTS as TRANSCRIPT_TEXTS
 from distillery.workers.memory.transcript import episode_transcript
 
 REFLECTOR = "reflector"
+BULLET_ID_SHAPE = re.compile(r"[A-Za-z]+-\d+")  # `<slug>-<n>` (playbook.py)
 CURATOR = "curator"
 
 
 class AceProgram:
     """The stage's program (see the module docstring)."""
 
-    def __init__(self, settings: AceSettings, initial: list[Bullet], curates: bool) -> None:
+    def __init__(
+        self,
+        settings: AceSettings,
+        initial: list[Bullet],
+        curates: bool,
+        validation_ids: tuple[str, ...] = (),
+    ) -> None:
         self.settings = settings
         self.sections = SectionSet.of(settings.sections)
         self.initial = initial
         self.curates = curates  # a builder model (none: the playbook stays as it is)
+        self.cited = settings.reflector_reads == "cited_bullets"
+        # best_on_validation: the validation tasks and the best accuracy so far (rebuilt
+        # on resume: the framework replays every task's program in order).
+        self.validation = (
+            Validation(settings.eval_steps, validation_ids)
+            if settings.playbook_selection == "best_on_validation"
+            else None
+        )
 
     def texts(self) -> tuple[str, ...]:
+        cited = prompts.CITED_TEXTS if self.cited else ()  # set only: the old keys stay
         if self.settings.prompts == "appworld":
-            return (*prompts.TEXTS, *TRANSCRIPT_TEXTS, *appworld_prompts.TEXTS)
-        return (*prompts.TEXTS, *TRANSCRIPT_TEXTS)
+            return (*prompts.TEXTS, *TRANSCRIPT_TEXTS, *appworld_prompts.TEXTS, *cited)
+        return (*prompts.TEXTS, *TRANSCRIPT_TEXTS, *cited)
 
     def _messages(self, play: Any) -> list[dict[str, Any]]:
         """The play's conversation as the AppWorld harness's reflector and curator read
@@ -77,6 +103,41 @@ class AceProgram:
                 text = text[:limit] + " …"
             out.append({"role": message.get("role", "unknown"), "content": text or ""})
         return out
+
+    def _cited(self, ctx: TaskContext, play: Any, playbook: list[Bullet]) -> list[Bullet] | None:
+        """The playbook's bullets the play cited (`[id]` in its own messages); None: it
+        cited no id at all (ace.py tells the two apart to its reflector)."""
+        texts = []
+        for message in json.loads(play.record.messages_json or "[]"):
+            content = message.get("content")
+            if message.get("role") == "assistant" and content:
+                texts.append(content if isinstance(content, str) else json.dumps(content))
+        by_id = {b.memory_id: b for b in playbook}
+        # Bracketed words that name no bullet: ids shaped like ours count as cited ones
+        # that are not in the playbook (ace.py's "none found"); code's `x[i]` does not.
+        ids = [i for i in cited_ids(texts) if i in by_id or BULLET_ID_SHAPE.fullmatch(i)]
+        cited = [by_id[i] for i in ids if i in by_id]
+        unknown = len(ids) - len(cited)
+        ctx.event("bullets_cited", cited=[b.memory_id for b in cited], unknown_ids=unknown)
+        return cited if ids else None
+
+    def _playbook_text(
+        self, ctx: TaskContext, play: Any, playbook: list[Bullet]
+    ) -> tuple[str, list[Bullet]]:
+        """What the reflector reads of the playbook, and the bullets it may tag: the
+        playbook (`reflector_reads: playbook`) or the bullets the play cited, one a line
+        (ace.py `extract_playbook_bullets`)."""
+        counts = self.settings.prompts == "ours"  # the harness's reflector reads none
+        if not self.cited:
+            if not playbook:
+                return (prompts.NO_PLAYBOOK if counts else ""), []
+            return render(playbook, self.sections, counts), playbook
+        cited = self._cited(ctx, play, playbook)
+        if cited is None:
+            return prompts.NONE_CITED, []
+        if not cited:
+            return prompts.CITED_NOT_FOUND, []
+        return render_lines(cited, self.sections, counts), cited
 
     def _playbook(self, ctx: TaskContext) -> list[Bullet]:
         committed = ctx.committed(BULLETS)
@@ -117,28 +178,27 @@ class AceProgram:
             feedback = prompts.FEEDBACK_FAILED.removesuffix(".") + (
                 f" ({detail})." if detail else "."
             )
+        shown, taggable = self._playbook_text(ctx, play, playbook)
         if s.prompts == "appworld":  # the harness's own no-GT reflector, verbatim
-            shown = render(playbook, self.sections, False) if playbook else ""
             prompt = appworld_prompts.fill_reflector(shown, self._messages(play))
         else:
-            prompt = self._reflector_prompt(ctx, play, playbook, feedback)
-        known = {b.memory_id for b in playbook}
+            prompt = self._reflector_prompt(ctx, play, shown, feedback)
+        known = {b.memory_id for b in taggable}  # a tag of another bullet is not applied
         return await self._ask_valid(
             ctx, REFLECTOR, prompt, prompts.REFLECTION_RETRY,
             lambda text: parse_reflection(text, known), "reflection",
         )  # fmt: skip
 
-    def _reflector_prompt(
-        self, ctx: TaskContext, play: Any, playbook: list[Bullet], feedback: str
-    ) -> str:
+    def _reflector_prompt(self, ctx: TaskContext, play: Any, shown: str, feedback: str) -> str:
         s = self.settings
-        return prompts.REFLECTOR_PROMPT.format(
+        template = prompts.REFLECTOR_PROMPT_CITED if self.cited else prompts.REFLECTOR_PROMPT
+        return template.format(
             task=ctx.task.turns[0] if ctx.task.turns else "",
             attempt=episode_transcript(
                 play.record, ctx.task.turns, s.trajectory_chars, s.observation_chars
             ),
             feedback=feedback,
-            playbook=render(playbook, self.sections, True) if playbook else prompts.NO_PLAYBOOK,
+            playbook=shown,
         )
 
     async def play_task(self, ctx: TaskContext) -> Any:
@@ -263,6 +323,13 @@ class AceProgram:
         return kept, list(merged.values())
 
     async def commit_task(self, ctx: TaskContext, result: Any) -> None:
+        if self.validation is not None and ctx.index == 0:
+            self.validation.start(ctx, self.initial)
+        await self._commit_adaptation(ctx, result)
+        if self.validation is not None:
+            await self.validation.after_task(ctx)
+
+    async def _commit_adaptation(self, ctx: TaskContext, result: Any) -> None:
         committed = ctx.committed(BULLETS)
         first = not committed and bool(self.initial)
         playbook = {b.memory_id: b for b in (committed or self.initial)}
@@ -326,10 +393,15 @@ class AceStage(OrderedEpisodeStage):
     code_version: ClassVar[str] = "1"
     role: ClassVar[str] = "teacher"
 
+    # best_on_validation: the memory split's tasks held out, played after every
+    # `eval_steps`-th task (they follow from the split and the settings, in identity).
+    validation_ids: tuple[str, ...] = field(default=())
+
     def program(self) -> AceProgram:
         assert isinstance(self.settings, AceSettings)
         initial, _ = initial_bullets(self.settings)
-        return AceProgram(self.settings, initial, CURATOR in self.other_models)
+        curates = CURATOR in self.other_models
+        return AceProgram(self.settings, initial, curates, self.validation_ids)
 
     @classmethod
     def plan(cls, planner: Any, **inputs: Any) -> AceStage:
@@ -340,6 +412,9 @@ class AceStage(OrderedEpisodeStage):
         _, digest = initial_bullets(settings)
         builder = cfg.builder_model()
         others = {REFLECTOR: builder, CURATOR: builder} if builder is not None else {}
+        training, validation = validation_split(planner.split.memory_ids, settings)
+        cited = settings.reflector_reads == "cited_bullets"
+        held_out = f", validated on {len(validation)}" if validation else ""
         return cls.plan_on_memory_split(
             planner,
             teacher,
@@ -348,8 +423,12 @@ class AceStage(OrderedEpisodeStage):
                 "models": {role: planner.model_identity(m) for role, m in sorted(others.items())},
                 "build": {**settings.build_identity(), "initial_playbook": digest},
             },
-            f"ace teacher={teacher.name} {cfg.benchmark.name}",
+            f"ace teacher={teacher.name} {cfg.benchmark.name}{held_out}",
+            plays=training,
             other_models=others,
             memory_kind=inputs["memory_kind"],
-            settings=settings,
+            # What its plays read: the student's settings; with cited_bullets, also the
+            # request to name the bullets used (the generator's only).
+            settings=AdaptationPlaySettings.of(settings) if cited else settings,
+            validation_ids=validation,
         )

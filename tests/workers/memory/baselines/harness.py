@@ -4,8 +4,9 @@ ledger), with the plays and the models' answers scripted.
 
 A play's outcome is `world.outcome(task_id, attempt, shown)`, where `shown` is every
 entry the play could read (the committed ones of its view plus its task's staged ones),
-and its record is a real episode file whose transcript is the task, the reply and the
-verdict. A model's answer is `world.answer(role, messages)` (a text, or an
+and its record is a real episode file whose transcript is the task, the reply
+(`world.reply(task_id, attempt, shown)`, else "the answer is 5") and the verdict; a
+probe's (a play of a held-out task) goes to a folder of its own. A model's answer is `world.answer(role, messages)` (a text, or an
 `ordered_stage.Reply`). Similarity is a bag-of-words cosine (`word_vector`).
 """
 
@@ -62,6 +63,7 @@ def cosine(a: str, b: str) -> float:
 class World:
     outcome: Callable[[str, int, list[Any]], bool]
     answer: Callable[[str, list[dict[str, Any]]], Any]
+    reply: Callable[[str, int, list[Any]], str] | None = None
     plays: list[tuple[str, int, list[Any]]] = field(default_factory=list)
     asks: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
     views: dict[str, list[Any]] = field(default_factory=dict)
@@ -84,14 +86,15 @@ def run_stage(
         world.views[view] = entries
         return view if self.stage.searches_live_bank and self.method.collections else None
 
-    async def play(self, task_id, attempt, view, staged):
+    async def play(self, task_id, attempt, view, staged, folder=None):
         shown = list(world.views.get(view, [])) if view else list(staged)
         world.staged_of_play.append(tuple(staged))
         success = bool(world.outcome(task_id, attempt, shown))
         world.plays.append((task_id, attempt, shown))
-        made = record(task_id, attempt, success, "the answer is 5", stage.kind)
-        folder = ledger.episodes_dir(stage.key) / f"attempt-{attempt}"
-        return EpisodeSummary.of(made, write_episode(folder, made))
+        reply = world.reply(task_id, attempt, shown) if world.reply else "the answer is 5"
+        made = record(task_id, attempt, success, reply, stage.kind)
+        where = ledger.episodes_dir(stage.key) / (folder or f"attempt-{attempt}")
+        return EpisodeSummary.of(made, write_episode(where, made))
 
     async def ask(self, role, messages):
         world.asks.append((role, messages))
