@@ -12,6 +12,7 @@ import pandas as pd
 
 from distillery.orchestrator.report.costs import (
     cost_breakdown,
+    gpu_time,
     model_costs,
     point_costs,
     stage_costs,
@@ -199,7 +200,8 @@ def build_report(
     stats = point_stats(data.points, data.episodes)
     cells = cell_table(stats, keys)
     prices = data.prices
-    s_costs = stage_costs(data.stages, prices)
+    # Each model's idle GPU time charged to its stages (so to the cells that held it).
+    s_costs = stage_costs(data.stages, prices, gpu_time(data.location))
     p_costs = point_costs(data.points, s_costs)
     breakdown = cost_breakdown(s_costs)
     by_model = model_costs(s_costs)

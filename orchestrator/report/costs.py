@@ -59,7 +59,16 @@ STAGE_COLUMNS = (
     "wall_s",
     "gpu_s",
 )
-_SUMMED = ("tokens_in", "tokens_out", "n_llm_calls", "embed_tokens", "wall_s", "gpu_s", "usd")
+_SUMMED = (
+    "tokens_in",
+    "tokens_out",
+    "n_llm_calls",
+    "embed_tokens",
+    "wall_s",
+    "gpu_s",
+    "gpu_idle_s",
+    "usd",
+)
 _MTOK = 1_000_000.0
 
 
@@ -144,17 +153,22 @@ def _normalized_stages(stages: pd.DataFrame) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def stage_costs(stages: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
+def stage_costs(
+    stages: pd.DataFrame, prices: PriceTable, held: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per distinct stage: its tokens, time and USD split into LLM, embedding
-    and GPU money, its category, and whether its model has a price."""
-    out = _normalized_stages(stages)
+    and GPU money, its category, and whether its model has a price. `held` (`gpu_time`):
+    each model's idle GPU time is charged to its stages (`gpu_idle_s`, priced with
+    their serving GPU time; `apportion_idle_gpu`), so a cell's cost includes the GPUs
+    it kept idle."""
+    out = apportion_idle_gpu(_normalized_stages(stages), held)
     out["category"] = out["kind"].map(lambda k: KIND_CATEGORY.get(str(k), str(k)))
     out["llm_usd"] = [
         prices.llm_usd(m, i, o)
         for m, i, o in zip(out["model"], out["tokens_in"], out["tokens_out"], strict=True)
     ]
     out["embed_usd"] = out["embed_tokens"].map(prices.embed_usd)
-    out["gpu_usd"] = out["gpu_s"].map(prices.gpu_usd)
+    out["gpu_usd"] = (out["gpu_s"] + out["gpu_idle_s"]).map(prices.gpu_usd)
     out["usd"] = out["llm_usd"] + out["embed_usd"] + out["gpu_usd"]
     has_tokens = (out["tokens_in"] + out["tokens_out"]) > 0
     out["priced"] = pd.Series(
@@ -165,6 +179,30 @@ def stage_costs(stages: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
         index=out.index,
         dtype=bool,
     )
+    return out
+
+
+def apportion_idle_gpu(stages: pd.DataFrame, held: pd.DataFrame | None) -> pd.DataFrame:
+    """`stages` with `gpu_idle_s`: each model's idle GPU-seconds (held, not serving, over
+    every invocation of the sweep: `gpu_time`) shared among the stage rows of that
+    model in proportion to their serving GPU-seconds (by wall time where none served),
+    so the idle GPUs are paid by the cells whose stages held them. A model with no
+    stage row keeps its idle time unassigned (the GPU-time table still shows it)."""
+    out = stages.copy()
+    out["gpu_idle_s"] = 0.0
+    if held is None or held.empty or out.empty:
+        return out
+    for row in held.itertuples(index=False):
+        idle_s = max(0.0, float(row.idle_gpu_h)) * 3600.0
+        mine = out["model"] == str(row.model)
+        if idle_s <= 0 or not mine.any():
+            continue
+        weights = out.loc[mine, "gpu_s"].astype(float)
+        if weights.sum() <= 0:
+            weights = out.loc[mine, "wall_s"].astype(float)
+        if weights.sum() <= 0:
+            weights = pd.Series(1.0, index=weights.index)
+        out.loc[mine, "gpu_idle_s"] = idle_s * weights / weights.sum()
     return out
 
 
@@ -181,6 +219,7 @@ def _cost_lines(costs: pd.DataFrame) -> pd.DataFrame:
             "embed_tokens": 0,
             "wall_s": costs["wall_s"],
             "gpu_s": costs["gpu_s"],
+            "gpu_idle_s": costs["gpu_idle_s"],
             "usd": costs["llm_usd"] + costs["gpu_usd"],
         }
     )
@@ -195,6 +234,7 @@ def _cost_lines(costs: pd.DataFrame) -> pd.DataFrame:
             "embed_tokens": embedded["embed_tokens"],
             "wall_s": 0.0,
             "gpu_s": 0.0,
+            "gpu_idle_s": 0.0,
             "usd": embedded["embed_usd"],
         }
     )

@@ -54,7 +54,10 @@ def _p(p: float) -> str:
 def _cost_line(breakdown: pd.DataFrame, use_usd: bool, unpriced: list[str]) -> str:
     total = breakdown[breakdown["category"] == "total"].iloc[0]
     parts = breakdown[(breakdown["category"] != "total")]
-    time_used = f"{total['wall_s']:.0f} s wall, {total['gpu_s']:.0f} GPU-s"
+    time_used = (
+        f"{total['wall_s']:.0f} s wall, {total['gpu_s']:.0f} GPU-s serving"
+        f" + {total.get('gpu_idle_s', 0.0):.0f} GPU-s held idle"
+    )
     if parts.empty:
         return "no stages recorded"
     if not use_usd:
@@ -179,6 +182,7 @@ def render_markdown(
                     "LLM calls": breakdown["n_llm_calls"].map("{:,}".format),
                     "wall s": breakdown["wall_s"].map("{:.0f}".format),
                     "GPU s": breakdown["gpu_s"].map("{:.0f}".format),
+                    "idle GPU s": breakdown["gpu_idle_s"].map("{:.0f}".format),
                     "USD": breakdown["usd"].map(_money),
                 }
             )
@@ -201,6 +205,7 @@ def render_markdown(
                         "tokens out": by_model["tokens_out"].map("{:,}".format),
                         "LLM calls": by_model["n_llm_calls"].map("{:,}".format),
                         "GPU s": by_model["gpu_s"].map("{:.0f}".format),
+                        "idle GPU s": by_model["gpu_idle_s"].map("{:.0f}".format),
                         "USD": by_model["usd"].map(_money),
                     }
                 )

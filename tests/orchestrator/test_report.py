@@ -578,3 +578,45 @@ def test_gpu_time_held_and_serving_summed_over_the_sweeps_runs(tmp_path):
     (records / "damaged.json").write_text("{not json")
     md = (Path(build_report(sweep, log_to_mlflow=False).out_dir) / "report.md").read_text()
     assert "| qwen3-4b | 2 | 3.000 | 2.000 | 1.000 | 67% |" in md
+
+
+def test_a_models_idle_gpu_time_is_charged_to_its_stages_and_so_to_the_cells():
+    """Held 3 GPU-h, serving 2: the idle hour goes to the model's stages in proportion
+    to their serving time, is priced like it, and reaches the points that read them."""
+    import pandas as pd
+
+    from distillery.orchestrator.report.costs import (
+        PriceTable,
+        cost_breakdown,
+        point_costs,
+        stage_costs,
+    )
+
+    stages = pd.DataFrame(
+        {
+            "stage_hash": ["a", "b", "t"],
+            "kind": ["evaluate", "evaluate", "collect"],
+            "role": ["student", "student", "teacher"],
+            "model": ["qwen3-4b", "qwen3-4b", "gpt-5-mini"],
+            "wall_s": [100.0, 100.0, 50.0],
+            "gpu_s": [5400.0, 1800.0, 0.0],  # 1.5 and 0.5 GPU-h serving
+        }
+    )
+    held = pd.DataFrame(
+        {"model": ["qwen3-4b"], "gpus": [2.0], "held_gpu_h": [3.0], "serving_gpu_h": [2.0],
+         "idle_gpu_h": [1.0], "busy": [2 / 3]}
+    )  # fmt: skip
+    prices = PriceTable.from_dict({"gpu_hour": 2.0})
+    costs = stage_costs(stages, prices, held).set_index("stage_hash")
+    assert costs.loc["a", "gpu_idle_s"] == pytest.approx(2700.0)  # 3/4 of the idle hour
+    assert costs.loc["b", "gpu_idle_s"] == pytest.approx(900.0)
+    assert costs.loc["t", "gpu_idle_s"] == 0.0  # an API model holds no GPU
+    assert costs.loc["a", "gpu_usd"] == pytest.approx((5400 + 2700) / 3600 * 2.0)
+    total = cost_breakdown(costs.reset_index()).set_index("category").loc["total"]
+    assert total["gpu_idle_s"] == pytest.approx(3600.0)
+    points = pd.DataFrame({"point_id": ["p1", "p2"], "upstream": [["t", "a"], ["t", "b"]]})
+    per_point = point_costs(points, costs.reset_index()).set_index("point_id")
+    assert per_point.loc["p1", "gpu_idle_s"] == pytest.approx(2700.0)
+    assert per_point.loc["p1", "usd"] == pytest.approx((5400 + 2700) / 3600 * 2.0)
+    # Without a GPU-time record nothing is charged beyond serving.
+    assert stage_costs(stages, prices)["gpu_idle_s"].sum() == 0.0
