@@ -254,6 +254,25 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
                 f"{AMD} toolsandbox/common/scripts/run_student_qwen3_4b.sh:23 (--user GPT_5_Mini)",
             ),
         ]
+        # Their ToolSandbox student's requests are built by the agent class of their
+        # ToolSandbox fork, which is not published; the memory wrapper passes no limit.
+        rows += [
+            (
+                "student.max_tokens",
+                s.max_tokens,
+                OURS,
+                f"{NO_SOURCE}the authors' ToolSandbox agent class is unpublished; their memory "
+                f"wrapper passes max_tokens=None ({AMD} {ts}/roles/memory_augmented_agent.py:42)"
+                "; 2048 as their AppWorld students",
+            ),
+            (
+                "max_steps_per_turn",
+                cfg.benchmark.max_steps_per_turn or 15,
+                OURS,
+                f"{NO_SOURCE}the authors' agent loop is in their unpublished ToolSandbox fork; "
+                "15 per turn is ours, inside ToolSandbox's own cap of 30 messages a scenario",
+            ),
+        ]
         rows += _port_top_k_rows(cfg, "toolsandbox")
         if retrieval is not None:
             rows += [
