@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 AMD = "taeilkim2465/agentic_memory_distillation"
+# ACE's AppWorld harness, vendored unmodified in ../shared/vendor/ace-appworld.
+ACE = "ace-appworld"
 RB = f"{AMD} appworld/rb/experiments/configs/ACE_offline_no_GT_evaluation_"
+TS = f"{AMD} toolsandbox/common"
+# A value the authors published no source for: ours, said so in its source (never a
+# citation of a file that does not hold it).
+NO_SOURCE = "no public source: "
 QWEN_STOP = ["<|endoftext|>", "<|eot_id|>", "<|start_header_id|>"]
 UNRECORDED = "UNRECORDED DIFFERENCE"
 OURS = "ours"  # the authors published no value: ours, with the reason in the source
@@ -91,7 +97,7 @@ PORT_WARNINGS: dict[str, tuple[str, bool, str]] = {
     "memp_amd": (
         "loop_hints",
         True,
-        f"{AMD} appworld/memp/experiments/code/ace/memp_student_react.py:201",
+        f"{AMD} appworld/memp/experiments/code/ace/memp_student_react.py:203",
     ),
     "sasm": (
         "repeat_warning",
@@ -153,7 +159,18 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
     s = cfg.student
     rows: list[tuple[str, Any, Any, str]] = []
     paper = "paper section 4.1"
-    rows.append(("student.temperature", s.temperature, 0.0, f"{RB}qwen3_4b_student.jsonnet:9"))
+    if cfg.benchmark.name == "appworld":
+        rows.append(("student.temperature", s.temperature, 0.0, f"{RB}qwen3_4b_student.jsonnet:9"))
+    else:  # their ToolSandbox scripts set no sampling (ToolSandbox's runner sends none)
+        rows.append(
+            (
+                "student.temperature",
+                s.temperature,
+                OURS,
+                f"{NO_SOURCE}the authors' ToolSandbox scripts set no sampling; 0 as their "
+                "AppWorld students",
+            )
+        )
     rows.append(("embedder", cfg.memory.embedder.model, "text-embedding-3-small", paper))
     amd = next((m for m in cfg.methods if m.startswith("amd")), None)
     retrieval = cfg.retrieval_for(amd) if amd else None
@@ -164,7 +181,14 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
         opts = AppWorldOptions(**cfg.benchmark.options)
         q4 = f"{RB}qwen3_4b_student.jsonnet"
         rows += [
-            ("prompt_file", opts.prompt_file, "ace_generator", f"{q4}:37"),
+            # ACE's own generator prompt (the AMD authors' RB copy edits it: that is the
+            # ReasoningBank port's prompt, prompt.reasoning_bank_* below).
+            (
+                "prompt_file",
+                opts.prompt_file,
+                "ace_generator",
+                f"{ACE} experiments/configs/ACE_offline_no_GT_evaluation.jsonnet:38",
+            ),
             ("appworld.random_seed", opts.random_seed, 123, f"{q4}:31"),
             ("student.max_tokens", s.max_tokens, 2048, f"{q4}:17"),
             (
@@ -181,14 +205,38 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
             value = s.extra_body.get("stop") if key == "stop" else getattr(s, key)
             authors, source = AUTHORS_STUDENTS.get(s.name, {}).get(key, (OURS, _ours(s, key)))
             rows.append((f"student.{key}", value, authors, source))
+        rows += _port_top_k_rows(cfg, "appworld")
         if retrieval is not None:
+            # The authors' AMD code for AppWorld is not in their repository (only the
+            # baselines' ports are): k is the paper's, the thresholds ours.
+            k_paper = "paper section 4.1 (k = 1 for all three memory types)"
             rows += [
                 (
                     "amd.threshold_wf",
                     retrieval.threshold_wf,
-                    0.30,
-                    "workers/memory/amd/settings.py APPWORLD (the authors' conf/memory/default.yaml)",
+                    OURS,
+                    f"{NO_SOURCE}the authors' AppWorld AMD code is unpublished and the paper "
+                    "gives no δ; 0.30 is the retrieval threshold of their AppWorld SASM port "
+                    f"({AMD} appworld/sasm/experiments/configs/0519/"
+                    "upfront_subtask_ex_gpt5_5_teacher_qwen3_4b_no_wm_0519_2036.jsonnet:64)",
                 ),
+                (
+                    "amd.threshold_st",
+                    retrieval.threshold_st,
+                    OURS,
+                    f"{NO_SOURCE}the paper gives no δ; 0.45 as the authors' BFCL and "
+                    "ToolSandbox Subtask stores",
+                ),
+                (
+                    "amd.threshold_fn",
+                    retrieval.threshold_fn,
+                    OURS,
+                    f"{NO_SOURCE}the paper gives no δ; none, as the authors' BFCL and "
+                    "ToolSandbox Function stores",
+                ),
+                ("amd.k_wf", retrieval.k_wf, 1, k_paper),
+                ("amd.k_st", retrieval.k_st, 1, k_paper),
+                ("amd.k_fn", retrieval.k_fn, 1, k_paper),
                 (
                     "amd.subtask_query",
                     retrieval.subtask_query,
@@ -206,6 +254,26 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
                 f"{AMD} toolsandbox/common/scripts/run_student_qwen3_4b.sh:23 (--user GPT_5_Mini)",
             ),
         ]
+        # Their ToolSandbox student's requests are built by the agent class of their
+        # ToolSandbox fork, which is not published; the memory wrapper passes no limit.
+        rows += [
+            (
+                "student.max_tokens",
+                s.max_tokens,
+                OURS,
+                f"{NO_SOURCE}the authors' ToolSandbox agent class is unpublished; their memory "
+                f"wrapper passes max_tokens=None ({AMD} {ts}/roles/memory_augmented_agent.py:42)"
+                "; 2048 as their AppWorld students",
+            ),
+            (
+                "max_steps_per_turn",
+                cfg.benchmark.max_steps_per_turn or 15,
+                OURS,
+                f"{NO_SOURCE}the authors' agent loop is in their unpublished ToolSandbox fork; "
+                "15 per turn is ours, inside ToolSandbox's own cap of 30 messages a scenario",
+            ),
+        ]
+        rows += _port_top_k_rows(cfg, "toolsandbox")
         if retrieval is not None:
             rows += [
                 (
@@ -221,6 +289,28 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
                     f"{AMD} {ts}/memory/injection.py:85",
                 ),
                 ("amd.k_wf", retrieval.k_wf, 1, f"{AMD} {ts}/memory/injection.py:85"),
+                # Subtask: the best segment per label at cosine >= 0.45 (store.py
+                # `retrieve_for_subtasks`).
+                ("amd.k_st", retrieval.k_st, 1, f"{AMD} {ts}/memory/store.py:143"),
+                (
+                    "amd.threshold_st",
+                    retrieval.threshold_st,
+                    0.45,
+                    f"{AMD} {ts}/memory/store.py:132",
+                ),
+                (
+                    "amd.subtask_query",
+                    retrieval.subtask_query,
+                    "decompose",
+                    f"{AMD} {ts}/memory/injection.py:93",
+                ),
+                # Function examples: no similarity floor (store.py `retrieve`).
+                (
+                    "amd.threshold_fn",
+                    retrieval.threshold_fn,
+                    None,
+                    f"{AMD} {ts}/memory/store.py:189",
+                ),
                 (
                     "amd.max_subtasks",
                     retrieval.max_subtasks,
@@ -268,7 +358,39 @@ async def _no_model(messages: list[dict[str, Any]]) -> Any:
 def _buffer(student: str) -> tuple[Any, str]:
     if student == "gemma4-e4b":
         return 512, f"{RB}gemma4_e4b_student.jsonnet:41"
-    return 256, "ace-appworld experiments/code/ace/evaluation_react.py (the default)"
+    # The authors' ReasoningBank copy of ACE's agent (ACE's own harness has no buffer).
+    return 256, f"{AMD} appworld/rb/experiments/code/ace/evaluation_react.py:31"
+
+
+# How many entries each baseline port's student reads, per benchmark: (catalog kind,
+# its setting, the authors' value, where).
+PORT_TOP_K: dict[str, dict[str, tuple[str, int, str]]] = {
+    "appworld": {
+        "reasoning_bank": ("top_k", 3, f"{RB}qwen3_4b_student.jsonnet:43"),
+        "memp_amd": (
+            "k",
+            3,
+            f"{AMD} appworld/memp/experiments/configs/MEMP_student_no_GT_qwen3_4b.jsonnet:52",
+        ),
+    },
+    "toolsandbox": {
+        "reasoning_bank": ("top_k", 3, f"{AMD} toolsandbox/rb/scripts/run_rb_student.sh:24"),
+        "memp_amd": ("k", 3, f"{AMD} toolsandbox/memp/scripts/run_memp_student.sh:25"),
+    },
+}
+
+
+def _port_top_k_rows(cfg: Any, benchmark: str) -> list[tuple[str, Any, Any, str]]:
+    """Per baseline port of the experiment: how many entries its student reads."""
+    out = []
+    for name in cfg.methods:
+        spec = cfg.method_catalog.get(name)
+        if spec is None or spec.kind not in PORT_TOP_K[benchmark]:
+            continue
+        setting, authors, source = PORT_TOP_K[benchmark][spec.kind]
+        value = getattr(cfg.retrieval_for(name), setting)
+        out.append((f"{setting}.{name}", value, authors, source))
+    return out
 
 
 def _ours(student: Any, key: str) -> str:
@@ -290,6 +412,13 @@ def render() -> str:
         " from the composed configs (do not edit; `tests/workers/envs/appworld/"
         "test_settings_table.py` fails when it is stale or a value differs from the authors' "
         "without a recorded deviation or documented difference).",
+        "",
+        "Every citation of the AMD authors' repository (taeilkim2465/agentic_memory_distillation"
+        " at bfe3b98) or of ACE's AppWorld harness (../shared/vendor/ace-appworld) names a "
+        "file and line, and the text there is pinned by a hash recorded when the row was "
+        "checked (`conf/paper_sources.json`; checked against the vendored harness always and "
+        "against a checkout of the authors' repository given as `$DISTILLERY_AMD_REPO`). A "
+        "value with no public source says so (`no public source: ...`, status `ours`).",
         "",
     ]
     for experiment in experiments():

@@ -47,3 +47,54 @@ def test_the_paper_students_get_the_authors_requests(table):
 def test_a_changed_value_is_caught():
     row = paper_settings.Row("appworld_table1", "qwen3-4b", "appworld.random_seed", 100, 123, "x")
     assert row.status == paper_settings.UNRECORDED
+
+
+def test_every_row_cites_a_source_or_says_it_has_none():
+    """An authors' value cites their file and line (a file, for what it lacks), ACE's
+    harness or the paper; a value of ours says it has no public source."""
+    from distillery.conf.paper_sources import citations_in
+
+    for experiment in paper_settings.experiments():
+        for row in paper_settings.rows_of(experiment):
+            where = f"{experiment} {row.student} {row.setting}: {row.source}"
+            if row.authors == paper_settings.OURS:
+                # No authors' config value: ours (said so) or what the paper states.
+                assert row.source.startswith((paper_settings.NO_SOURCE, "ours", "paper ")), where
+                continue
+            cited = citations_in(row.source)
+            assert cited or row.source.startswith("paper "), where
+            for citation in cited:
+                assert citation.line is not None or "(no " in row.source, where
+
+
+def test_every_citation_is_recorded_and_reads_what_was_checked():
+    """The cited text is pinned: against the vendored ACE harness always, against the
+    authors' repository when a checkout is given ($DISTILLERY_AMD_REPO)."""
+    from distillery.conf import paper_sources
+
+    recorded = paper_sources.recorded()
+    citations = paper_sources.table_citations()
+    missing = sorted(set(citations) - set(recorded))
+    assert not missing, (
+        f"not recorded: {missing}; check the rows by hand, then "
+        "DISTILLERY_AMD_REPO=<checkout> python -m distillery.conf.paper_sources --record"
+    )
+    checked = 0
+    for key, citation in citations.items():
+        root = paper_sources.checkout(citation.repository)
+        if root is None:
+            continue
+        assert citation.digest(root) == recorded[key], f"{key} no longer reads what was checked"
+        checked += 1
+    assert checked >= sum(c.repository == paper_settings.ACE for c in citations.values())
+
+
+def test_a_moved_line_is_caught(tmp_path):
+    from distillery.conf import paper_sources
+
+    (tmp_path / "a.jsonnet").write_text('{\n  "temperature": 0,\n  "top_k": 3,\n}\n')
+    (cited,) = paper_sources.citations_in(f"{paper_settings.AMD} a.jsonnet:2 (the student)")
+    assert (cited.path, cited.line) == ("a.jsonnet", 2)
+    before = cited.digest(tmp_path)
+    (tmp_path / "a.jsonnet").write_text('{\n  "top_k": 3,\n  "temperature": 0,\n}\n')
+    assert cited.digest(tmp_path) != before
