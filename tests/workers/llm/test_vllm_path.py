@@ -139,6 +139,7 @@ def test_health_is_the_engines_and_the_log_reaches_s3_as_written(
             assert server.healthy()
             # The log is copied while the server runs (not only when it stops).
             shipper = server._shipper
+            assert shipper is not None  # an S3 log root: its copier
             shipper.ship_once()
             assert f"vLLM API server version {fake_vllm.VLLM_VERSION}" in shipper.shipped_text()
             httpx.post(f"{base}/fake/hang", timeout=10)
