@@ -247,6 +247,50 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
             assert replayed[task] == calls, (task, replayed[task])
 
 
+def test_two_students_stages_run_at_the_same_time_on_the_twin(tmp_path, shared_twin):
+    """Two students' zero-shot stages, each student's replica on its own GPU pod: each
+    replica answers only once the other has been asked (a rendezvous), so a sweep that
+    ran one stage at a time would leave the first student's requests waiting past their
+    deadline (its episodes unscored, the test failing), never hang."""
+    first, second = tmp_path / "qwen-asked", tmp_path / "gemma-asked"
+    twin = shared_twin.twin
+    shared_twin.fresh_calls()
+    overrides = [
+        *local_outputs(tmp_path),
+        "experiment=bfcl_table1",
+        "benchmark.limit=2",
+        "methods=[zero_shot]",
+        "sweep.student=[qwen3_4b,gemma4_e4b]",
+        "sweep.seed=[0]",
+        *stand_in_vllm(twin, "student", 1, REPLAY),
+        # Reached only when the stages do not overlap: the test then fails, not hangs.
+        "student.request_timeout_s=120",
+        "agent.episode_retries=0",
+        "cluster.placement_timeout_s=300",
+        "cluster.num_workers=2",
+    ]
+    twin.serve_replies(
+        REPLAY,
+        gates={
+            "Qwen/Qwen3-4B": {"gate": str(second), "arrived": str(first)},
+            "google/gemma-4-E4B-it": {"gate": str(first), "arrived": str(second)},
+        },
+    )
+    done = subprocess.run(
+        entrypoint(overrides),
+        cwd=tmp_path,
+        env=twin.driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    episodes = sweep_episodes(tmp_path)
+    assert len(episodes) == 4 and episodes["success"].all(), episodes
+    assert first.exists() and second.exists()
+
+
 def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path, shared_twin):
     n_tasks = 2
     students = STUDENTS

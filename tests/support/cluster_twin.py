@@ -158,11 +158,18 @@ class ClusterTwin:
     env: dict[str, str]  # every pod's environment (its Secrets and ConfigMaps)
     folder: Path  # the stand-in vllm, the model cache, the replies it serves
 
-    def serve_replies(self, script: str, delay_s: float = 0.0) -> None:
+    def serve_replies(
+        self,
+        script: str,
+        delay_s: float = 0.0,
+        gates: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         """What every stand-in vLLM replica started from now on answers: `script`
-        (module:function, distillery.testing.scripted_server's) after `delay_s`."""
+        (module:function, distillery.testing.scripted_server's) after `delay_s`;
+        `gates`: per served model, the file its replies wait for (`gate`) and the one
+        its first request creates (`arrived`)."""
         (self.folder / "replies.json").write_text(
-            json.dumps({"script": script, "delay_s": delay_s})
+            json.dumps({"script": script, "delay_s": delay_s, "gates": gates or {}})
         )
 
     def node_names(self, group: str) -> list[str]:

@@ -26,7 +26,8 @@ from pathlib import Path
 from tests.support import fake_vllm
 
 # The JSON file naming the replies every stand-in of the twin serves:
-# {"script": "module:function", "delay_s": seconds}.
+# {"script": "module:function", "delay_s": seconds, "gates": {model: {"gate": file,
+# "arrived": file}}} (gates optional: see main).
 TWIN_REPLIES_ENV = "DISTILLERY_TWIN_VLLM_REPLIES"
 CALLS_DIR_ENV = "DISTILLERY_TWIN_CALLS_DIR"  # cluster_twin's (imported from here there)
 
@@ -94,6 +95,14 @@ def main(argv: list[str]) -> int:
         "--port",
         str(record["port"]),
     ]
+    # Per served model, an optional rendezvous (scripted_server's gate and arrived files):
+    # its replies wait until another replica has been asked (a test of stages that must
+    # run at the same time).
+    meeting = (replies.get("gates") or {}).get(str(record["model"])) or {}
+    if meeting.get("gate"):
+        server += ["--gate", str(meeting["gate"])]
+    if meeting.get("arrived"):
+        server += ["--arrived", str(meeting["arrived"])]
     os.execv(sys.executable, server)  # the pool's process is the server: stop() ends it
 
 
