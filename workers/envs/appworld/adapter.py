@@ -27,7 +27,9 @@ cited; docs/fidelity/appworld.md lists them and the tests that prove them):
   (``complete_task``), as AppWorld's loop stops there.
 - Context: before each request the oldest step pairs are dropped until the
   conversation fits the student's context (its max_model_len less its max_tokens and
-  256), counted by the serving model's own tokenizer (`policies.LlmPolicy`).
+  256), counted by the serving model's own tokenizer (`policies.LlmPolicy`). A memory
+  method's port may choose the MemP and SASM students' trim instead (old outputs
+  blanked first, then messages dropped: `react.blank_then_trim`) and its own buffer.
 - Score: AppWorld's evaluator (task goal completion: every test of the task passes).
   Scenario goal completion (every task of a scenario succeeds) is a report-side
   aggregate over `group_id`, the scenario id (the task id before ``_``); the groups
@@ -229,7 +231,15 @@ class AppWorld(IsolatedBenchmark):
         oracle_reply=code_reply,
         world_ends_episode=True,
         kept_reply=react.kept_reply,
-        context_trim=ContextTrim(buffer_tokens=react.CONTEXT_BUFFER, trim=react.trim_to_budget),
+        # The authors' ReasoningBank copy of ACE's loop drops the oldest steps (the
+        # default); their MemP and SASM students blank old outputs first
+        # (`blank_then_trim`), chosen by those ports' catalog entries.
+        context_trim=ContextTrim(
+            buffer_tokens=react.CONTEXT_BUFFER,
+            trim=react.trim_to_budget,
+            name=react.DROP_OLDEST_STEPS,
+            alternatives={react.BLANK_THEN_TRIM: react.blank_then_trim},
+        ),
     )
 
     @classmethod
