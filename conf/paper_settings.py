@@ -65,6 +65,9 @@ DIFFERENCES: dict[tuple[str, str], str] = {
     # a named option on AppWorld; the paper runs' `sasm_amd_appworld` plays the port's
     # default, transition student: docs/fidelity/appworld.md.
     ("prompt.sasm", "*"): "named option: the port's upfront student",
+    # The ReasoningBank port keeps AppWorld's buffer for Gemma too (as the row
+    # `context_buffer` above says).
+    ("context_buffer.reasoning_bank_amd_appworld", "gemma4-e4b"): "documented: context_buffer_256",
 }
 
 # The AppWorld prompt each baseline's port gave its student (the port's name in
@@ -103,6 +106,49 @@ PORT_WARNINGS: dict[str, tuple[str, bool, str]] = {
         "repeat_warning",
         True,
         f"{AMD} appworld/sasm/experiments/code/ace/sasm_evaluation_react.py:165",
+    ),
+}
+
+
+# How each port's AppWorld student trimmed its history to its context: the trim (its
+# name in workers/envs/appworld/react.py, and where the authors' loop does it) and the
+# tokens kept free beside the reply, by student; "*": the loop's own default, which
+# applies where the student's config sets none (or the authors have no config for it).
+PORT_CONTEXT: dict[str, tuple[str, str, dict[str, tuple[int, str]]]] = {
+    "reasoning_bank": (
+        "drop_oldest_steps",
+        f"{AMD} appworld/rb/experiments/code/ace/evaluation_react.py:211-219",
+        {
+            "*": (
+                256,
+                f"{AMD} appworld/rb/experiments/code/ace/evaluation_react.py:31 (the default)",
+            ),
+            "gemma4-e4b": (512, f"{RB}gemma4_e4b_student.jsonnet:41"),
+        },
+    ),
+    "memp_amd": (
+        "blank_then_trim",
+        f"{AMD} appworld/memp/experiments/code/ace/memp_student_react.py:322-352",
+        {
+            "*": (
+                256,
+                f"{AMD} appworld/memp/experiments/code/ace/memp_student_react.py:35 (the default)",
+            ),
+            "qwen3-4b": (
+                1536,
+                f"{AMD} appworld/memp/experiments/configs/MEMP_student_no_GT_qwen3_4b.jsonnet:47",
+            ),
+        },
+    ),
+    "sasm": (
+        "blank_then_trim",
+        f"{AMD} appworld/sasm/experiments/code/ace/sasm_react_base.py:142-171",
+        {
+            "*": (
+                256,
+                f"{AMD} appworld/sasm/experiments/code/ace/sasm_evaluation_react.py:50 (the default)",
+            )
+        },
     ),
 }
 
@@ -348,7 +394,28 @@ def _port_prompt_rows(cfg: Any) -> list[tuple[str, Any, Any, str]]:
         if spec.kind in PORT_WARNINGS:
             setting, warns, where = PORT_WARNINGS[spec.kind]
             out.append((f"{setting}.{name}", bool(getattr(settings, setting, False)), warns, where))
+        out += _port_context_rows(name, spec.kind, settings, cfg.student.name)
     return out
+
+
+def _port_context_rows(
+    name: str, kind: str, settings: Any, student: str
+) -> list[tuple[str, Any, Any, str]]:
+    """The trim and buffer the port's episodes use on AppWorld (the entry's choice as
+    AppWorld's loop takes it, else AppWorld's own) beside its authors' student's."""
+    from distillery.workers.envs.appworld.adapter import AppWorld
+    from distillery.workers.memory.port_context import context_choice
+
+    if kind not in PORT_CONTEXT:
+        return []
+    chosen = AppWorld.conventions.with_context(context_choice(settings)).context_trim
+    assert chosen is not None  # AppWorld trims its conversation
+    trim, trim_source, buffers = PORT_CONTEXT[kind]
+    buffer, buffer_source = buffers.get(student, buffers["*"])
+    return [
+        (f"context_trim.{name}", chosen.name, trim, trim_source),
+        (f"context_buffer.{name}", chosen.buffer_tokens, buffer, buffer_source),
+    ]
 
 
 async def _no_model(messages: list[dict[str, Any]]) -> Any:

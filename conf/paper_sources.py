@@ -27,7 +27,9 @@ RECORDED = Path(__file__).with_name("paper_sources.json")
 AMD_CHECKOUT = "DISTILLERY_AMD_REPO"
 # The vendored harness beside the repository (../shared/vendor/ace-appworld).
 VENDORED_ACE = Path(__file__).resolve().parents[1].parent / "shared/vendor/ace-appworld"
-_CITATION = re.compile(rf"({re.escape(AMD)}|{re.escape(ACE)}) ([\w./-]+?)(?::(\d+))?(?=[\s),;]|$)")
+_CITATION = re.compile(
+    rf"({re.escape(AMD)}|{re.escape(ACE)}) ([\w./-]+?)(?::(\d+)(?:-(\d+))?)?(?=[\s),;]|$)"
+)
 
 
 @dataclass(frozen=True)
@@ -35,17 +37,20 @@ class Citation:
     repository: str  # AMD | ACE
     path: str
     line: int | None  # None: the file as a whole (what it lacks)
+    last: int | None = None  # a range's last line (`file:322-352`)
 
     @property
     def key(self) -> str:
-        return f"{self.repository} {self.path}" + (f":{self.line}" if self.line else "")
+        lines = f":{self.line}" + (f"-{self.last}" if self.last else "") if self.line else ""
+        return f"{self.repository} {self.path}{lines}"
 
     def text(self, root: Path) -> str:
-        """The cited line (stripped) or the whole file, from a checkout at `root`."""
+        """The cited lines (each stripped) or the whole file, from a checkout at `root`."""
         content = (root / self.path).read_text(encoding="utf-8")
         if self.line is None:
             return content
-        return content.splitlines()[self.line - 1].strip()
+        lines = content.splitlines()[self.line - 1 : self.last or self.line]
+        return "\n".join(line.strip() for line in lines)
 
     def digest(self, root: Path) -> str:
         return hashlib.sha256(self.text(root).encode()).hexdigest()[:16]
@@ -53,7 +58,12 @@ class Citation:
 
 def citations_in(source: str) -> list[Citation]:
     return [
-        Citation(m.group(1), m.group(2), int(m.group(3)) if m.group(3) else None)
+        Citation(
+            m.group(1),
+            m.group(2),
+            int(m.group(3)) if m.group(3) else None,
+            int(m.group(4)) if m.group(4) else None,
+        )
         for m in _CITATION.finditer(source)
     ]
 

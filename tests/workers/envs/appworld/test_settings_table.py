@@ -98,3 +98,38 @@ def test_a_moved_line_is_caught(tmp_path):
     before = cited.digest(tmp_path)
     (tmp_path / "a.jsonnet").write_text('{\n  "top_k": 3,\n  "temperature": 0,\n}\n')
     assert cited.digest(tmp_path) != before
+
+
+def test_the_ports_context_handling_is_in_the_table_and_a_change_is_caught():
+    from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points
+    from distillery.orchestrator.core.config import to_config
+
+    rows = {(r.student, r.setting): r for r in paper_settings.rows_of("appworld_table1")}
+    handling = {
+        (student, entry): (
+            rows[(student, f"context_trim.{entry}")].resolved,
+            rows[(student, f"context_buffer.{entry}")].resolved,
+        )
+        for student in ("qwen3-4b", "gemma4-e4b")
+        for entry in ("reasoning_bank_amd_appworld", "memp_amd_appworld", "sasm_amd_appworld")
+    }
+    assert handling == {
+        ("qwen3-4b", "reasoning_bank_amd_appworld"): ("drop_oldest_steps", 256),
+        ("qwen3-4b", "memp_amd_appworld"): ("blank_then_trim", 1536),
+        ("qwen3-4b", "sasm_amd_appworld"): ("blank_then_trim", 256),
+        ("gemma4-e4b", "reasoning_bank_amd_appworld"): ("drop_oldest_steps", 256),
+        ("gemma4-e4b", "memp_amd_appworld"): ("blank_then_trim", 256),
+        ("gemma4-e4b", "sasm_amd_appworld"): ("blank_then_trim", 256),
+    }
+    # The SASM entry without its trim, MemP's with ReasoningBank's buffer: both unrecorded.
+    overrides = [
+        "experiment=appworld_table1",
+        "student=qwen3_4b",
+        "seed=0",
+        "method_catalog.sasm_amd_appworld.retrieval.context_trim=null",
+        "method_catalog.memp_amd_appworld.retrieval.context_buffer=256",
+    ]
+    (_, composed), *_ = sweep_points(rewrite_role_overrides(overrides), multirun=False)
+    changed = paper_settings._rows("appworld_table1", to_config(composed))
+    unrecorded = {r.setting for r in changed if r.status == paper_settings.UNRECORDED}
+    assert unrecorded == {"context_trim.sasm_amd_appworld", "context_buffer.memp_amd_appworld"}
