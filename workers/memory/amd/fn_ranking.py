@@ -105,17 +105,23 @@ def call_text(result: ToolResult) -> str:
     (ToolSandbox's `to_openai_messages` writes `json.dumps` of the parsed arguments,
     message_conversion.py:132): rebuilt from the canonical call; a call that is not one
     (a refused call's raw text) as it is."""
+    return json_call(result.call, result.function) or result.call
+
+
+def json_call(call: str, function: str | None = None, ensure_ascii: bool = True) -> str | None:
+    """The canonical call `call` written `name(<arguments as a JSON object>)` (`function`
+    names it where given), None where `call` is no keyword-only call of literals."""
     try:
-        node = ast.parse(result.call.strip(), mode="eval").body
+        node = ast.parse(call.strip(), mode="eval").body
     except SyntaxError:
-        return result.call
+        return None
     if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
-        return result.call
+        return None
     try:
         arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-        return f"{result.function or ast.unparse(node.func)}({json.dumps(arguments)})"
+        return f"{function or ast.unparse(node.func)}({json.dumps(arguments, ensure_ascii=ensure_ascii)})"
     except (ValueError, TypeError, SyntaxError):
-        return result.call
+        return None
 
 
 def recent_calls(step: Sequence[ToolResult], failing: int) -> str:

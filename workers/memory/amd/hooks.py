@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from distillery.workers.envs.base import ToolResult
 from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected, Usage
-from distillery.workers.memory.amd import appworld_prompts, fn_ranking
+from distillery.workers.memory.amd import appworld_prompts, fn_ranking, toolsandbox_prompts
 from distillery.workers.memory.amd.code_trajectory import code_of, failing_apis, render_schema
 from distillery.workers.memory.amd.records import (
     FunctionRecord,
@@ -328,7 +328,8 @@ class AmdHooks:
     def _render_functions(self, function: str, hits: list[Hit]) -> str:
         """The hint appended to a failing call's result ("" for none): the tool's
         description (`fn_description`: from the task's tools, with or without an
-        example, as memory_augmented_agent.py:167-173 adds it), then the examples."""
+        example, as memory_augmented_agent.py:167-173 adds it), then the examples, each
+        led by why its call was made where the record has a reasoning."""
         code = self.config.representation("fn") == "code"
         lines = []
         schema = self.tool_schemas.get(function) if self.config.fn_description else None
@@ -339,6 +340,8 @@ class AmdHooks:
         lines.append(f"[Function memory] How a successful agent called `{hits[0].entry.function}`:")
         for hit in hits:
             rec: FunctionRecord = hit.entry
+            if rec.reasoning:  # built on ToolSandbox only; shown first, as store.py:224-225
+                lines.append(f"{toolsandbox_prompts.CALL_REASONING_LABEL}\n{rec.reasoning}")
             if code or not rec.text:
                 lines.append(
                     f"Instruction: {rec.instruction}\nCall: {rec.call}\nResult: {rec.result}"

@@ -84,8 +84,10 @@ class FunctionRecord:
     # Why the teacher made the call: the AMD authors' ToolSandbox records carry one
     # (`think`, toolsandbox/common/memory/data_model.py:72, written by their builder's
     # think model, builder.py:250), which `fn_ranking=call_ngrams` ranks by
-    # (fn_ranking.py). distillery's build writes none yet, so that ranking falls back to
-    # the query, as their store does for records without one (store.py:207).
+    # (fn_ranking.py). Built on profiles with `function_reasoning` (ToolSandbox,
+    # call_reasoning.py); elsewhere, or where the builder model gave no valid answer,
+    # empty: that ranking then falls back to the query, as their store does for records
+    # without one (store.py:207).
     reasoning: str = ""
 
     @property

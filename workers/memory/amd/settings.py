@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from distillery.workers.memory.amd import appworld_prompts
+from distillery.workers.memory.amd import appworld_prompts, toolsandbox_prompts
 from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType, Representation
 
 SubtaskQuery = Literal["decompose", "per_turn"]
@@ -159,13 +159,24 @@ class BenchmarkProfile(BaseModel):
     `memory.retrieval` (composed_profile_settings: read from that file, for the
     profile's digest and for the identity's `query` rule; never applied here).
     `actions`: "calls" (a step is one function call, BFCL) or "code" (a step is one
-    executed code block whose `apis.<app>.<api>(...)` calls are the functions)."""
+    executed code block whose `apis.<app>.<api>(...)` calls are the functions).
+    `function_reasoning`: the Function build asks the builder model why each stored
+    call was made (`call_reasoning.py`), as the AMD authors' ToolSandbox builder does
+    (toolsandbox/common/memory/builder.py:250); calls only. In the profile's digest
+    (so its banks' ids) only when on."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     actions: Actions = "calls"
     retrieval: dict[str, Any] = Field(default_factory=dict)
+    function_reasoning: bool = False
+
+    @model_validator(mode="after")
+    def _reasoning_of_calls(self) -> BenchmarkProfile:
+        if self.function_reasoning and self.actions != "calls":
+            raise ValueError("function_reasoning is built for call actions only")
+        return self
 
     def label(self, config: RetrievalConfig) -> RetrievalConfig:
         """`config`, every value as composed, labelled with this profile (part of a
@@ -180,7 +191,9 @@ class BenchmarkProfile(BaseModel):
     def builds_differently(self) -> bool:
         """Whether a build on this benchmark differs from BFCL's (code actions, or
         prompts of its own); its read values alone do not make it."""
-        return self.name != BFCL_NAME and (self.actions != "calls" or self.name in PROFILE_PROMPTS)
+        return self.name != BFCL_NAME and (
+            self.actions != "calls" or self.function_reasoning or self.name in PROFILE_PROMPTS
+        )
 
     def version(self) -> str:
         """This profile's composed values and the prompts its builders and students are
@@ -191,7 +204,10 @@ class BenchmarkProfile(BaseModel):
             for name, value in (vars(module).items() if module else ())
             if name.isupper() and isinstance(value, str)
         }
-        profile = self.model_dump()
+        # A build setting enters only when on: AppWorld's digest stays as it was.
+        profile = self.model_dump(
+            exclude=set() if self.function_reasoning else {"function_reasoning"}
+        )
         profile["retrieval"] = {
             k: v for k, v in self.retrieval.items() if k not in IN_READ_SETTINGS_ONLY
         }
@@ -218,12 +234,16 @@ BFCL = BenchmarkProfile(name=BFCL_NAME)
 APPWORLD = BenchmarkProfile(
     name="appworld", actions="code", retrieval=composed_profile_settings("appworld")
 )
+# ToolSandbox's Function records carry the builder model's reasoning per call, which
+# its ranking (`fn_ranking=call_ngrams`) compares the failing step's calls with.
 TOOLSANDBOX = BenchmarkProfile(
-    name="toolsandbox", retrieval=composed_profile_settings("toolsandbox")
+    name="toolsandbox",
+    retrieval=composed_profile_settings("toolsandbox"),
+    function_reasoning=True,
 )
 PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD, "toolsandbox": TOOLSANDBOX}
 # The prompt texts of each profile (module constants), part of its identity.
-PROFILE_PROMPTS = {"appworld": appworld_prompts}
+PROFILE_PROMPTS = {"appworld": appworld_prompts, "toolsandbox": toolsandbox_prompts}
 
 
 def profile_for(benchmark: str | None) -> BenchmarkProfile:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -15,6 +15,7 @@ import pytest
 
 from distillery.workers.envs.base import Task, ToolResult
 from distillery.workers.memory.amd import fn_ranking
+from distillery.workers.memory.amd.bank import build_bank
 from distillery.workers.memory.amd.hooks import AmdHooks
 from distillery.workers.memory.amd.method import AmdMethod
 from distillery.workers.memory.amd.records import FunctionRecord, MemorySource
@@ -24,6 +25,10 @@ from distillery.workers.memory.amd.settings import (
     RetrievalConfig,
     composed_profile_settings,
 )
+from distillery.workers.memory.amd.toolsandbox_prompts import CALL_REASONING_LABEL
+from distillery.workers.memory.config import BuilderConfig
+from tests.workers.memory.amd import test_call_reasoning as built
+from tests.workers.memory.amd.test_builders import ScriptedLLM, make_episode
 
 SEND = "send_message_with_phone_number"
 TOOLS = (
@@ -224,3 +229,55 @@ def test_call_ngrams_is_refused_where_actions_are_code():
     config = APPWORLD.label(RetrievalConfig(fn_ranking="call_ngrams"))
     with pytest.raises(ValueError, match="actions are code"):
         AmdHooks("t1", cast(Any, _EmbeddingLookup()), config, lambda s: True, profile=APPWORLD)
+
+
+# --- reasoning built on ToolSandbox (call_reasoning.py), then ranked by and shown -------
+
+
+def _built_send_records() -> list[FunctionRecord]:
+    """The send records of two ToolSandbox trajectories built with a scripted builder
+    model: one looks the contact up first (its reasoning says so), one does not."""
+
+    def answer(messages: list[dict]) -> str:
+        prompt = messages[-1]["content"]
+        if messages[0]["role"] != "system":  # Workflow, Subtask: any answer (fallbacks)
+            return "-"
+        if "The call it makes next: search_contacts" in prompt:
+            return built.WHY_SEARCH
+        if "Calls made before it" in prompt:
+            return built.WHY_SEND
+        return "The user gave the number, so the text goes out at once."
+
+    direct = [(0, [(f"{SEND}(phone_number='+15550002', content='omw')", '"m"', None, False)])]
+    episodes = [
+        built._toolsandbox_episode(),
+        replace(make_episode("ts_2", calls=direct, turns=[TURN]), benchmark="toolsandbox"),
+    ]
+    tasks = [
+        Task("ts_1", "toolsandbox", tuple(built.TS_TURNS), (), tuple(built.TS_DOCS.values())),
+        Task("ts_2", "toolsandbox", (TURN,), (), tuple(built.TS_DOCS.values())),
+    ]
+    bank = asyncio.run(
+        build_bank(episodes, tasks, BuilderConfig(), ScriptedLLM(answer), "all", False)
+    )
+    return [r for r in bank.collections["fn"] if r.function == SEND]
+
+
+def test_built_reasoning_is_what_call_ngrams_ranks_by():
+    looked_up, direct = fn_ranking.bank_order(_built_send_records())
+    assert looked_up.reasoning.startswith("search_contacts returned") and direct.reasoning
+    context = fn_ranking.recent_calls(STEP, 1)  # a contact looked up, then the send
+    # The task query is the direct trajectory's instruction: the fallback would pick it;
+    # the reasoning path picks the record whose reasoning matches the recent calls.
+    assert fn_ranking.rank_examples([looked_up, direct], context, TURN, 1)[0].entry == looked_up
+    bare = [replace(r, reasoning="") for r in (looked_up, direct)]
+    assert fn_ranking.rank_examples(bare, context, TURN, 1)[0].entry.memory_id == direct.memory_id
+
+
+def test_the_hint_shows_why_the_example_s_call_was_made():
+    hinted = _failing_result(_config())  # HOMER, with its reasoning
+    assert f"{CALL_REASONING_LABEL}\n{HOMER.reasoning}\nInstruction: {HOMER.instruction}" in (
+        hinted
+    )
+    bare = _EmbeddingLookup(records=tuple(replace(r, reasoning="") for r in RECORDS))
+    assert CALL_REASONING_LABEL not in _failing_result(_config(), bare)
