@@ -202,6 +202,8 @@ def rows_of(experiment: str) -> list[Row]:
 
 
 def _rows(experiment: str, cfg: Any) -> list[Row]:
+    from distillery.workers.memory.amd.settings import profile_for
+
     s = cfg.student
     rows: list[tuple[str, Any, Any, str]] = []
     paper = "paper section 4.1"
@@ -349,6 +351,21 @@ def _rows(experiment: str, cfg: Any) -> list[Row]:
                     retrieval.subtask_query,
                     "decompose",
                     f"{AMD} {ts}/memory/injection.py:93",
+                ),
+                # Function examples ranked by character 2/3-gram vectors of the step's
+                # calls against each record's reasoning (store.py `retrieve`), the
+                # reasoning written per call when building (builder.py).
+                (
+                    "amd.fn_ranking",
+                    retrieval.fn_ranking,
+                    "call_ngrams",
+                    f"{AMD} {ts}/memory/store.py:184-216",
+                ),
+                (
+                    "amd.function_reasoning",
+                    profile_for("toolsandbox").function_reasoning,
+                    True,
+                    f"{AMD} {ts}/memory/builder.py:250",
                 ),
                 # Function examples: no similarity floor (store.py `retrieve`).
                 (
