@@ -210,6 +210,8 @@ def cut_tool_messages(
 
 class AppWorld(IsolatedBenchmark):
     name = "appworld"
+    # world.py's sha256 when the code lock came (every key as it was); pinned by it since.
+    world_version = "d8482fb1cd8a7ed9329d820b9b25e88f2afdd353829cbcf72eb7e493883a756c"
     max_steps_per_turn = 40
     groups_are_scenarios = True
     options_model = AppWorldOptions
