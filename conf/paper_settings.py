@@ -498,9 +498,9 @@ def render() -> str:
         "without a recorded deviation or documented difference).",
         "",
         "Every citation of the AMD authors' repository (taeilkim2465/agentic_memory_distillation"
-        " at bfe3b98) or of ACE's AppWorld harness (../shared/vendor/ace-appworld) names a "
+        " at bfe3b98) or of ACE's AppWorld harness (ace-agent/ace-appworld, `experiments/`) names a "
         "file and line, and the text there is pinned by a hash recorded when the row was "
-        "checked (`conf/paper_sources.json`; checked against the vendored harness always and "
+        "checked (`conf/paper_sources.json`; checked against the harness's vendored copy always and "
         "against a checkout of the authors' repository given as `$DISTILLERY_AMD_REPO`). A "
         "value with no public source says so (`no public source: ...`, status `ours`).",
         "",
