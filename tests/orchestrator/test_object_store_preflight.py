@@ -57,7 +57,8 @@ class _HangingStore:
     """A filesystem whose client does not return until released (any scheme's, at
     worst)."""
 
-    released = threading.Event()
+    def __init__(self) -> None:
+        self.released = threading.Event()
 
     def get_file_info(self, path):
         self.released.wait()
@@ -65,24 +66,32 @@ class _HangingStore:
 
 def test_a_store_whose_client_hangs_is_stopped_at_the_deadline(monkeypatch):
     monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 1.0)
-    monkeypatch.setattr(preflight, "_probe_filesystem", lambda root: _HangingStore())
+    store = _HangingStore()
+    monkeypatch.setattr(preflight, "_probe_filesystem", lambda root: store)
     try:
         with pytest.raises(PreflightError, match=r"output_dir: hdfs://namenode/runs: no answer"):
             check_output_dir("hdfs://namenode/runs")
     finally:
-        _HangingStore.released.set()  # the abandoned check ends with the test
+        store.released.set()  # the abandoned check ends with the test
 
 
 def test_ctrl_c_stops_the_wait(monkeypatch):
-    # GCS offline: its client looks for credentials for minutes (15 by default), deaf to
-    # Ctrl-C while it does; the check is still waiting when Ctrl-C comes here.
+    # A client deaf to Ctrl-C while it waits (GCS offline looks for credentials for
+    # minutes, 15 by default): the check is still waiting when Ctrl-C comes here. The
+    # hanging store stands in for GCS because GCS's own wait is not reliably long: a
+    # second offline lookup in one process can fail at once (its retry state is shared).
     monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 120.0)
+    store = _HangingStore()
+    monkeypatch.setattr(preflight, "_probe_filesystem", lambda root: store)
     timer = threading.Timer(0.5, _thread.interrupt_main)  # what Ctrl-C does
     timer.start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        check_output_dir("gs://some-bucket/runs")
-    timer.cancel()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            check_output_dir("gs://some-bucket/runs")
+    finally:
+        timer.cancel()
+        store.released.set()  # the abandoned check ends with the test
     assert time.monotonic() - started < 120.0  # honoured before the deadline
 
 
