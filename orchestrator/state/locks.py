@@ -21,8 +21,10 @@ random token) and a renewal counter that a thread of the holder bumps every
   and the contender takes the lock over.
 - A holder whose record was taken over while it hung (a stopped process, a frozen VM)
   finds someone else's token at its next renewal: it stops its run at once (the main
-  thread gets SIGINT: KeyboardInterrupt, `run_locks` turns it into `LockLost`) instead of
-  writing next to the new holder.
+  thread gets a signal of its own, `WAKE_SIGNAL`, whose handler `run_locks` installs:
+  KeyboardInterrupt, which `run_locks` turns into `LockLost`) instead of writing next to
+  the new holder. Not SIGINT itself: a driver started in the background of a script
+  inherits SIGINT ignored, and another library may own its handler.
 
 An object store offers no atomic create through pyarrow, so a lock object is written,
 then read back after `settle_s`: of two contenders that saw the same expired lease,
@@ -58,6 +60,9 @@ LOCK_NAME = "distillery.lock"
 # about a minute for the old holder's lease to run out.
 LEASE_S = 60.0
 RENEWALS_PER_LEASE = 6
+# The signal that wakes the main thread when the lease is lost (ours: a real-time signal
+# nothing else here uses; its handler is installed and unblocked by `run_locks`).
+WAKE_SIGNAL = signal.SIGRTMIN + 3
 
 
 class LockHeld(UserError):
@@ -229,9 +234,11 @@ class LeaseKeeper:
                     "stopping so that two runs never write to one output root"
                 )
                 log.error("%s", self.lost)
-                # SIGINT to the main thread: it wakes from whatever it waits on and the
-                # run stops like an interrupted one (run_locks names the reason).
-                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                # The main thread wakes from whatever it waits on and the run stops like
+                # an interrupted one (run_locks names the reason): by WAKE_SIGNAL where
+                # run_locks installed its handler, else by SIGINT.
+                wake = WAKE_SIGNAL if signal.getsignal(WAKE_SIGNAL) is _woken else signal.SIGINT
+                signal.pthread_kill(threading.main_thread().ident or 0, wake)
                 return
             self.holder = self.holder.renewed()
             try:
@@ -433,6 +440,27 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     return Path(db).expanduser().resolve()
 
 
+def _woken(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("this run's lock lease was lost")
+
+
+@contextlib.contextmanager
+def _wake_on_lost_lease() -> Iterator[None]:
+    """WAKE_SIGNAL raises KeyboardInterrupt in the main thread while the run holds its
+    locks (handler installed and the signal unblocked here, whatever the process
+    inherited); outside the main thread signals are left alone (the keeper then sends
+    SIGINT)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(WAKE_SIGNAL, _woken)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {WAKE_SIGNAL})
+    try:
+        yield
+    finally:
+        signal.signal(WAKE_SIGNAL, previous)
+
+
 @contextlib.contextmanager
 def run_locks(
     output_dir: str,
@@ -457,7 +485,8 @@ def run_locks(
             lock.acquire()
             taken.append(lock)
         try:
-            yield
+            with _wake_on_lost_lease():
+                yield
         except KeyboardInterrupt:
             lost = [lock.lost for lock in taken if lock.lost]
             if lost:

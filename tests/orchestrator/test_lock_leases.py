@@ -171,21 +171,30 @@ def test_lease_takeover_across_hosts_dead_hung_and_skewed(tmp_path):
                         process.wait()
 
 
-def test_a_hung_holder_of_a_running_sweep_stops_with_lock_lost(tmp_path):
-    """In-process: the renewal thread's SIGINT reaches a main thread blocked in a wait,
-    and run_locks reports the lost lease rather than an interrupt."""
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_hung_holder_of_a_running_sweep_stops_with_lock_lost(tmp_path, sigint):
+    """In-process: the renewal thread's signal reaches a main thread blocked in a wait,
+    and run_locks reports the lost lease rather than an interrupt; also where SIGINT is
+    ignored (a driver started in the background of a script inherits it so)."""
     from distillery.orchestrator.state import locks
 
+    previous = signal.getsignal(signal.SIGINT)
+    if sigint == "ignored":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     root = tmp_path / "root"
     started = time.monotonic()
-    with (
-        pytest.raises(locks.LockLost, match="taken over by pid 1 on host elsewhere"),
-        locks.run_locks(str(root), None, None, "file:///unused", lease_s=0.6),
-    ):
-        # Another host overwrites the record (as after a takeover while we hung).
-        stolen = locks.Holder(1, "elsewhere", time.time(), "", "other-token", 0.6)
-        (root / locks.LOCK_NAME).write_text(stolen.to_json())
-        time.sleep(60)
+    try:
+        with (
+            pytest.raises(locks.LockLost, match="taken over by pid 1 on host elsewhere"),
+            locks.run_locks(str(root), None, None, "file:///unused", lease_s=0.6),
+        ):
+            # Another host overwrites the record (as after a takeover while we hung).
+            stolen = locks.Holder(1, "elsewhere", time.time(), "", "other-token", 0.6)
+            (root / locks.LOCK_NAME).write_text(stolen.to_json())
+            time.sleep(60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 60  # woken by the renewal thread, not the sleep
     # The new holder's record is left alone.
     assert "other-token" in (root / locks.LOCK_NAME).read_text()
+    assert signal.getsignal(locks.WAKE_SIGNAL) is not locks._woken  # handler restored
