@@ -5,6 +5,7 @@ reachable here; GCS looks for a metadata server, S3 meets a server that never an
 from __future__ import annotations
 
 import _thread
+import signal
 import socket
 import threading
 import time
@@ -83,6 +84,9 @@ def test_ctrl_c_stops_the_wait(monkeypatch):
     monkeypatch.setattr(preflight, "REMOTE_CHECK_S", 120.0)
     store = _HangingStore()
     monkeypatch.setattr(preflight, "_probe_filesystem", lambda root: store)
+    # A foreground process's Ctrl-C (a run started in a script's background inherits
+    # SIGINT ignored, and then Ctrl-C does not reach it at all).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)  # what Ctrl-C does
     timer.start()
     started = time.monotonic()
@@ -92,6 +96,7 @@ def test_ctrl_c_stops_the_wait(monkeypatch):
     finally:
         timer.cancel()
         store.released.set()  # the abandoned check ends with the test
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 120.0  # honoured before the deadline
 
 
