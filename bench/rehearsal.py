@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 from bench.rehearsal_kit import measure, sim  # noqa: E402
+from bench.rehearsal_kit.replies import GSM8K_DATA_ENV  # noqa: E402
 from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_points  # noqa: E402
 from distillery.orchestrator.core.config import DistilleryConfig, to_config  # noqa: E402
 
@@ -58,7 +60,9 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def sweep_overrides(args: argparse.Namespace, root: Path, api: str) -> list[str]:
+def sweep_overrides(
+    args: argparse.Namespace, root: Path, api: str, script: str = sim.BFCL_SCRIPT
+) -> list[str]:
     out = [
         *args.overrides,
         "cluster=kuberay",
@@ -67,7 +71,7 @@ def sweep_overrides(args: argparse.Namespace, root: Path, api: str) -> list[str]
         f"teacher.base_url={api}",
         "memory/embedder=text_embedding_3_small",
         f"memory.embedder.base_url={api}",
-        *sim.student_overrides(args.scale, args.replicas),
+        *sim.student_overrides(args.scale, args.replicas, script),
     ]
     if args.limit is not None:
         out.append(f"benchmark.limit={args.limit}")
@@ -98,7 +102,13 @@ def nominal_throughputs(configs: list[DistilleryConfig], scale: float) -> list[s
         per_call_s = (api.base_ms + api.decode_ms_per_token * NOMINAL_OUTPUT) / 1000
         tps = c.teacher.max_concurrency_per_server * (NOMINAL_PROMPT + NOMINAL_OUTPUT) / per_call_s
         out[c.teacher.name] = tps
-    return [f"+cost.throughput_tokens_per_s.{m}={tps * scale:.0f}" for m, tps in out.items()]
+    # A Hydra key cannot hold a dot: such a model (deepseek-chat-v3.1) gets none, and the
+    # forecast says its stages are counted as instant.
+    return [
+        f"+cost.throughput_tokens_per_s.{m}={tps * scale:.0f}"
+        for m, tps in out.items()
+        if "." not in m
+    ]
 
 
 def planned_episodes(configs: list[DistilleryConfig]) -> int:
@@ -191,6 +201,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600, help="the sweep's deadline, s")
     parser.add_argument("--root", default=None, help="where to write (default: a temp dir)")
     args = parser.parse_args()
+    # A SIGTERM stops the servers and the Ray nodes this process started (its finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(args.root or tempfile.mkdtemp(prefix="rehearsal-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
     size = "full size" if args.limit is None else f"REDUCED to benchmark.limit={args.limit}"
@@ -199,6 +211,12 @@ def main() -> None:
     say(f"student replica (simulated vLLM, 1 GPU): {sim.STUDENT_GPU.describe()}")
     say(f"teacher (simulated API): {sim.TEACHER_API.describe()}")
     configs = compose_points(sweep_overrides(args, root, "http://placeholder/v1"))
+    script = sim.BFCL_SCRIPT
+    if configs[0].benchmark.name == "gsm8k":
+        script = sim.GSM8K_SCRIPT
+        # The servers find each problem's worked solution in the sweep's data folder.
+        os.environ[GSM8K_DATA_ENV] = str(configs[0].benchmark.options["data_path"])
+    say(f"replies: {script}")
     students = sorted({c.student.name for c in configs})
     gpu_pods = args.replicas * len(students)
     cluster = configs[0].cluster
@@ -211,8 +229,8 @@ def main() -> None:
     ray = sim.start_cluster(args.nodes, 1 if sandboxed else cpu_pods, gpu_pods, grading_pods)
     say(f"ray: {ray.description}")
     try:
-        with sim.api_server(args.scale, root / "api.log") as api:
-            overrides = sweep_overrides(args, root, api)
+        with sim.api_server(args.scale, root / "api.log", script) as api:
+            overrides = sweep_overrides(args, root, api, script)
             configs = compose_points(overrides)
             env = {
                 **os.environ,

@@ -27,6 +27,7 @@ SIM_SERVER = REPO / "bench" / "sim_server.py"
 # deterministic fallback (the builders' model calls are made and timed; their notes are
 # the fallback's).
 BFCL_SCRIPT = "bench.rehearsal_kit.replies:any_role"
+GSM8K_SCRIPT = "bench.rehearsal_kit.replies:gsm8k_any_role"
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ STUDENT_GPU = LatencyModel(64, 30.0, 0.1, 20.0, 400_000)
 TEACHER_API = LatencyModel(1024, 1500.0, 0.0, 10.0, 0)
 
 
-def student_overrides(scale: float, replicas: int, gpus: int = 1) -> list[str]:
+def student_overrides(
+    scale: float, replicas: int, script: str = BFCL_SCRIPT, gpus: int = 1
+) -> list[str]:
     """Overrides making every point's student a pool of `replicas` simulated vLLM
     replicas (backend=command), each placed as a vLLM replica of `gpus` GPUs on
     cluster=kuberay (CPU 1, GPU `gpus`, distillery_gpus_<gpus> 1: cluster_twin.stand_in_vllm)."""
@@ -93,7 +96,7 @@ def student_overrides(scale: float, replicas: int, gpus: int = 1) -> list[str]:
         str(SIM_SERVER),
         "--port",
         "'{port}'",  # quoted: a string in the command list, as Hydra reads it
-        *(f"'{a}'" for a in STUDENT_GPU.args(scale, BFCL_SCRIPT)),
+        *(f"'{a}'" for a in STUDENT_GPU.args(scale, script)),
     ]
     return [
         "student.backend=command",
