@@ -20,7 +20,8 @@ the messages' contents. With ``record=True`` it keeps every chat request body (n
 preflight) for `recorded_requests` (tests that compare what two pipelines sent).
 The server runs in its own process
 (so it never competes with the code under test for the GIL), adds a fixed delay per
-call, counts usage (4 characters = 1 token) and exposes request counts at /stats.
+call, counts usage (4 characters = 1 token) and exposes request counts at /stats
+and a health check at /health (vLLM's, which the model pool polls for a vLLM replica).
 
     with run_stub_server(script="distillery.testing.scripts:always_text", delay_s=0.2) as url:
         ...  # url ends in /v1
@@ -169,6 +170,7 @@ def make_app(
         # others) until the gate file exists, so a test can look at a run mid-stage.
         while gate and not preflight and not Path(gate).exists():
             await asyncio.sleep(0.2)
+        reply: dict[str, Any]
         try:
             reply = play(body)
         except Exception:
@@ -210,6 +212,10 @@ def make_app(
     async def get_stats(_: Request) -> JSONResponse:
         return JSONResponse(dict(stats))
 
+    async def health(_: Request) -> Response:
+        # vLLM's engine check (the pool polls it for a vLLM replica): up while it runs.
+        return Response(status_code=200)
+
     async def tokenize(request: Request) -> JSONResponse:
         body = await request.json()
         stats["tokenize_requests"] += 1
@@ -228,6 +234,7 @@ def make_app(
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/stats", get_stats),
+            Route("/health", health),
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/requests", requests),
         ]
@@ -329,6 +336,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--script", required=True)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--gate", default=None, help="hold requests until this file exists")
@@ -336,7 +344,7 @@ def main() -> None:
     args = parser.parse_args()
     uvicorn.run(
         make_app(args.script, args.delay, args.record, args.gate, args.arrived),
-        host="127.0.0.1",
+        host=args.host,
         port=args.port,
         log_level="warning",
         backlog=4096,

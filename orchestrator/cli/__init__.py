@@ -14,10 +14,11 @@ if TYPE_CHECKING:
         side_from_mlflow,
     )
     from distillery.orchestrator.cli.config_reference import reference
-    from distillery.orchestrator.cli.hydra_flags import parse_flags
+    from distillery.orchestrator.cli.hydra_flags import config_documents, parse_flags
 
 __all__ = [
     "CompareError",
+    "config_documents",
     "find_side",
     "main",
     "parse_flags",
@@ -40,6 +41,6 @@ if not TYPE_CHECKING:
             "app": ("main", "route", "run_cli", "validate_sweep"),
             "compare": ("CompareError", "find_side", "side_from_mlflow"),
             "config_reference": ("reference",),
-            "hydra_flags": ("parse_flags",),
+            "hydra_flags": ("config_documents", "parse_flags"),
         },
     )

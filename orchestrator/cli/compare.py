@@ -30,6 +30,8 @@ from distillery.orchestrator.tracking.links import run_url
 from distillery.workers.storage import Location
 
 _MIN_PREFIX = 6
+# A lookup in a tracking server: one retry, this long a request (a down server fails fast).
+LOOKUP_TIMEOUT_S = 10
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 # What a point is described by, in display order: the report's cell keys (its memory
 # method's own report columns follow, see `EvalSide.keys`) plus the seed.
@@ -208,26 +210,23 @@ def run_id_by_prefix(prefix: str, tracking_uri: str) -> str | None:
     runs share is refused as ambiguous."""
     if len(prefix) < _MIN_PREFIX or not re.fullmatch(r"[0-9a-f]+", prefix):
         return None
-    import os
-
-    # A tracking server that is down should fail the lookup in seconds, not minutes.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.report.publish import tracking_store_missing
+    from distillery.orchestrator.report.publish import bounded_mlflow, tracking_store_missing
 
     if tracking_store_missing(tracking_uri):
         return None
     client = MlflowClient(tracking_uri)
     try:
-        experiments = [e.experiment_id for e in client.search_experiments(max_results=1000)]
-        runs = client.search_runs(
-            experiments,
-            filter_string="tags.`mlflow.runType` = 'genai_evaluate'",
-            max_results=5000,
-        )
+        # A tracking server that is down fails the lookup in seconds, not minutes.
+        with bounded_mlflow(LOOKUP_TIMEOUT_S):
+            experiments = [e.experiment_id for e in client.search_experiments(max_results=1000)]
+            runs = client.search_runs(
+                experiments,
+                filter_string="tags.`mlflow.runType` = 'genai_evaluate'",
+                max_results=5000,
+            )
     except (MlflowException, OSError):
         return None  # a store that cannot be read has no such run: the caller says where it looked
     found = sorted({r.info.run_id for r in runs if r.info.run_id.startswith(prefix)})
@@ -244,25 +243,23 @@ def side_from_mlflow(run_id: str, tracking_uri: str) -> EvalSide | None:
     import os
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    # A tracking server that is down should fail the lookup in seconds, not minutes.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from distillery.orchestrator.report.publish import tracking_store_missing
+    from distillery.orchestrator.report.publish import bounded_mlflow, tracking_store_missing
 
     if tracking_store_missing(tracking_uri):
         return None
     client = MlflowClient(tracking_uri)
     try:
-        run = client.get_run(run_id)
+        with bounded_mlflow(LOOKUP_TIMEOUT_S):  # a silent server: seconds, not minutes
+            run = client.get_run(run_id)
     except MlflowException as exc:
         if "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code):
             return None
         raise CompareError(f"MLflow at {tracking_uri}: {exc.message}") from None
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, bounded_mlflow(LOOKUP_TIMEOUT_S):
             local = client.download_artifacts(run_id, "results.json", tmp)
             table = pd.read_json(local, orient="split", dtype=False)
     except (MlflowException, OSError, ValueError) as exc:

@@ -29,11 +29,13 @@ from distillery.workers.envs.registry import (
     BenchmarkLoadError,
     benchmark_deviations,
     benchmark_options,
+    context_trims,
     identity_options,
     known_benchmarks,
 )
 from distillery.workers.llm.config import ModelConfig
 from distillery.workers.memory.config import MemoryConfig
+from distillery.workers.memory.port_context import context_choice
 from distillery.workers.memory.registry import is_memory_method, known_methods, memory_method
 
 
@@ -311,7 +313,7 @@ class DistilleryConfig(_Frozen):
             raise ValueError("methods: a method is listed twice")
         for name in self.methods:
             if self.method_catalog[name].uses_memory:
-                self.retrieval_for(name)  # overrides must validate too
+                self._context_choice_valid(name, self.retrieval_for(name))
         self._shared_retrieval_valid()
         self._benchmark_options_valid()
         for key in ("model", "student_memory_model"):
@@ -322,6 +324,29 @@ class DistilleryConfig(_Frozen):
                     "nor a key of builder_models"
                 )
         return self
+
+    def _context_choice_valid(self, name: str, settings: BaseModel) -> None:
+        """A port's context trim (memory/port_context.py) is one the benchmark has: an
+        unknown name, or any choice on a benchmark that does not trim, is refused now
+        rather than in every episode."""
+        choice = context_choice(settings)
+        if choice is None:
+            return
+        where = f"method_catalog.{name}.retrieval"
+        try:
+            known = context_trims(self.benchmark.name)
+        except (ImportError, BenchmarkLoadError) as exc:
+            raise ValueError(f"{where}: cannot check its context trim: {exc}") from None
+        if not known:
+            raise ValueError(
+                f"{where}: benchmark {self.benchmark.name!r} does not trim its conversation "
+                f"to the context; leave context_trim and context_buffer unset"
+            )
+        if choice.trim is not None and choice.trim not in known:
+            raise ValueError(
+                f"{where}.context_trim: {choice.trim!r} is no context trim of "
+                f"{self.benchmark.name!r} ({', '.join(known)})"
+            )
 
     def _benchmark_options_valid(self) -> None:
         if not self.benchmark.options:  # the defaults: nothing to import or check

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from distillery.orchestrator.execution.capacity import Capacity, Demand, Free, Grant, grant
     from distillery.orchestrator.execution.dispatch import INFRA_COUNTS, ray_get, run_agent
+    from distillery.orchestrator.execution.episode_pool import EpisodePool, pool_size
     from distillery.orchestrator.execution.gpu_time import ModelGpuTime, ServingClock
     from distillery.orchestrator.execution.heartbeat import Heartbeat
     from distillery.orchestrator.execution.memory_stage import (
@@ -39,6 +40,7 @@ __all__ = [
     "BUILD_CPUS",
     "Capacity",
     "Demand",
+    "EpisodePool",
     "Free",
     "Grant",
     "Heartbeat",
@@ -62,6 +64,7 @@ __all__ = [
     "in_benchmark_order",
     "longest_first",
     "notify",
+    "pool_size",
     "ray_get",
     "run_agent",
     "service_options",
@@ -80,6 +83,7 @@ if not TYPE_CHECKING:
         {
             "capacity": ("Capacity", "Demand", "Free", "Grant", "grant"),
             "dispatch": ("INFRA_COUNTS", "ray_get", "run_agent"),
+            "episode_pool": ("EpisodePool", "pool_size"),
             "gpu_time": ("ModelGpuTime", "ServingClock"),
             "heartbeat": ("Heartbeat",),
             "memory_stage": ("BUILD_CPUS", "SERVICE_CPUS", "MemoryStage", "service_options"),

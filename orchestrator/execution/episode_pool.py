@@ -23,6 +23,18 @@ from distillery.workers.placement import WaitTimeout
 from distillery.workers.trajectories import EpisodeSummary
 
 
+def pool_size(num_workers: int, per_worker: int, server_slots: int | None) -> tuple[int, int]:
+    """(workers, plays in flight): `num_workers` of `per_worker` plays each, never more
+    in flight than the model's servers take at once (`server_slots`; None: no server),
+    and never a worker more than there are plays to run. (It capped the workers at the
+    plays per worker instead: a grant of 8 plays on 8 workers of 1 ran one at a time.)"""
+    in_flight = num_workers * per_worker
+    if server_slots is not None:
+        in_flight = min(in_flight, server_slots)
+    in_flight = max(1, in_flight)
+    return max(1, min(num_workers, in_flight)), in_flight
+
+
 class EpisodePool:
     """`cluster.num_workers` episode workers of `job`, at most
     `cluster.episodes_per_worker` plays each in flight (and never more than the model's
@@ -35,11 +47,14 @@ class EpisodePool:
         self.endpoints = endpoints
         self.cluster = cluster
         self.directory = directory
-        cap = cluster.episodes_per_worker
-        if job.model.backend != "oracle":
-            cap = min(cap, max(1, len(endpoints)) * job.model.max_concurrency_per_server)
-        self.n_workers = max(1, min(cluster.num_workers, cap))
-        self._slots = asyncio.Semaphore(cap * self.n_workers)
+        self.n_workers, in_flight = pool_size(
+            cluster.num_workers,
+            cluster.episodes_per_worker,
+            None
+            if job.model.backend == "oracle"
+            else max(1, len(endpoints)) * job.model.max_concurrency_per_server,
+        )
+        self._slots = asyncio.Semaphore(in_flight)
         self._workers: EpisodeWorkers | None = None
         self._busy: list[int] = []
         self.infra: Counter[str] = Counter()

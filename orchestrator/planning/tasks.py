@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import random
 from typing import Any
 
@@ -23,18 +24,31 @@ def resolve_tasks(cfg: DistilleryConfig) -> list[Task]:
     # All the options: identity leaves out where things are (AppWorld's `root`, a venv)
     # and may add what is not an option (AppWorld's data digest).
     options = json.dumps(dict(b.options), sort_keys=True)
-    tasks = list(_load_tasks(b.name, options, b.limit, tuple(b.task_ids) if b.task_ids else None))
+    ids = tuple(b.task_ids) if b.task_ids else None
+    tasks = list(_load_tasks(b.name, options, b.limit, ids, _environment()))
     if b.sample is not None and b.sample < len(tasks):
         chosen = set(random.Random(b.sample_seed).sample([t.task_id for t in tasks], b.sample))
         tasks = [t for t in tasks if t.task_id in chosen]
     return tasks
 
 
+def _environment() -> int:
+    """The process environment, hashed: a benchmark may find its data through it
+    (AppWorld's $APPWORLD_ROOT), so a listing made under one environment is not
+    reused under another."""
+    return hash(frozenset(os.environ.items()))
+
+
 @functools.lru_cache(maxsize=16)
 def _load_tasks(
-    name: str, options: str, limit: int | None, task_ids: tuple[str, ...] | None
+    name: str,
+    options: str,
+    limit: int | None,
+    task_ids: tuple[str, ...] | None,
+    environment: int,
 ) -> tuple:
-    """Once per process and selection: the points of a sweep mostly share their tasks."""
+    """Once per process, selection and environment: the points of a sweep mostly
+    share their tasks."""
     bench = make_benchmark(name, json.loads(options))
     return tuple(bench.load_tasks(limit=limit, task_ids=list(task_ids) if task_ids else None))
 
@@ -82,8 +96,10 @@ def resolve_memory_tasks(cfg: DistilleryConfig) -> list[Task] | None:
     text = json.dumps(options, sort_keys=True)
     protocol = cfg.protocol
     if protocol.memory_shuffle_seed is None:
-        return list(_load_tasks(cfg.benchmark.name, text, protocol.memory_limit, None))
-    tasks = list(_load_tasks(cfg.benchmark.name, text, None, None))
+        return list(
+            _load_tasks(cfg.benchmark.name, text, protocol.memory_limit, None, _environment())
+        )
+    tasks = list(_load_tasks(cfg.benchmark.name, text, None, None, _environment()))
     random.Random(protocol.memory_shuffle_seed).shuffle(tasks)
     return tasks[: protocol.memory_limit] if protocol.memory_limit else tasks
 

@@ -36,7 +36,11 @@ if TYPE_CHECKING:
         steps_by_method_figure,
         success_vs_cost_figure,
     )
-    from distillery.orchestrator.report.publish import log_report, tracking_store_missing
+    from distillery.orchestrator.report.publish import (
+        bounded_mlflow,
+        log_report,
+        tracking_store_missing,
+    )
     from distillery.orchestrator.report.repeats import repeat_notes
     from distillery.orchestrator.report.scenarios import scenario_benchmarks
     from distillery.orchestrator.report.stats import (
@@ -69,6 +73,7 @@ __all__ = [
     "SweepData",
     "TABLE_FILES",
     "Table",
+    "bounded_mlflow",
     "build_report",
     "cell_label",
     "cell_table",
@@ -146,7 +151,7 @@ if not TYPE_CHECKING:
                 "steps_by_method_figure",
                 "success_vs_cost_figure",
             ),
-            "publish": ("log_report", "tracking_store_missing"),
+            "publish": ("bounded_mlflow", "log_report", "tracking_store_missing"),
             "repeats": ("repeat_notes",),
             "scenarios": ("scenario_benchmarks",),
             "stats": (

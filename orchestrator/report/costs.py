@@ -192,9 +192,10 @@ def apportion_idle_gpu(stages: pd.DataFrame, held: pd.DataFrame | None) -> pd.Da
     out["gpu_idle_s"] = 0.0
     if held is None or held.empty or out.empty:
         return out
-    for row in held.itertuples(index=False):
-        idle_s = max(0.0, float(row.idle_gpu_h)) * 3600.0
-        mine = out["model"] == str(row.model)
+    idle_h = pd.to_numeric(held["idle_gpu_h"], errors="coerce").fillna(0.0)
+    for model, idle in zip(held["model"].astype(str).tolist(), idle_h.tolist(), strict=True):
+        idle_s = max(0.0, float(idle)) * 3600.0
+        mine = out["model"] == model
         if idle_s <= 0 or not mine.any():
             continue
         weights = out.loc[mine, "gpu_s"].astype(float)

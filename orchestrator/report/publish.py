@@ -32,7 +32,7 @@ def tracking_store_missing(uri: str) -> str | None:
 # A tracking server that is down or silent costs the report seconds, not MLflow's
 # default minutes of retries (7, exponential backoff, 120 s a request).
 ANSWER_TIMEOUT_S = 5.0
-_BOUNDED_MLFLOW = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+REPORT_REQUEST_TIMEOUT_S = 20
 
 
 def _server_silent(uri: str) -> str | None:
@@ -50,10 +50,14 @@ def _server_silent(uri: str) -> str | None:
 
 
 @contextmanager
-def _bounded_mlflow() -> Iterator[None]:
-    """MLflow's HTTP retries bounded while the report logs (the user's own settings win)."""
-    set_here = [k for k in _BOUNDED_MLFLOW if k not in os.environ]
-    os.environ.update({k: _BOUNDED_MLFLOW[k] for k in set_here})
+def bounded_mlflow(timeout_s: int = REPORT_REQUEST_TIMEOUT_S) -> Iterator[None]:
+    """MLflow's HTTP retries bounded (one retry, `timeout_s` a request) for the block
+    only (the user's own settings win), so a one-off lookup never leaves its bound in
+    the process's environment for what runs after it (a sweep's own tracking, or a
+    subprocess that inherits the environment)."""
+    bounds = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_s)}
+    set_here = [k for k in bounds if k not in os.environ]
+    os.environ.update({k: bounds[k] for k in set_here})
     try:
         yield
     finally:
@@ -78,7 +82,7 @@ def log_report(out_dir: Path, tracking_uri: str, run_id: str) -> str:
     silent = _server_silent(tracking_uri)
     if silent:
         raise ConnectionError(silent)
-    with _bounded_mlflow():
+    with bounded_mlflow():
         client = MlflowClient(tracking_uri)
         run = client.get_run(run_id)  # fails loudly for a deleted/unknown run
         client.log_artifacts(run_id, str(out_dir), artifact_path="report")

@@ -2,7 +2,7 @@
 contract every kind implements (run, status, progress, costs) and the registry of kinds by name.
 """
 
-from distillery.orchestrator.stages.kinds import stage_type
+from distillery.orchestrator.stages.kinds import STAGE_KINDS, stage_type
 from distillery.orchestrator.stages.stage import (
     RUNTIME_MODEL_FIELDS,
     BankSource,
@@ -38,6 +38,7 @@ __all__ = [
     "MemoryRead",
     "RUNTIME_MODEL_FIELDS",
     "RenderStage",
+    "STAGE_KINDS",
     "Stage",
     "StageFigure",
     "StageKey",

@@ -2,9 +2,10 @@
 the gpu overlay rendered, a loopback Ray cluster with exactly its groups' shapes (a head
 with num-cpus 0, the cpu group's pod with 4 CPUs and distillery_cpu 4, GPU pods with
 num-cpus 1, their GPUs and distillery_gpus_<N>), and the sweep run by the RayJob's own
-entrypoint (`distillery submit --k8s`'s command, cluster=kuberay) with scripted servers
-standing in for vLLM (started by the pool, in the placement groups of vLLM replicas on
-the GPU group) and for the API teacher.
+entrypoint (`distillery submit --k8s`'s command, cluster=kuberay). The models stay vLLM
+models: the pool places their replicas (one STRICT_PACK bundle per GPU, GPU-lease
+actors) and launches `vllm serve` as on the cluster, and the twin's stand-in `vllm`
+serves scripted replies; a scripted server stands in for the API teacher.
 
 - A 16-episode collection by a GPU-served teacher with 8 workers x 1 CPU, where only 4
   fit (the deadlock of issue 33: workers pinned to full nodes waited for ever): the
@@ -17,6 +18,9 @@ the GPU group) and for the API teacher.
 - AgentBrew's brew -> serve: the GPU-served student fails, the API teacher writes notes
   and curates them, the student re-plays until certified, then plays the held-out tasks
   with the notes; every call counted exactly.
+- A tensor-parallel teacher (Qwen3-32B as shipped: 2 GPUs) on the 2-GPU pod: both
+  bundles of its replica on that pod, the GPU lease ran there, and vLLM was launched
+  with tensor parallel size 2 and both GPUs visible.
 
 The head-loss test's first cluster is its own (it is killed); the retry and the two
 other sweeps share one twin (`shared_twin`): a twin costs a minute of start-up.
@@ -47,6 +51,8 @@ from tests.support.cluster_twin import (
     cluster_twin,
     counted_calls,
     entrypoint,
+    launches,
+    replica_placements,
     stand_in_vllm,
 )
 from tests.workers.memory.agentbrew.test_agentbrew_end_to_end import (
@@ -109,20 +115,21 @@ class SharedTwin:
 
     def fresh_calls(self) -> Path:
         """The counters emptied for the next test (the module's tests run one by one)."""
-        for path in self.calls_dir.glob("*.calls"):
+        for path in [*self.calls_dir.glob("*.calls"), *self.calls_dir.glob("*.launch.json")]:
             path.unlink()
         return self.calls_dir
 
 
 @pytest.fixture(scope="module")
 def shared_twin(tmp_path_factory) -> Iterator[SharedTwin]:
-    """One twin for the sweeps that leave the cluster up: the cpu group's pod and a GPU
-    pod per BFCL student (the largest shape asked for; a sweep that needs one GPU pod
-    leaves the others idle, as the autoscaler's floor would). Starting a twin costs
-    about a minute of this machine's two cores; its sweeps share it."""
+    """One twin for the sweeps that leave the cluster up: the cpu group's pod, a 1-GPU
+    pod per BFCL student and a 2-GPU pod (the largest shapes asked for; a sweep that
+    needs one GPU pod leaves the others idle, as the autoscaler's floor would). Starting
+    a twin costs about a minute of this machine's two cores; its sweeps share it."""
     calls_dir = tmp_path_factory.mktemp("twin-calls")
     env = {"OPENAI_API_KEY": "twin-key", CALLS_DIR_ENV: str(calls_dir)}  # the pods' Secret
-    with cluster_twin("gpu", {"cpu": 1, "vllm-1gpu": len(STUDENTS)}, env) as twin:
+    pods = {"cpu": 1, "vllm-1gpu": len(STUDENTS), "vllm-2gpu": 1}
+    with cluster_twin("gpu", pods, env) as twin:
         yield SharedTwin(twin, calls_dir)
 
 
@@ -152,7 +159,6 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
         "benchmark.limit=16",
         "methods=[teacher]",
         "model@teacher=qwen3_32b",
-        *stand_in_vllm("teacher", 1, REPLAY, delay_s=REPLY_S),
         "cluster.placement_timeout_s=300",  # a failure says so in minutes
         # 16 episode slots (8 workers of 2): the 16 episodes take whole workers, each
         # reserving a whole worker's CPU (a stage of fewer episodes than the slots gets
@@ -161,8 +167,10 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
     ]
 
     def submit(twin: ClusterTwin, log: Path) -> subprocess.Popen:
+        # The same command each time: the teacher on one 1-GPU replica.
+        teacher = stand_in_vllm(twin, "teacher", 1, REPLAY, delay_s=REPLY_S)
         return subprocess.Popen(
-            entrypoint(overrides),
+            entrypoint([*overrides, *teacher]),
             cwd=tmp_path,
             env=twin.driver_env(),
             stdout=log.open("wb"),
@@ -239,6 +247,50 @@ def test_a_gpu_teacher_collection_never_waits_for_a_full_node_and_survives_the_h
             assert replayed[task] == calls, (task, replayed[task])
 
 
+def test_two_students_stages_run_at_the_same_time_on_the_twin(tmp_path, shared_twin):
+    """Two students' zero-shot stages, each student's replica on its own GPU pod: each
+    replica answers only once the other has been asked (a rendezvous), so a sweep that
+    ran one stage at a time would leave the first student's requests waiting past their
+    deadline (its episodes unscored, the test failing), never hang."""
+    first, second = tmp_path / "qwen-asked", tmp_path / "gemma-asked"
+    twin = shared_twin.twin
+    shared_twin.fresh_calls()
+    overrides = [
+        *local_outputs(tmp_path),
+        "experiment=bfcl_table1",
+        "benchmark.limit=2",
+        "methods=[zero_shot]",
+        "sweep.student=[qwen3_4b,gemma4_e4b]",
+        "sweep.seed=[0]",
+        *stand_in_vllm(twin, "student", 1, REPLAY),
+        # Reached only when the stages do not overlap: the test then fails, not hangs.
+        "student.request_timeout_s=120",
+        "agent.episode_retries=0",
+        "cluster.placement_timeout_s=300",
+        "cluster.num_workers=2",
+    ]
+    twin.serve_replies(
+        REPLAY,
+        gates={
+            "Qwen/Qwen3-4B": {"gate": str(second), "arrived": str(first)},
+            "google/gemma-4-E4B-it": {"gate": str(first), "arrived": str(second)},
+        },
+    )
+    done = subprocess.run(
+        entrypoint(overrides),
+        cwd=tmp_path,
+        env=twin.driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    episodes = sweep_episodes(tmp_path)
+    assert len(episodes) == 4 and episodes["success"].all(), episodes
+    assert first.exists() and second.exists()
+
+
 def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path, shared_twin):
     n_tasks = 2
     students = STUDENTS
@@ -256,7 +308,7 @@ def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path, sha
             f"teacher.base_url={api}",  # the API teacher (gpt-5-mini)
             "teacher.model=scripted",
             f"memory.embedder.base_url={api}",
-            *stand_in_vllm("student", 1, REPLAY),
+            *stand_in_vllm(twin, "student", 1, REPLAY),
             "cluster.placement_timeout_s=300",  # a failure says so in minutes
             "cluster.num_workers=1",  # CI's budget: one worker process per stage
         ]
@@ -283,9 +335,21 @@ def test_bfcl_table1_shape_runs_on_the_twin_with_exact_call_counts(tmp_path, sha
     assert len(episodes) == n_tasks * (1 + 2 * len(students))
     assert not episodes.duplicated(["point_id", "task_id"]).any()
     assert episodes["success"].all()
-    # Each student's replica was placed in the GPU group's bundle.
+    # Each student's replica was placed in the GPU group's bundle and launched as vLLM,
+    # on the one GPU Ray gave its actor.
     for name in ("qwen3-4b", "gemma4-e4b", "qwen3-8b", "llama3.1-8b"):
         assert f"model {name}: 1 replicas on 1 nodes" in output
+    launched = launches(calls_dir)
+    assert len(launched) == len(students), launched
+    assert {r["model"] for r in launched} == {
+        "Qwen/Qwen3-4B",
+        "google/gemma-4-E4B-it",
+        "Qwen/Qwen3-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+    }
+    for record in launched:
+        assert record["refused"] is None and record["tensor_parallel_size"] == 1, record
+        assert len(record["cuda_visible_devices"].split(",")) == 1, record
 
 
 def test_an_agentbrew_brew_then_serve_runs_on_the_twin_with_exact_call_counts(
@@ -305,7 +369,7 @@ def test_an_agentbrew_brew_then_serve_runs_on_the_twin_with_exact_call_counts(
             "benchmark.limit=10",
             "model@student=qwen3_4b",
             "student.action_format=prompt",
-            *stand_in_vllm("student", 1, "tests.support.cluster_twin:counted_brew_student"),
+            *stand_in_vllm(twin, "student", 1, "tests.support.cluster_twin:counted_brew_student"),
             "teacher=external",
             "teacher.name=brew-teacher",
             f"teacher.base_url={api}",
@@ -344,3 +408,58 @@ def test_an_agentbrew_brew_then_serve_runs_on_the_twin_with_exact_call_counts(
     assert rates == pytest.approx({"zero_shot": 1 / 3, "agentbrew": 1.0})
     (brew_dir,) = (tmp_path / "runs" / "stages" / "brew").iterdir()
     assert json.loads((brew_dir / "output.json").read_text())["counts"]["notes"] == 3
+
+
+def test_a_tensor_parallel_replica_takes_both_gpus_of_one_pod(tmp_path, shared_twin):
+    """Qwen3-32B as shipped (gpus_per_server 2, tensor_parallel_size 2) teaches 2 tasks:
+    the pool reserves its two STRICT_PACK bundles (the first with distillery_gpus_2,
+    which only the vllm-2gpu pod has), starts the GPU-lease actor in the second, and
+    launches vLLM with both GPUs; the stand-in refuses a launch with fewer."""
+    n_tasks = 2
+    calls_dir = shared_twin.fresh_calls()
+    twin = shared_twin.twin
+    overrides = [
+        *local_outputs(tmp_path),
+        f"benchmark.limit={n_tasks}",
+        "methods=[teacher]",
+        "model@teacher=qwen3_32b",
+        *stand_in_vllm(twin, "teacher", 2, REPLAY),
+        "cluster.placement_timeout_s=300",  # a failure says so in minutes
+        "cluster.num_workers=1",
+    ]
+    done = subprocess.run(
+        entrypoint(overrides),
+        cwd=tmp_path,
+        env=twin.driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert "model qwen3-32b: 1 replicas on 1 nodes" in output
+    truth = ground_truth_calls(n_tasks)
+    episodes = sweep_episodes(tmp_path)
+    assert len(episodes) == n_tasks and episodes["success"].all()
+    assert sum(counted_calls(calls_dir).values()) == sum(truth.values())
+
+    (launch,) = launches(calls_dir)  # one replica, launched once
+    assert launch["refused"] is None, launch
+    assert launch["argv"][:3] == ["vllm", "serve", "Qwen/Qwen3-32B"]
+    assert launch["tensor_parallel_size"] == 2
+    assert launch["distributed_executor_backend"] == "mp"
+    gpus = launch["cuda_visible_devices"].split(",")
+    assert len(set(gpus)) == 2, launch  # its actor's GPU and the lease's
+
+    placed = replica_placements(twin)
+    (group,) = [g for g in placed["groups"] if "distillery_gpus_2" in g["bundles"][0]]
+    assert group["strategy"] == "STRICT_PACK"
+    assert group["bundles"] == [
+        {"CPU": 1.0, "GPU": 1.0, "distillery_gpus_2": 1.0},
+        {"GPU": 1.0},
+    ]
+    assert group["pods"] == ["vllm-2gpu-0", "vllm-2gpu-0"]  # both bundles on one pod
+    (server,) = [a for a in placed["actors"] if a["pid"] == launch["ppid"]]
+    assert server["class"] == "LlmServerImpl" and server["pod"] == "vllm-2gpu-0"
+    (lease,) = [a for a in placed["actors"] if a["class"] == "GpuLeaseImpl"]
+    assert lease["pod"] == "vllm-2gpu-0" and lease["pid"] > 0  # it ran (its process)

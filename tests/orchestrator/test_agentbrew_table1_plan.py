@@ -39,7 +39,7 @@ SPLITS = {
 
 @pytest.fixture
 def listing(monkeypatch):
-    def load(name, options, limit, task_ids):
+    def load(name, options, limit, task_ids, environment):
         opts = json.loads(options)
         variant = opts.get("variant") if opts.get("variant") not in (None, "sanitized") else None
         ids = SPLITS[(name, variant, opts.get("split"))]

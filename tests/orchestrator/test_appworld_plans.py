@@ -92,14 +92,14 @@ def use_listing(monkeypatch) -> dict[str, tuple[Task, ...]]:
     listings = {"appworld": _appworld_tasks(), "toolsandbox": _toolsandbox_tasks()}
     real = tasks_module._load_tasks
 
-    def load(name, options, limit, task_ids):
+    def load(name, options, limit, task_ids, environment):
         split = json.loads(options).get("split")
         if name in ANSWER_SPLITS and not json.loads(options).get("data_path"):
             tasks = _answer_tasks(name, split or "test")
         elif name == "mbpp" and not json.loads(options).get("data_path"):
             tasks = _mbpp_tasks(json.loads(options))
         elif name not in listings:  # another benchmark (BFCL): its own listing
-            return real(name, options, limit, task_ids)
+            return real(name, options, limit, task_ids, environment)
         else:
             tasks = (
                 _appworld_train_tasks()
@@ -320,15 +320,24 @@ def test_plan_without_appworld_data_is_refused_with_the_fix(monkeypatch, capsys)
 
 
 @pytest.mark.slow
-def test_plan_through_the_real_adapter_on_synthetic_data(appworld_ready, capsys, plan_offline):  # noqa: F811
+def test_plan_through_the_real_adapter_on_synthetic_data(
+    appworld_ready,  # noqa: F811
+    capsys,
+    plan_offline,
+    monkeypatch,
+):
     """The real listing (a worker in AppWorld's venv reads the data folder): the
-    teacher sweep of table 3 on the synthetic folder's tasks."""
+    teacher sweep of table 3 on the synthetic folder's tasks; the listing is not
+    reused once the data folder is gone from the environment."""
     assert run_cli(["experiment=appworld_teachers", "--plan"]) == 0
     out = capsys.readouterr().out
     (count,) = re.findall(r"benchmark=appworld tasks=(\d+)", out)
     assert int(count) > 0
     assert len(re.findall(r"^  collect:", out, re.M)) == 4
     assert len(re.findall(r"^  build:", out, re.M)) == 4
+    monkeypatch.delenv("APPWORLD_ROOT")
+    assert run_cli(["experiment=appworld_teachers", "--plan"]) == 2
+    assert "AppWorld's data folder is not set" in capsys.readouterr().err
 
 
 def test_amd_builds_on_appworld_are_keyed_by_its_profile_and_bfcls_are_not(listing):

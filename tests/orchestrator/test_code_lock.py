@@ -114,3 +114,36 @@ def test_raising_a_kinds_version_moves_its_stages_and_their_readers_only(monkeyp
     assert set(before.stages) - affected <= after  # every other key kept
     assert not affected & after  # every brew and reader moved
     assert len(after - set(before.stages)) == len(affected)
+
+
+def test_project_benchmarks_carry_versions_and_the_lock_holds_their_code():
+    """The project's answer benchmarks and venv worlds carry a declared version in their
+    keys (a comment in a grading module or world moves none), while the lock holds that
+    code: the grading modules and the world module (run by its venv, never imported)."""
+    from distillery.workers.envs.registry import benchmark_class
+
+    units = {u.name: u for u in code_lock.project_units()}
+    digests: dict[str, str] = {}
+    for name in ("gsm8k", "math", "mbpp", "humaneval"):
+        cls = benchmark_class(name)
+        assert cls.grading_version, name  # type: ignore[attr-defined]
+        assert f"grading:{cls.grading_version}" in cls.fingerprint()  # type: ignore[attr-defined]
+        held = code_lock.modules_of(units[f"benchmark:{name}"].roots, digests)
+        grading = {m.__name__ for m in cls.grading_modules()}  # type: ignore[attr-defined]
+        assert grading <= set(held), name
+    for name in ("appworld", "toolsandbox"):
+        cls = benchmark_class(name)
+        assert f"world:{cls.world_version}" in cls.fingerprint()  # type: ignore[attr-defined]
+        held = code_lock.modules_of(units[f"benchmark:{name}"].roots, digests)
+        assert f"distillery.workers.envs.{name}.world" in held
+
+
+def test_an_answer_benchmark_without_a_version_hashes_its_grading_code():
+    """A plugin's answer benchmark that declares no version never misses a change."""
+    from distillery.workers.envs.answering import AnswerBenchmark
+
+    class Toy(AnswerBenchmark):
+        name = "toy"
+
+    (grading,) = [t for t in Toy.fingerprint() if t.startswith("grading:")]
+    assert len(grading.removeprefix("grading:")) == 64

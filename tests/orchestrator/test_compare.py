@@ -4,6 +4,7 @@ test_report (outcomes per task known by construction)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -129,7 +130,12 @@ def test_a_run_read_from_mlflow_lists_its_methods_columns(tmp_path):
     results = tmp_path / "results.json"
     pd.DataFrame({"task_id": ["t1"], "success": [True]}).to_json(results, orient="split")
     client.log_artifact(run.info.run_id, str(results))
+    bounds = ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    before = {k: os.environ.get(k) for k in bounds}
     side = side_from_mlflow(run.info.run_id, uri)
     assert side is not None
     assert side.descriptors["recall_k"] == "2" and "other" not in side.descriptors
     assert side.label() == "toy student=s recall_k=2 seed=0"
+    # The lookup's tight MLflow bound is its own: nothing of it stays in the process's
+    # environment (a sweep run after it, or a subprocess, would inherit a 10 s limit).
+    assert {k: os.environ.get(k) for k in bounds} == before

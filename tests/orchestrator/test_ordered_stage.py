@@ -332,3 +332,12 @@ def test_a_run_killed_among_its_probes_resumes_to_the_same_bank_and_log(tmp_path
         assert _log(resumed, root) == expected
         assert resumed.banks == whole.banks
         assert len(killed.plays) + len(resumed.plays) == len(whole.plays)
+
+
+def test_an_ordered_stages_pool_runs_every_play_its_workers_and_servers_take():
+    from distillery.orchestrator.execution.episode_pool import pool_size
+
+    assert pool_size(8, 1, None) == (8, 8)  # a grant of 8 plays on 8 workers of 1
+    assert pool_size(2, 4, None) == (2, 8)
+    assert pool_size(8, 16, 4) == (4, 4)  # one replica of 4 slots: 4 in flight, 4 workers
+    assert pool_size(1, 1, 64) == (1, 1)

@@ -47,9 +47,9 @@ def shipped(tmp_path_factory) -> dict[str, list[str]]:
         listings = use_listing(mp)
         listed = tasks_module._load_tasks
 
-        def load(name, options, limit, task_ids):
+        def load(name, options, limit, task_ids, environment):
             source = listed if name in listings else real
-            return source(name, options, limit, task_ids)
+            return source(name, options, limit, task_ids, environment)
 
         mp.setattr(tasks_module, "_load_tasks", load)
         return {name: planned_keys(name) for name in EXPERIMENTS}

@@ -28,9 +28,9 @@ def appworld_splits(monkeypatch):
     """AppWorld's listing by split: `<split>_<i>` in scenarios of three."""
     real = tasks_module._load_tasks
 
-    def load(name, options, limit, task_ids):
+    def load(name, options, limit, task_ids, environment):
         if name != "appworld":
-            return real(name, options, limit, task_ids)
+            return real(name, options, limit, task_ids, environment)
         split = json.loads(options).get("split", "test_normal")
         tasks = tuple(
             Task(f"{split}_{i}", "appworld", (f"{split} task {i}",), (), (), f"{split}_{i // 3}")

@@ -4,9 +4,17 @@ from its RayCluster (rayStartParams num-cpus and resources, the pod's
 `nvidia.com/gpu` limit as Ray GPUs, replicas) and a loopback Ray cluster started with
 exactly those nodes (tests/support/ray_cluster.py: token auth, free ports, a node per
 pod). Sweeps then run on it through the RayJob's own entrypoint (k8s/rayjob: the
-command and defaults `distillery submit --k8s` sends), with scripted servers standing in
-for vLLM, started by the pool code in the placement groups a vLLM replica of that size
-reserves on the GPU group.
+command and defaults `distillery submit --k8s` sends).
+
+vLLM replicas take the real path: the model stays `backend: vllm`, and the pool places
+each replica as on the cluster (its STRICT_PACK bundles, one per GPU, the first with the
+GPU group's `distillery_gpus_<N>` from cluster=kuberay, GPU-lease actors in the others)
+and launches `vllm serve ...` from the replica's actor with the GPUs Ray gave it. The
+`vllm` it finds first on every node's PATH is the twin's stand-in (twin_vllm.py): it
+checks that launch as vLLM would and serves scripted replies. The nodes' model cache
+(HF_HUB_CACHE, offline, as the pods' ConfigMap sets it) holds a snapshot of every
+shipped vLLM model, as the weights Job leaves it, so `require_cached` passes as it does
+on a filled cluster.
 
 What the twin cannot be: the autoscaler (a group has the pods the test asks for, never
 more) and Kubernetes itself (admission, volumes, images): those are tests/k8s's.
@@ -16,7 +24,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -29,11 +40,12 @@ from distillery.orchestrator.cluster.k8s import the_raycluster as raycluster_of
 from distillery.orchestrator.cluster.submit import merge_overrides
 from tests.support import REPO_ROOT
 from tests.support.ray_cluster import LocalRayCluster
+from tests.support.twin_vllm import CALLS_DIR_ENV, TWIN_REPLIES_ENV
 
 K8S = REPO_ROOT / "k8s"
-# Where each stand-in server counts the chat requests it answered (one file per server
-# process): the scripted server inherits the Ray node's environment.
-CALLS_DIR_ENV = "DISTILLERY_TWIN_CALLS_DIR"
+# CALLS_DIR_ENV: where each stand-in server counts the chat requests it answered (one
+# file per server process) and each stand-in vllm writes what it was launched with; the
+# servers inherit the Ray node's environment.
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,55 @@ def ray_groups(overlay: str) -> dict[str, GroupShape]:
     return groups
 
 
+def shipped_vllm_models() -> list[str]:
+    """The model ids of conf/model's vLLM models (what the weights Job would fetch)."""
+    import yaml
+
+    models = []
+    for path in sorted((REPO_ROOT / "conf" / "model").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        if data.get("backend") == "vllm" and data.get("model"):
+            models.append(str(data["model"]))
+    return models
+
+
+def cache_snapshot(cache: Path, model: str) -> None:
+    """`model` in the Hugging Face cache layout `snapshot_download` leaves (refs/main ->
+    snapshots/<revision> with a config and a weights file): what `require_cached` and
+    vLLM offline look for. The weights are a stand-in's: one zero byte."""
+    folder = cache / ("models--" + model.replace("/", "--"))
+    snapshot = folder / "snapshots" / "twin"
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text("twin")
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "model.safetensors").write_bytes(b"\0")
+
+
+def stand_in_vllm_env(folder: Path) -> dict[str, str]:
+    """The twin's vLLM side in `folder`: a `vllm` script (running twin_vllm.py) first on
+    PATH, and the pods' offline model cache (k8s/base's ConfigMap: HF_HUB_OFFLINE=1,
+    HF_HUB_CACHE=/models/hub; here a folder of the twin) with every shipped vLLM model."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True)
+    vllm = bin_dir / "vllm"
+    vllm.write_text(
+        "#!/bin/sh\n"
+        f'PYTHONPATH="{REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}" '
+        f'exec "{sys.executable}" -m tests.support.twin_vllm "$@"\n'
+    )
+    vllm.chmod(0o755)
+    cache = folder / "models" / "hub"
+    for model in shipped_vllm_models():
+        cache_snapshot(cache, model)
+    return {
+        "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(cache),
+        TWIN_REPLIES_ENV: str(folder / "replies.json"),
+    }
+
+
 @dataclass
 class ClusterTwin:
     overlay: str
@@ -95,6 +156,21 @@ class ClusterTwin:
     pods: dict[str, int]  # group -> pods started
     ray: LocalRayCluster
     env: dict[str, str]  # every pod's environment (its Secrets and ConfigMaps)
+    folder: Path  # the stand-in vllm, the model cache, the replies it serves
+
+    def serve_replies(
+        self,
+        script: str,
+        delay_s: float = 0.0,
+        gates: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        """What every stand-in vLLM replica started from now on answers: `script`
+        (module:function, distillery.testing.scripted_server's) after `delay_s`;
+        `gates`: per served model, the file its replies wait for (`gate`) and the one
+        its first request creates (`arrived`)."""
+        (self.folder / "replies.json").write_text(
+            json.dumps({"script": script, "delay_s": delay_s, "gates": gates or {}})
+        )
 
     def node_names(self, group: str) -> list[str]:
         return [f"{group}-{i}" for i in range(self.pods.get(group, 0))]
@@ -129,9 +205,11 @@ def start_twin(
     for name, count in wanted.items():
         if count > groups[name].max_replicas:
             raise ValueError(f"group {name}: {count} pods, maxReplicas {groups[name].max_replicas}")
+    folder = Path(tempfile.mkdtemp(prefix="twin-vllm-"))
+    env = {**stand_in_vllm_env(folder), **(env or {})}
     ray = LocalRayCluster()
-    previous = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})  # the nodes inherit this process's environment
+    previous = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the nodes inherit this process's environment
     try:
         head = groups["head"]
         ray.start_head(head.num_cpus, head.resources, head.num_gpus)
@@ -141,6 +219,7 @@ def start_twin(
                 ray.add_node(f"{name}-{i}", shape.num_cpus, shape.resources, shape.num_gpus)
     except BaseException:
         ray.stop()
+        shutil.rmtree(folder, ignore_errors=True)
         raise
     finally:
         for key, value in previous.items():
@@ -148,7 +227,7 @@ def start_twin(
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return ClusterTwin(overlay, groups, dict(wanted), ray, dict(env or {}))
+    return ClusterTwin(overlay, groups, dict(wanted), ray, env, folder)
 
 
 @contextmanager
@@ -160,6 +239,7 @@ def cluster_twin(
         yield twin
     finally:
         twin.ray.stop()
+        shutil.rmtree(twin.folder, ignore_errors=True)
 
 
 def entrypoint(overrides: list[str]) -> list[str]:
@@ -174,37 +254,70 @@ def entrypoint(overrides: list[str]) -> list[str]:
     ]
 
 
-def stand_in_vllm(role: str, gpus: int, script: str, delay_s: float = 0.0) -> list[str]:
-    """Overrides making `role`'s model a scripted server that the pool starts as it
-    would a vLLM replica of `gpus` GPUs on cluster=kuberay: one replica in a placement
-    group of the bundle {CPU 1, GPU `gpus`, distillery_gpus_<gpus> 1} (pool.placement_bundles
-    and ClusterConfig.replica_resources), which only a pod of group vllm-<gpus>gpu has.
-    `delay_s`: the server waits that long before each reply (a model's decoding time)."""
-    command = [
-        sys.executable,
-        "-m",
-        "distillery.testing.scripted_server",
-        "--script",
-        script,
-        "--delay",
-        f"'{delay_s}'",  # quoted: a string in the command list, as Hydra reads it
-        "--port",
-        "'{port}'",
-    ]
+def stand_in_vllm(
+    twin: ClusterTwin, role: str, gpus: int, script: str, delay_s: float = 0.0
+) -> list[str]:
+    """Overrides serving `role`'s model (a vLLM model of conf/model, `backend: vllm`
+    kept) by one replica of `gpus` GPUs, tensor parallel over all of them, which the
+    pool places and launches as on the cluster (module docstring): on cluster=kuberay
+    only a pod of group vllm-<gpus>gpu has its bundles. The twin's stand-in vllm serves
+    `script` after `delay_s` per reply (a model's decoding time)."""
+    twin.serve_replies(script, delay_s)
     return [
-        f"{role}.backend=command",
-        f"{role}.base_url=null",
-        f"{role}.command=[{','.join(command)}]",
-        f"{role}.command_cwd={REPO_ROOT}",
-        f"{role}.server_host=127.0.0.1",  # every twin node is this machine's loopback
         f"{role}.replicas=1",
-        f"{role}.server_num_cpus=1",
-        f"+{role}.server_resources={{GPU:{gpus},distillery_gpus_{gpus}:1}}",
+        f"{role}.gpus_per_server={gpus}",
+        f"{role}.tensor_parallel_size={gpus}",
         f"{role}.startup_timeout_s=120",
-        # vLLM's own launch flags (the stand-in is no vLLM)
-        f"{role}.reasoning_parser=null",
-        f"{role}.tool_call_parser=null",
+        f"{role}.server_host=127.0.0.1",  # every twin node is this machine's loopback
     ]
+
+
+def launches(calls_dir: Path) -> list[dict[str, Any]]:
+    """What each stand-in vllm was launched with (twin_vllm.launch_record), by pid."""
+    records = [json.loads(p.read_text()) for p in calls_dir.glob("*.launch.json")]
+    return sorted(records, key=lambda r: r["pid"])
+
+
+# Run against the twin as a driver of its own (a subprocess: the test process stays out
+# of the twin's Ray): every placement group (removed ones too: the table keeps them, with
+# the node of each bundle) and the replica pool's actors, their nodes named by the pod
+# (a twin node advertises node_<pod>: tests/support/ray_cluster.py).
+_PLACEMENTS = """
+import json, ray
+from ray._private import state  # the GCS actor table: the state API needs a dashboard
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+pods = {
+    n["NodeID"]: next((k[5:] for k in n["Resources"] if k.startswith("node_")), "?")
+    for n in ray.nodes()
+}
+groups = [
+    {"strategy": g["strategy"], "state": g["state"],
+     "bundles": [g["bundles"][i] for i in sorted(g["bundles"])],
+     "pods": [pods.get(g["bundles_to_node_id"].get(i), "?") for i in sorted(g["bundles"])]}
+    for g in ray.util.placement_group_table().values()
+]
+actors = [
+    {"class": a["ActorClassName"], "pod": pods.get(a["Address"]["NodeID"], "?"),
+     "pid": a["Pid"], "state": a["State"]}
+    for a in state.actors().values()
+    if a["ActorClassName"] in ("LlmServerImpl", "GpuLeaseImpl")
+]
+print(json.dumps({"groups": groups, "actors": actors}))
+"""
+
+
+def replica_placements(twin: ClusterTwin) -> dict[str, list[dict[str, Any]]]:
+    """The twin's placement groups (strategy, bundles, the pod of each bundle) and its
+    model-server and GPU-lease actors (pod, pid, state), live or gone."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PLACEMENTS],
+        env={**twin.driver_env(), "RAY_ADDRESS": twin.ray.address},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def counted_calls(calls_dir: Path) -> dict[str, int]:

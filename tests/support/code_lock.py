@@ -140,6 +140,15 @@ def modules_of(roots: Iterable[str], digests: dict[str, str]) -> list[str]:
     return sorted(seen)
 
 
+def _module_named(path: Path) -> str:
+    """The project module of a file of distillery.workers (a world module's)."""
+    import distillery.workers
+
+    package = Path(distillery.workers.__file__).resolve().parent
+    relative = path.resolve().relative_to(package).with_suffix("")
+    return ".".join(["distillery.workers", *relative.parts])
+
+
 def _version(*parts: Any) -> str:
     text = json.dumps(parts, sort_keys=True, default=str)
     return parts[0] if len(parts) == 1 and isinstance(parts[0], str) else _short(text)
@@ -173,9 +182,12 @@ def project_units() -> list[Unit]:
         units.append(Unit(f"method:{kind}", (type(method).__module__,), version))
     for name in sorted(BENCHMARKS):
         cls = benchmark_class(name)
-        units.append(
-            Unit(f"benchmark:{name}", (cls.__module__,), _short("\n".join(cls.fingerprint())))
-        )
+        roots = [cls.__module__]
+        world = getattr(cls, "world", None)  # run by its venv, never imported: a root
+        if world is not None:
+            roots.append(_module_named(Path(world)))
+        version = _short("\n".join(cls.fingerprint()))
+        units.append(Unit(f"benchmark:{name}", tuple(roots), version))
     return units
 
 

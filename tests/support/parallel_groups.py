@@ -24,5 +24,6 @@ MODULE_GROUPS: dict[str, str] = {
     # multi-node Ray clusters: tests/support/ray_cluster.py, ray_head.py, cluster_twin.py
     "tests/k8s/test_cluster_twin.py": "ray-cluster",
     "tests/orchestrator/test_multinode.py": "ray-cluster",
+    "tests/orchestrator/test_lost_workers.py": "ray-cluster",
     "tests/orchestrator/test_submit.py": "ray-cluster",
 }

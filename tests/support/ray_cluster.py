@@ -169,10 +169,17 @@ class LocalRayCluster:
         return False
 
     def kill_node(self, name: str) -> None:
-        """A node failure: SIGKILL every process of that node at once."""
+        """A node failure (its pod gone): SIGKILL every process of that node at once,
+        its process group and everything it started (Ray's workers, which leave the
+        group, and what they started: an actor that outlived its raylet would go on
+        answering its callers directly, as no process of a lost pod does)."""
         node = self.nodes.pop(name)
+        processes = _descendants(node.process.pid)  # before they are orphaned
         with contextlib.suppress(ProcessLookupError):
             os.killpg(node.process.pid, signal.SIGKILL)
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         node.process.wait(timeout=30)
 
     def processes(self) -> list[int]:
@@ -215,6 +222,26 @@ class LocalRayCluster:
         # Ray's processes may have left the node's session (a daemonised reaper, say):
         # whatever still runs out of this cluster's temp dir is this cluster's.
         _kill_stragglers(self.temp_dir)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process descended from `root` (children, their children...)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            # /proc/<pid>/stat: "pid (comm) state ppid ...": comm may hold spaces.
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(proc.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _kill_stragglers(temp_dir: Path) -> None:

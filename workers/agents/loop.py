@@ -58,7 +58,7 @@ from distillery.workers.agents.reply_bounds import (
     with_unique_ids,
 )
 from distillery.workers.envs.base import Environment, ParsedAction, ToolResult
-from distillery.workers.envs.conventions import AgentConventions, ObservationCut
+from distillery.workers.envs.conventions import AgentConventions, ContextChoice, ObservationCut
 from distillery.workers.envs.execution import run_in_env_thread
 from distillery.workers.llm.types import (
     ChatResult,
@@ -109,7 +109,9 @@ class EpisodeHooks(Protocol):
     # `async def step_messages(self, turn_index: int, steps_done: int, reply: str | None,
     # observations: list[ToolResult]) -> StepMessages | None`, messages of their own put
     # into the history (or taken out) at a turn's start and after each step, seeing the
-    # reply (agents/hook_messages.py).
+    # reply (agents/hook_messages.py); `context_choice: ContextChoice | None`, which of
+    # the benchmark's context trims the episode uses and its buffer (a port's own
+    # student loop's; refused by a benchmark that does not have it).
 
 
 class MemoryHooks(EpisodeHooks, Protocol):
@@ -161,6 +163,9 @@ async def run_agent_loop(
     scores `env` afterwards."""
     task = env.task
     fmt = policy.action_format
+    # A memory method's port may trim the history as its own student loop did (the MemP
+    # and SASM ports on AppWorld): one of the benchmark's trims, chosen by the hooks.
+    conventions = conventions.with_context(_context_choice(hooks))
     tools = list(task.tools) if fmt == "native" else None
     base_prompt = env.system_prompt(fmt)
     out = EpisodeOutcome(termination="done")
@@ -309,6 +314,12 @@ def _framing(hooks: Any) -> str | None:
     (hooks' optional `prompt_framing`, e.g. the AMD authors' ReasoningBank port on
     AppWorld); None: the benchmark's own framing."""
     return getattr(hooks, "prompt_framing", None) if hooks is not None else None
+
+
+def _context_choice(hooks: Any) -> ContextChoice | None:
+    """Which of the benchmark's context trims the memory method's port asks for (hooks'
+    optional `context_choice`); None: the benchmark's own."""
+    return getattr(hooks, "context_choice", None) if hooks is not None else None
 
 
 def _opening_messages(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, get_args
 
 from distillery.workers.envs.base import ToolResult
@@ -142,15 +142,33 @@ def json_results_message(
 
 class Trim(Protocol):
     """Drops history so the request fits: `(messages, opening, fits)` -> (messages to
-    send, step pairs dropped). `opening` is the number of messages before the first
-    reply (never dropped); `fits` says whether a list of messages fits the budget."""
+    send, what was left out). `opening` is the number of messages before the first
+    reply (never dropped); `fits` says whether a list of messages fits the budget
+    (always yes where no budget is known). What was left out: the number of step pairs
+    dropped, or (a trim that does more than drop pairs) a phrase saying what it did,
+    "" for nothing; the episode's notes say it."""
 
     def __call__(
         self,
         messages: Sequence[dict[str, Any]],
         opening: int,
         fits: Callable[[list[dict[str, Any]]], Awaitable[bool]],
-    ) -> Awaitable[tuple[list[dict[str, Any]], int]]: ...
+    ) -> Awaitable[tuple[list[dict[str, Any]], int | str]]: ...
+
+
+@dataclass(frozen=True)
+class ContextChoice:
+    """Which of a benchmark's context trims an episode uses, and the tokens it keeps
+    free beside the reply: what a memory method's port asks for (its hooks'
+    `context_choice`; e.g. the AMD authors' MemP and SASM ports on AppWorld trim as
+    their own student loops did). None: the benchmark's own."""
+
+    trim: str | None = None
+    buffer_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.buffer_tokens is not None and self.buffer_tokens < 0:
+            raise ValueError(f"a context buffer is >= 0 tokens, not {self.buffer_tokens}")
 
 
 @dataclass(frozen=True)
@@ -158,10 +176,32 @@ class ContextTrim:
     """A benchmark's own loop keeps its conversation within the model's context by
     dropping history before each request (AppWorld's: the oldest steps): what a request
     may hold is the model's context less its reply's room (max_tokens) and
-    `buffer_tokens`, counted by the model's own tokenizer."""
+    `buffer_tokens`, counted by the model's own tokenizer. `name` names that trim;
+    `alternatives` are other trims of the benchmark's harnesses, by name, that an
+    episode may choose instead (`chosen`)."""
 
     buffer_tokens: int
     trim: Trim
+    name: str = "own"
+    alternatives: Mapping[str, Trim] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.alternatives)
+
+    def chosen(self, choice: ContextChoice | None) -> ContextTrim:
+        """This trim as `choice` asks (its named trim, its buffer); itself for none.
+        A name the benchmark does not know is refused."""
+        if choice is None or (choice.trim is None and choice.buffer_tokens is None):
+            return self
+        name = choice.trim if choice.trim is not None else self.name
+        if name not in self.names:
+            raise ValueError(
+                f"unknown context trim {name!r}; this benchmark has {', '.join(self.names)}"
+            )
+        trim = self.trim if name == self.name else self.alternatives[name]
+        buffer = self.buffer_tokens if choice.buffer_tokens is None else choice.buffer_tokens
+        return ContextTrim(buffer, trim, name, self.alternatives)
 
 
 def call_list_reply(step: str) -> str:
@@ -253,6 +293,19 @@ class AgentConventions:
         if max_chars is None or max_chars == self.observation_cut.max_chars:
             return self
         return replace(self, observation_cut=replace(self.observation_cut, max_chars=max_chars))
+
+    def with_context(self, choice: ContextChoice | None) -> AgentConventions:
+        """These conventions with the context trim `choice` asks for (a memory method's
+        port's, e.g. the MemP and SASM ports' on AppWorld); as declared for none. A
+        choice on a benchmark that does not trim its context is refused."""
+        if choice is None or (choice.trim is None and choice.buffer_tokens is None):
+            return self
+        if self.context_trim is None:
+            raise ValueError(
+                f"context trim {choice.trim!r} (buffer {choice.buffer_tokens}) asked of a "
+                "benchmark that does not trim its conversation"
+            )
+        return replace(self, context_trim=self.context_trim.chosen(choice))
 
     def sent_sampling(self, model: Any) -> dict[str, Any]:
         """The request parameters of `model` (a model config) this runner sends: the

@@ -32,7 +32,7 @@ from distillery.workers.envs.base import (
     BenchmarkOptions,
     BenchmarkUnavailable,
 )
-from distillery.workers.envs.conventions import AgentConventions
+from distillery.workers.envs.conventions import AgentConventions, conventions_of
 from distillery.workers.plugins import PluginLoadError, PluginRegistry, Registration, lacking
 
 ENTRY_POINT_GROUP = "distillery.benchmarks"
@@ -167,6 +167,15 @@ def framing_texts(name: str, framing: str) -> tuple[str, ...]:
     framing added later moves no other stage's key."""
     declared = getattr(benchmark_class(name), "framing_texts", None)
     return tuple(declared(framing)) if declared is not None else ()
+
+
+def context_trims(name: str) -> tuple[str, ...]:
+    """The context trims the benchmark's loop offers by name, its own first (its
+    conventions' `context_trim`: AppWorld's drop_oldest_steps and blank_then_trim); ()
+    for a benchmark that sends its conversation whole. What a memory method's port may
+    choose (`ContextChoice`), checked before a run starts."""
+    trim = conventions_of(benchmark_class(name)).context_trim
+    return trim.names if trim is not None else ()
 
 
 def known_deviations(name: str) -> tuple[str, ...]:

@@ -34,6 +34,11 @@ class PaperRequests(BaseModel):
     # chat_template_kwargs.enable_thinking; None: no template kwargs sent
     enable_thinking: bool | None = None
     max_model_len: int | None = Field(default=None, gt=0)  # served context (vLLM)
+    # The tokens a port's student loop kept free beside the reply when trimming, where
+    # that port's config for this model sets its own (their configs differ by method:
+    # MemP's Qwen3-4B config sets 1,536), by the port's memory kind; the port's catalog
+    # entry reads it (conf/method_catalog/memp.yaml).
+    context_buffer: dict[str, int] = Field(default_factory=dict)
     # Where each value comes from (the authors' config file and line, a paper section),
     # or "ours: <why>" where they published none; the settings table prints it.
     source: dict[str, str] = Field(default_factory=dict)

@@ -266,9 +266,12 @@ class ModelServerPool:
             )
             .remote(self.cfg, self.log_dir, self.node_address)
         )
-        lease = ray.remote(GpuLeaseImpl).options(num_cpus=0, num_gpus=1)
+        # One lease per GPU bundle but the first (options() of an actor class returns a
+        # wrapper with no options() of its own: all of them in one call).
+        lease = ray.remote(GpuLeaseImpl)
         replica.leases = [
-            lease.options(scheduling_strategy=in_bundle(i)).remote() for i in range(1, len(bundles))
+            lease.options(num_cpus=0, num_gpus=1, scheduling_strategy=in_bundle(i)).remote()
+            for i in range(1, len(bundles))
         ]
 
     def _start_ref(self, replica: ReplicaState) -> Any:

@@ -127,12 +127,18 @@ class LLMClient:
         counter[self.kind] += 1
 
     async def ask(
-        self, prompt: str, validate: Callable[[str], tuple[T | None, list[Violation]]]
+        self,
+        prompt: str,
+        validate: Callable[[str], tuple[T | None, list[Violation]]],
+        system: str | None = None,
     ) -> T | None:
-        """The first valid answer's value, or None (the caller falls back)."""
+        """The first valid answer's value, or None (the caller falls back); `system`,
+        where given, is sent as the system message before the prompt."""
         if self.llm is None:
             return None
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
         for attempt in range(2):
             self.stats.requests[self.kind] += 1
             try:

@@ -139,6 +139,7 @@ def test_health_is_the_engines_and_the_log_reaches_s3_as_written(
             assert server.healthy()
             # The log is copied while the server runs (not only when it stops).
             shipper = server._shipper
+            assert shipper is not None  # an S3 log root: its copier
             shipper.ship_once()
             assert f"vLLM API server version {fake_vllm.VLLM_VERSION}" in shipper.shipped_text()
             httpx.post(f"{base}/fake/hang", timeout=10)
@@ -219,3 +220,32 @@ def test_the_weights_command_checks_the_cache_and_downloads_only_online(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert weights.main(["download", "Qwen/Qwen3-4B", "--cache", str(cache)]) == 2
     assert "HF_HUB_OFFLINE is set" in capsys.readouterr().err
+
+
+def test_a_tensor_parallel_replica_gets_its_leases_gpus(tmp_path, monkeypatch, fake_vllm_on_path):
+    """A replica of 2 GPUs on a private Ray with 2 (Ray's GPU resource, no device): the
+    pool starts the GPU-lease actor in the second bundle and launches vLLM with both
+    GPUs visible. (The lease was built with options() twice, which Ray refuses: every
+    tensor-parallel replica failed to start; the cluster twin found it.)"""
+    import ray
+
+    from distillery.workers.llm.pool import start_pool
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    _cache_model(tmp_path / "cache", "Qwen/Qwen3-32B")
+    # The Ray workers inherit this process's environment (the fake vllm on PATH).
+    ray.init(num_cpus=1, num_gpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    try:
+        pool = start_pool(vllm_model(replicas=1), tmp_path / "logs")
+        try:
+            (replica,) = pool.replicas
+            assert len(replica.leases) == 1
+            pid = ray.get(replica.actor.server_pid.remote(), timeout=60)
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            visible = [v for v in environ if v.startswith(b"CUDA_VISIBLE_DEVICES=")]
+            assert visible == [b"CUDA_VISIBLE_DEVICES=0,1"]
+        finally:
+            pool.shutdown()
+    finally:
+        ray.shutdown()

@@ -197,8 +197,13 @@ def test_amd_on_toolsandbox_reads_as_the_authors_code_sets_it():
     # The authors' query (the simulated user's hidden instruction) and their Function
     # hint's tool description are what ToolSandbox composes.
     assert config.threshold_st == 0.45 and config.query == "hidden_user_instruction"
-    assert config.fn_description and config.read_settings()["fn_description"] is True
-    assert memory_method("amd").build_profile("toolsandbox") is None  # builds as on BFCL
+    assert config.fn_description and config.read_settings()["fn_description"] == "task_tools"
+    assert config.read_settings()["fn_ranking"] == "call_ngrams"  # their example ranking
+    # Builds as on BFCL but for each Function record's reasoning (their think model,
+    # builder.py:250): the profile's digest is the build's identity.
+    assert memory_method("amd").build_profile("toolsandbox") == (
+        f"toolsandbox:{TOOLSANDBOX.version()}"
+    )
 
     async def decompose(messages):
         return ChatResult(text='["find the contact", "send the message"]')

@@ -20,7 +20,11 @@ plays scripted students through both and compares them request by request.
 - The output goes back as a user message ``Output:`` in a fence, cut at 20,000
   characters (`output_message`).
 - Before each request the oldest step pairs after the opening are dropped until the
-  conversation fits the student's context (`trim_to_budget`).
+  conversation fits the student's context (`trim_to_budget`, the trim named
+  `drop_oldest_steps`: the authors' ReasoningBank copy of the loop, and AppWorld's
+  default). The authors' MemP and SASM students trimmed otherwise: old outputs blanked
+  first, then messages dropped behind a marker (`blank_then_trim`, chosen by those
+  ports' catalog entries, with their own buffers).
 """
 
 from __future__ import annotations
@@ -46,6 +50,29 @@ OUTPUT_CUT_NOTE = "\n[REST NOT SHOWN FOR BREVITY]"
 # ACE_offline_no_GT_evaluation_qwen3_4b_student.jsonnet; evaluation_react.py
 # `_exceeds_context_limit`). The reply's room is the model's max_tokens here.
 CONTEXT_BUFFER = 256
+# The names of the two trims (AgentConventions.context_trim): AppWorld's own, and the one
+# the MemP and SASM ports' students used (`blank_then_trim`).
+DROP_OLDEST_STEPS = "drop_oldest_steps"
+BLANK_THEN_TRIM = "blank_then_trim"
+# `blank_then_trim`'s pieces, as the MemP port's student (appworld/memp/experiments/code/
+# ace/memp_student_react.py `trimmed_messages`, lines 322-352) and the SASM port's
+# (appworld/sasm/experiments/code/ace/sasm_react_base.py lines 142-171) have them, both
+# on top of ACE's own `trimmed_messages` (ace-appworld experiments/code/ace/
+# evaluation_react.py lines 165-203, which trims at 400,000 characters only):
+# an output as it is blanked (memp_student_react.py:336, sasm_react_base.py:156),
+BLANKED_OUTPUT = "Output:\n```\n[NOT SHOWN FOR BREVITY]```\n\n"
+# what a blanked message is: a user message that starts so (line 335 / 155),
+OUTPUT_PREFIX = "Output:"
+# outputs are blanked only while the scan starts before the last 5 messages (333 / 153),
+UNBLANKED_TAIL = 5
+# the marker the task's message gets once a message is dropped (344-345 / 164-165),
+TRIMMED_MARKER = "[TRIMMED HISTORY]\n\n"
+# and the history's character cap (`max_output_length`, default 400,000 at
+# memp_student_react.py:32 and sasm_evaluation_react.py:47; no config of theirs sets
+# it), counted over the history as text after the task's "Task: " (327-329 / 147-149).
+HISTORY_CHARS = 400_000
+TASK_MARK = "Task: "
+_ROLE_HEADERS = {"system": "SYSTEM:\n", "assistant": "ASSISTANT:\n", "user": "USER:\n"}
 # The template variables that hold memory in the authors' prompts: ACE's generator
 # prompt (`playbook`), the authors' ReasoningBank and MemP ports (`memories`,
 # `memory_context`).
@@ -210,3 +237,72 @@ async def trim_to_budget(
         else:
             low = middle
     return dropped(high), high
+
+
+def history_chars(post: Sequence[dict[str, Any]]) -> int:
+    """The history's length as the MemP and SASM students measure it against
+    `HISTORY_CHARS`: the messages from the task's on as ``ROLE:`` text (a role other
+    than system, assistant or user counts nothing, as theirs), less everything up to
+    and including the first "Task: " (theirs stops without one; ours counts it all)."""
+    text = "".join(
+        _ROLE_HEADERS[m.get("role", "")] + str(m.get("content") or "")
+        for m in post
+        if m.get("role") in _ROLE_HEADERS
+    )
+    mark = text.find(TASK_MARK)
+    return len(text) - (mark + len(TASK_MARK) if mark >= 0 else 0)
+
+
+def _is_output(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "user" and str(message.get("content") or "").startswith(
+        OUTPUT_PREFIX
+    )
+
+
+async def blank_then_trim(
+    messages: Sequence[dict[str, Any]],
+    opening: int,
+    fits: Callable[[list[dict[str, Any]]], Awaitable[bool]],
+    max_chars: int = HISTORY_CHARS,
+) -> tuple[list[dict[str, Any]], str]:
+    """(the messages sent, what was left out): the MemP and SASM ports' students'
+    trim (see the constants above). The history is the task's message (the opening's
+    last) and everything after it; while the conversation does not fit or the
+    history is over `max_chars`, one piece goes, in this order:
+
+    1. blanking: from where the last blanking stopped, the next output (a user message
+       starting "Output:") becomes `BLANKED_OUTPUT`, for as long as that scan starts
+       before the history's last 5 messages and finds one;
+    2. then trimming: the message after the task's goes, whole, and the task's message
+       ends with `TRIMMED_MARKER` (once).
+
+    Every state is counted in turn, as theirs counts it (a blanked short output can be
+    longer than it was, so the first state that fits is found by walking, not by
+    bisection). Ours: when only the task's message is left and it still does not fit,
+    it is sent as it is (theirs loops for ever there). The history is copied; `messages`
+    is not changed."""
+    head = list(messages[: max(opening - 1, 0)])
+    post = [dict(m) for m in messages[len(head) :]]
+
+    async def over(history: list[dict[str, Any]]) -> bool:
+        return history_chars(history) > max_chars or not await fits(head + history)
+
+    scan, blanked, dropped = 0, 0, 0
+    while len(post) > 1 and await over(post):
+        if scan < len(post) - UNBLANKED_TAIL:
+            found = next((i for i in range(scan, len(post)) if _is_output(post[i])), None)
+            if found is not None:
+                post[found] = {**post[found], "content": BLANKED_OUTPUT}
+                scan, blanked = found + 1, blanked + 1
+                continue
+            scan = len(post)  # nothing left to blank: trimming from now on
+        task = post[0]
+        if not str(task.get("content") or "").endswith(TRIMMED_MARKER):
+            task = {**task, "content": str(task.get("content") or "") + TRIMMED_MARKER}
+        post = [task, *post[2:]]
+        dropped += 1
+    if not blanked and not dropped:
+        return list(messages), ""
+    said = [f"blanked its {blanked} oldest outputs"] if blanked else []
+    said += [f"left out its {dropped} oldest messages"] if dropped else []
+    return head + post, " and ".join(said)

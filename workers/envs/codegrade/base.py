@@ -111,6 +111,13 @@ class CodeBenchmark(AnswerBenchmark):
         # With the run_tests tool, an episode has steps of executed calls.
         return frozenset({TOOL_CALLS}) if getattr(options, "tools", False) else frozenset()
 
+    # The sha256 of grading_modules' source (the jail's included) as of the code lock's
+    # introduction (every key as it was); pinned since by tests/orchestrator/code_lock.json:
+    # a sandbox change that changes no verdict keeps it.
+    grading_version: ClassVar[str | None] = (
+        "a7af0b49307d568a02b72dab09ad53dac62b27814f7f84cff6a93f8814656dc6"
+    )
+
     @classmethod
     def grading_modules(cls) -> tuple[Any, ...]:
         from distillery.workers.envs.codegrade import base

@@ -60,6 +60,12 @@ class MathBenchmark(AnswerBenchmark):
     def prompt_texts(cls) -> tuple[str, ...]:
         return (SYSTEM_PROMPT, FEEDBACK)
 
+    # The sha256 of grading_modules' source as of the code lock's introduction (every
+    # key as it was); pinned since by tests/orchestrator/code_lock.json.
+    grading_version: ClassVar[str | None] = (
+        "5a96fa1b1e89b1132e1d3e897f7a765d8d55749a3a346c146be843300a92d654"
+    )
+
     @classmethod
     def grading_modules(cls) -> tuple[Any, ...]:
         from distillery.workers.envs.mathgrade import base, server

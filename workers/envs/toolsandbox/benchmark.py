@@ -172,6 +172,8 @@ class ToolSandboxOptions(IsolatedOptions):
 
 class ToolSandbox(IsolatedBenchmark):
     name = "toolsandbox"
+    # world.py's sha256 when the code lock came (every key as it was); pinned by it since.
+    world_version = "c72b5e01607a13b140efa7fe426edcda8c7a2832a9488d7204e7a22dfe29c20d"
     # ToolSandbox limits a scenario, not a turn: `max_messages` (30 in every scenario)
     # new messages, which a turn of executed calls (two messages each) reaches within 15
     # steps; the world ends the episode there. This bounds only replies whose calls

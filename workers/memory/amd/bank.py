@@ -14,6 +14,7 @@ from typing import Any
 
 from distillery.workers.envs.base import Task
 from distillery.workers.memory.amd import prompts
+from distillery.workers.memory.amd.call_reasoning import CallReasoningWriter
 from distillery.workers.memory.amd.function import FunctionBuilder
 from distillery.workers.memory.amd.records import (
     COLLECTIONS,
@@ -133,7 +134,7 @@ async def build_bank(
     """All three memory types from the SUCCESSFUL episodes (others are skipped)."""
     # One profile per bank (refused when episodes or tasks mix them); the builders
     # read each episode by its benchmark's profile (`TrajectoryBuilder.prepare`).
-    profile_of([*(e.benchmark for e in episodes), *(t.benchmark for t in tasks)])
+    profile = profile_of([*(e.benchmark for e in episodes), *(t.benchmark for t in tasks)])
     docs, classes = docs_and_classes(tasks)
     turns = {t.task_id: list(t.turns) for t in tasks}
     stats = BuildStats()
@@ -159,6 +160,11 @@ async def build_bank(
     workflows = await wf.build_all(successful, config.concurrency, turns)
     segments = await st.build_all(successful, config.concurrency, turns)
     functions = fn.build_all(successful, turns)
+    if profile.function_reasoning:  # ToolSandbox: why each call was made (call_reasoning.py)
+        writer = CallReasoningWriter(llm, stats=stats, chat_kwargs=chat_kwargs)
+        functions = await writer.add_reasoning(
+            functions, fn.reasoning_prompts(successful, turns), config.concurrency
+        )
     if with_text:
         renderer = TextRenderer(llm, stats=stats, chat_kwargs=chat_kwargs)
         segments = await renderer.render_segments(segments, config.concurrency)

@@ -1,15 +1,18 @@
-"""Function memory (AMD section 3.2): every successful call, no LLM."""
+"""Function memory (AMD section 3.2): every successful call, no LLM; on a profile that
+builds a reasoning per call (ToolSandbox), the requests for it (`reasoning_prompts`,
+answered by `call_reasoning.CallReasoningWriter`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from distillery.workers.memory.amd import code_builders
+from distillery.workers.memory.amd import call_reasoning, code_builders
 from distillery.workers.memory.amd.builder import TrajectoryBuilder
 from distillery.workers.memory.amd.code_trajectory import CodeTrajectory
 from distillery.workers.memory.amd.masking import sanitise_observation
 from distillery.workers.memory.amd.records import FunctionRecord
+from distillery.workers.memory.amd.trajectory import TrajectoryStep
 from distillery.workers.memory.building import BuildStats
 from distillery.workers.trajectories import EpisodeRecord
 
@@ -72,7 +75,7 @@ class FunctionBuilder(TrajectoryBuilder):
             seen.add(key)
             records.append(
                 FunctionRecord(
-                    memory_id=f"fn:{episode.episode_id}:{step.index}",
+                    memory_id=record_id(episode, step),
                     source=source,
                     function=step.function,
                     call=step.masked,
@@ -104,3 +107,30 @@ class FunctionBuilder(TrajectoryBuilder):
             return [r for ep in kept for r in self.build(ep, turns_by_task.get(ep.task_id))]
         finally:
             self.shown_docs = {}
+
+    def reasoning_prompts(
+        self,
+        episodes: Iterable[EpisodeRecord],
+        turns_by_task: Mapping[str, Sequence[str]] | None = None,
+    ) -> dict[str, str]:
+        """The reasoning request of every successful call of every successful call
+        trajectory, by the id its record has (`build`); code trajectories have none."""
+        turns_by_task = turns_by_task or {}
+        out: dict[str, str] = {}
+        for episode in episodes:
+            if episode.success is not True:
+                continue
+            trajectory = self.prepare(episode, turns_by_task.get(episode.task_id))
+            if isinstance(trajectory, CodeTrajectory):
+                continue
+            for position, step in enumerate(trajectory.steps):
+                if not step.failed:
+                    out[record_id(episode, step)] = call_reasoning.reasoning_prompt(
+                        trajectory, position
+                    )
+        return out
+
+
+def record_id(episode: EpisodeRecord, step: TrajectoryStep) -> str:
+    """A call's Function record id: its episode and its 1-based executed-call index."""
+    return f"fn:{episode.episode_id}:{step.index}"

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from distillery.workers.envs.base import ToolResult
 from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected, Usage
-from distillery.workers.memory.amd import appworld_prompts
+from distillery.workers.memory.amd import appworld_prompts, fn_ranking, toolsandbox_prompts
 from distillery.workers.memory.amd.code_trajectory import code_of, failing_apis, render_schema
 from distillery.workers.memory.amd.records import (
     FunctionRecord,
@@ -115,7 +115,14 @@ class AmdHooks:
         user_turns: list[str] | None = None,
         profile: BenchmarkProfile = BFCL,
         hidden_query: str | None = None,
+        tools: Sequence[dict[str, Any]] = (),
     ) -> None:
+        ranks_calls = config.fn_ranking == "call_ngrams" and "fn" in config.types
+        if ranks_calls and profile.actions == "code":
+            raise ValueError(
+                f"fn_ranking=call_ngrams ranks by a step's tool calls; {profile.name}'s "
+                "actions are code: use fn_ranking=embedding"
+            )
         self.task_id = task_id
         self.profile = profile
         self.lookup = lookup
@@ -125,6 +132,12 @@ class AmdHooks:
         self.user_turns = user_turns or []
         # The benchmark's simulated user's own instruction (config.query's option).
         self.hidden_query = hidden_query
+        # The task's tools by name (OpenAI `tools` entries): the descriptions a
+        # Function hint leads with (`fn_description`), as the student was given them.
+        self.tool_schemas = _schemas_by_name(tools)
+        # What the episode's first retrieval asked with (`_query`): the task query that
+        # `fn_ranking=call_ngrams` ranks by when no example has a reasoning.
+        self._task_query: str | None = None
         self.log = RetrievalLog()
         if profile != BFCL:
             self.log.profile = {"name": profile.name, "settings": config.read_settings()}
@@ -167,11 +180,14 @@ class AmdHooks:
         user's turn, or the simulated user's hidden instruction for the first turn
         where the option asks for it and the benchmark has one (else the turn, logged)."""
         if turn_index != 0 or self.config.query != "hidden_user_instruction":
+            if turn_index == 0:
+                self._task_query = user_text
             return user_text
         self.log.query = (
             "hidden_user_instruction" if self.hidden_query else "user_turn (none hidden)"
         )
-        return self.hidden_query or user_text
+        self._task_query = self.hidden_query or user_text
+        return self._task_query
 
     def _memory_block(self) -> str:
         parts = [p for p in (self._workflow_block, self._subtask_block) if p]
@@ -247,20 +263,36 @@ class AmdHooks:
         if self.profile.actions == "code":
             return [await self._code_function_hint(turn_index, user_text, o) for o in observations]
         out = []
-        for obs in observations:
+        for i, obs in enumerate(observations):
             if obs.error and obs.function:
-                hits = await self.lookup.functions(
-                    obs.function,
-                    user_text,
-                    self.task_id,
-                    self.config.k("fn"),
-                    self.config.threshold("fn"),
-                )
+                hits = await self._function_examples(user_text, observations, i)
                 hits = self._audit("fn", turn_index, hits, function=obs.function)
-                if hits:
-                    obs = _with_content(obs, obs.content + "\n\n" + self._render_functions(hits))
+                hint = self._render_functions(obs.function, hits)
+                if hint:
+                    obs = _with_content(obs, obs.content + "\n\n" + hint)
             out.append(obs)
         return out
+
+    async def _function_examples(
+        self, user_text: str, step: list[ToolResult], failing: int
+    ) -> list[Hit]:
+        """The failing call's examples: the memory service's top k by embedding, or
+        (`fn_ranking=call_ngrams`) every allowed record of the tool ranked here by the
+        step's calls, as the authors' ToolSandbox student ranks them (fn_ranking.py)."""
+        function = step[failing].function or ""
+        cfg = self.config
+        if cfg.fn_ranking == "embedding":
+            return await self.lookup.functions(
+                function, user_text, self.task_id, cfg.k("fn"), cfg.threshold("fn")
+            )
+        task_query = self._task_query or user_text
+        # No threshold: their store has none (store.py:184-216); threshold_fn is unread.
+        candidates = await self.lookup.functions(
+            function, task_query, self.task_id, fn_ranking.CANDIDATES, None
+        )
+        records = fn_ranking.bank_order([h.entry for h in candidates])
+        context = fn_ranking.recent_calls(step, failing)
+        return list(fn_ranking.rank_examples(records, context, task_query, cfg.k("fn")))
 
     async def _code_function_hint(self, turn: int, user_text: str, obs: ToolResult) -> ToolResult:
         """A code block that failed (AppWorld's ``Execution failed`` output): the
@@ -293,16 +325,23 @@ class AmdHooks:
                 lines.append(schema)
         return "\n".join(lines)
 
-    def _render_functions(self, hits: list[Hit]) -> str:
+    def _render_functions(self, function: str, hits: list[Hit]) -> str:
+        """The hint appended to a failing call's result ("" for none): the tool's
+        description (`fn_description`: from the task's tools, with or without an
+        example, as memory_augmented_agent.py:167-173 adds it), then the examples, each
+        led by why its call was made where the record has a reasoning."""
         code = self.config.representation("fn") == "code"
         lines = []
-        if self.config.fn_description:  # the authors' ToolSandbox hint leads with the doc
-            described = next((h.entry.schema for h in hits if h.entry.schema), None)
-            if described:
-                lines.append(function_description(hits[0].entry.function, described))
+        schema = self.tool_schemas.get(function) if self.config.fn_description else None
+        if schema:
+            lines.append(function_description(function, schema))
+        if not hits:
+            return "\n".join(lines)
         lines.append(f"[Function memory] How a successful agent called `{hits[0].entry.function}`:")
         for hit in hits:
             rec: FunctionRecord = hit.entry
+            if rec.reasoning:  # built on ToolSandbox only; shown first, as store.py:224-225
+                lines.append(f"{toolsandbox_prompts.CALL_REASONING_LABEL}\n{rec.reasoning}")
             if code or not rec.text:
                 lines.append(
                     f"Instruction: {rec.instruction}\nCall: {rec.call}\nResult: {rec.result}"
@@ -361,6 +400,16 @@ def _with_content(obs: ToolResult, content: str) -> ToolResult:
     from dataclasses import replace
 
     return replace(obs, content=content)
+
+
+def _schemas_by_name(tools: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """OpenAI `tools` entries (or bare function schemas) by function name."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        if isinstance(fn, dict) and fn.get("name"):
+            out[str(fn["name"])] = fn
+    return out
 
 
 def function_description(name: str, schema: dict[str, Any]) -> str:

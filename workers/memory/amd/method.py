@@ -166,6 +166,7 @@ class AmdMethod(BaseMemoryMethod):
             user_turns=list(task.turns),
             profile=profile,
             hidden_query=task.metadata.get("user_instruction"),
+            tools=task.tools,
         )
 
     def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:

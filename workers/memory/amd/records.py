@@ -81,6 +81,14 @@ class FunctionRecord:
     instruction: str  # the user message of the turn the call was made in (ranking key)
     schema: dict[str, Any] = field(default_factory=dict)  # the function's doc
     text: str = ""  # prose rendering (builder LLM), for the `text` representation
+    # Why the teacher made the call: the AMD authors' ToolSandbox records carry one
+    # (`think`, toolsandbox/common/memory/data_model.py:72, written by their builder's
+    # think model, builder.py:250), which `fn_ranking=call_ngrams` ranks by
+    # (fn_ranking.py). Built on profiles with `function_reasoning` (ToolSandbox,
+    # call_reasoning.py); elsewhere, or where the builder model gave no valid answer,
+    # empty: that ranking then falls back to the query, as their store does for records
+    # without one (store.py:207).
+    reasoning: str = ""
 
     @property
     def key_text(self) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from distillery.workers.memory.amd import appworld_prompts
+from distillery.workers.memory.amd import appworld_prompts, toolsandbox_prompts
 from distillery.workers.memory.amd.records import MEMORY_TYPES, MemoryType, Representation
 
 SubtaskQuery = Literal["decompose", "per_turn"]
@@ -25,6 +25,14 @@ SubtaskQuery = Literal["decompose", "per_turn"]
 # the agent never sees that instruction, so retrieving by it hands the student the
 # user's private goal, which no deployed agent has.
 RetrievalQuery = Literal["user_turn", "hidden_user_instruction"]
+# How a failing tool's Function records are ranked. embedding: by the embedder's cosine
+# of the turn's instruction with each record's (the authors' BFCL code ranks by the
+# task's instruction; ours on BFCL and AppWorld). call_ngrams: by character 2/3-gram
+# vectors of the failing step's calls against each record's reasoning, else of the
+# task query against the record's (the authors' ToolSandbox student,
+# toolsandbox/common/memory/store.py:184-216 and memory_augmented_agent.py:199-229;
+# fn_ranking.py); ToolSandbox's composed value. Call actions only (AppWorld's are code).
+FunctionRanking = Literal["embedding", "call_ngrams"]
 
 
 class RetrievalConfig(BaseModel):
@@ -55,9 +63,11 @@ class RetrievalConfig(BaseModel):
     # None: the user's turn (accepted as written by configs of before).
     query: RetrievalQuery | None = "user_turn"
     # Function hints led by the failing tool's description and parameters, as the
-    # authors' ToolSandbox student appends them (memory_augmented_agent.py
-    # `_format_func_description`): ToolSandbox's composed value.
+    # authors' ToolSandbox student appends them (memory_augmented_agent.py:167-173,
+    # `_format_func_description`): from the task's tool list, to every failing call of
+    # a listed tool, with or without an example: ToolSandbox's composed value.
     fn_description: bool = False
+    fn_ranking: FunctionRanking = "embedding"
 
     @model_validator(mode="after")
     def _types_known(self) -> RetrievalConfig:
@@ -85,7 +95,11 @@ class RetrievalConfig(BaseModel):
             out[f"threshold_{t}"] = self.threshold(t)
             out[f"representation_{t}"] = self.representation(t)
         if "fn" in self.types and self.fn_description:  # off: existing keys unchanged
-            out["fn_description"] = True
+            # The rule it follows (True in keys of before: from an example's schema,
+            # only with an example; now the task's tools, always).
+            out["fn_description"] = "task_tools"
+        if "fn" in self.types and self.fn_ranking != "embedding":  # the default: unchanged
+            out["fn_ranking"] = self.fn_ranking
         if "st" in self.types:
             out["subtask_query"] = self.subtask_query
             if self.subtask_query == "decompose":
@@ -117,6 +131,10 @@ class RetrievalConfig(BaseModel):
 # benchmark without an entry reads and builds AMD as on BFCL.
 
 Actions = Literal["calls", "code"]
+# Composed values a read stage's identity holds through `read_settings` alone (only
+# where its method reads them), kept out of the profile's digest: a Workflow-only
+# method's stage does not move when a Function setting is composed.
+IN_READ_SETTINGS_ONLY = frozenset({"fn_ranking"})
 # The composed settings of each profile: the conf package's file (one source of the values).
 PROFILE_SETTINGS_DIR = "memory/benchmark"
 
@@ -141,13 +159,24 @@ class BenchmarkProfile(BaseModel):
     `memory.retrieval` (composed_profile_settings: read from that file, for the
     profile's digest and for the identity's `query` rule; never applied here).
     `actions`: "calls" (a step is one function call, BFCL) or "code" (a step is one
-    executed code block whose `apis.<app>.<api>(...)` calls are the functions)."""
+    executed code block whose `apis.<app>.<api>(...)` calls are the functions).
+    `function_reasoning`: the Function build asks the builder model why each stored
+    call was made (`call_reasoning.py`), as the AMD authors' ToolSandbox builder does
+    (toolsandbox/common/memory/builder.py:250); calls only. In the profile's digest
+    (so its banks' ids) only when on."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     actions: Actions = "calls"
     retrieval: dict[str, Any] = Field(default_factory=dict)
+    function_reasoning: bool = False
+
+    @model_validator(mode="after")
+    def _reasoning_of_calls(self) -> BenchmarkProfile:
+        if self.function_reasoning and self.actions != "calls":
+            raise ValueError("function_reasoning is built for call actions only")
+        return self
 
     def label(self, config: RetrievalConfig) -> RetrievalConfig:
         """`config`, every value as composed, labelled with this profile (part of a
@@ -162,7 +191,9 @@ class BenchmarkProfile(BaseModel):
     def builds_differently(self) -> bool:
         """Whether a build on this benchmark differs from BFCL's (code actions, or
         prompts of its own); its read values alone do not make it."""
-        return self.name != BFCL_NAME and (self.actions != "calls" or self.name in PROFILE_PROMPTS)
+        return self.name != BFCL_NAME and (
+            self.actions != "calls" or self.function_reasoning or self.name in PROFILE_PROMPTS
+        )
 
     def version(self) -> str:
         """This profile's composed values and the prompts its builders and students are
@@ -173,7 +204,14 @@ class BenchmarkProfile(BaseModel):
             for name, value in (vars(module).items() if module else ())
             if name.isupper() and isinstance(value, str)
         }
-        payload = json.dumps({"profile": self.model_dump(), "prompts": texts}, sort_keys=True)
+        # A build setting enters only when on: AppWorld's digest stays as it was.
+        profile = self.model_dump(
+            exclude=set() if self.function_reasoning else {"function_reasoning"}
+        )
+        profile["retrieval"] = {
+            k: v for k, v in self.retrieval.items() if k not in IN_READ_SETTINGS_ONLY
+        }
+        payload = json.dumps({"profile": profile, "prompts": texts}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -196,12 +234,16 @@ BFCL = BenchmarkProfile(name=BFCL_NAME)
 APPWORLD = BenchmarkProfile(
     name="appworld", actions="code", retrieval=composed_profile_settings("appworld")
 )
+# ToolSandbox's Function records carry the builder model's reasoning per call, which
+# its ranking (`fn_ranking=call_ngrams`) compares the failing step's calls with.
 TOOLSANDBOX = BenchmarkProfile(
-    name="toolsandbox", retrieval=composed_profile_settings("toolsandbox")
+    name="toolsandbox",
+    retrieval=composed_profile_settings("toolsandbox"),
+    function_reasoning=True,
 )
 PROFILES: dict[str, BenchmarkProfile] = {"appworld": APPWORLD, "toolsandbox": TOOLSANDBOX}
 # The prompt texts of each profile (module constants), part of its identity.
-PROFILE_PROMPTS = {"appworld": appworld_prompts}
+PROFILE_PROMPTS = {"appworld": appworld_prompts, "toolsandbox": toolsandbox_prompts}
 
 
 def profile_for(benchmark: str | None) -> BenchmarkProfile:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distillery.workers.agents.hook_messages import StepMessages
+from distillery.workers.envs.conventions import ContextChoice
 from distillery.workers.llm.types import InvalidReply, RequestRejected, Usage
 from distillery.workers.memory.building import strip_reasoning
 from distillery.workers.memory.entries import MemorySource
@@ -29,6 +30,7 @@ from distillery.workers.memory.memp.build import (
 )
 from distillery.workers.memory.memp.records import KEYWORD_COLLECTION, QUERY_COLLECTION
 from distillery.workers.memory.memp.settings import MempSettings
+from distillery.workers.memory.port_context import context_choice
 from distillery.workers.memory.repeats import LoopHints
 
 AskModel = Callable[[list[dict[str, Any]]], Awaitable[Any]]
@@ -101,6 +103,12 @@ class MempHooks:
         labelled procedures (workers/envs/appworld/framings.py); the original's keeps
         the prompt's own."""
         return "memp" if self.show_outcome else None
+
+    @property
+    def context_choice(self) -> ContextChoice | None:
+        """The benchmark's context trim and buffer the settings choose (the AMD authors'
+        AppWorld student's, in memp_amd_appworld); None: the benchmark's own."""
+        return context_choice(self.settings)
 
     # -- EpisodeHooks -------------------------------------------------------------
 

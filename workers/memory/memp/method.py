@@ -34,6 +34,7 @@ from distillery.workers.memory.memp.settings import (
     MempSettings,
 )
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings
+from distillery.workers.memory.port_context import CONTEXT_FIELDS, context_identity
 
 _METRICS = (
     "isolation_checked",
@@ -185,11 +186,14 @@ class MempAmdPort(MempMethod):
     def read_identity(self, settings: MempSettings) -> dict[str, Any]:
         out = super().read_identity(settings)
         texts = [*out["texts"], *prompts.PORT_TEXTS]
-        # The hints enter only when on (the keys of the runs before them stay).
+        # The hints and a context choice enter only when set (the keys of the runs
+        # before them stay).
         if out.pop("loop_hints", False):
             out["loop_hints"] = True
             texts += repeats.LOOP_HINT_TEXTS
-        return {**out, "texts": texts}
+        for key in CONTEXT_FIELDS:
+            out.pop(key, None)
+        return {**out, **context_identity(settings), "texts": texts}
 
     def build_identity(self, memory: Any) -> dict[str, Any]:
         return {"entries": "script + keywords + trajectory per scored trajectory, labelled"}

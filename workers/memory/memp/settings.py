@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from distillery.workers.memory.port_context import PortContextSettings
+
 # The original's "query" policy keeps hits with FAISS score <= 0.5
 # (`similarity_search_with_score(key, k, score_threshold=0.5)`); LangChain's FAISS
 # scores by squared L2 distance, which for unit vectors is 2 - 2 cos, so the floor is
@@ -54,7 +56,7 @@ class MempSettings(BaseModel):
         return data
 
 
-class MempPortSettings(MempSettings):
+class MempPortSettings(MempSettings, PortContextSettings):
     """The AMD authors' ports' read settings (`memp_amd`): their AppWorld student
     (appworld/memp/experiments/configs/MEMP_student_no_GT_qwen3_4b.jsonnet,
     memp_student_react.py): AveFact keywords asked of the student's own model, top-3
@@ -72,6 +74,12 @@ class MempPortSettings(MempSettings):
     # Off by default: their ToolSandbox student's code is not public; memp_amd_appworld
     # sets it.
     loop_hints: bool = False
+    # `context_trim`, `context_buffer` (memory/port_context.py): how the student's
+    # history is trimmed to its context. Their AppWorld student blanks old outputs, then
+    # drops messages (memp_student_react.py `trimmed_messages`, lines 322-352), with
+    # 1,536 tokens free for Qwen3-4B (MEMP_student_no_GT_qwen3_4b.jsonnet:47) and its
+    # loop's default 256 otherwise (memp_student_react.py:35; the Gemma config sets
+    # none): memp_amd_appworld sets both. None: the benchmark's own.
 
 
 # How the `memp_amd` method differs from the AMD authors' ports and from zjunlp/MemP,

@@ -26,8 +26,10 @@ from typing import Any, ClassVar
 
 from distillery.workers.agents.hook_messages import StepMessages
 from distillery.workers.envs.base import ToolResult
+from distillery.workers.envs.conventions import ContextChoice
 from distillery.workers.llm.types import ChatResult, InvalidReply, RequestRejected, Usage
 from distillery.workers.memory.entries import MemorySource
+from distillery.workers.memory.port_context import context_choice
 from distillery.workers.memory.repeats import RepeatedCode
 from distillery.workers.memory.sasm import prompts
 from distillery.workers.memory.sasm.records import CATEGORIES, COLLECTION
@@ -114,6 +116,12 @@ class SasmHooks:
         self._block = ""
         warn = getattr(settings, "repeat_warning", False)
         self.repeats = RepeatedCode(REPEAT_WARNING) if warn else None
+
+    @property
+    def context_choice(self) -> ContextChoice | None:
+        """The benchmark's context trim and buffer the settings choose (the AMD
+        authors' AppWorld students', in sasm_amd_appworld); None: the benchmark's own."""
+        return context_choice(self.settings)
 
     def model_usage(self) -> tuple[int, Usage]:
         return self.log.llm_calls, self.log.usage

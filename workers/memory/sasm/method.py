@@ -40,12 +40,17 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from distillery.workers.envs.base import TOOL_CALLS
 from distillery.workers.memory.digest import episode_digest
 from distillery.workers.memory.entries import CollectionSpec
 from distillery.workers.memory.method import BaseMemoryMethod, own_settings
+from distillery.workers.memory.port_context import (
+    CONTEXT_FIELDS,
+    PortContextSettings,
+    context_identity,
+)
 from distillery.workers.memory.sasm import prompts
 from distillery.workers.memory.sasm.records import CATEGORIES, COLLECTIONS, STORE_PREFIX
 
@@ -59,7 +64,7 @@ if TYPE_CHECKING:
 BUILDER_VERSION = "1"
 
 
-class SasmSettings(BaseModel):
+class SasmSettings(PortContextSettings):
     """SASM's read settings (`method_catalog.<name>.retrieval`), with its own defaults.
 
     - k = 1: the port's `SASMMemoryBank.retrieve` returns the single best entry of the
@@ -84,6 +89,11 @@ class SasmSettings(BaseModel):
     - repeat_warning = False: True appends the port's warning when the last three steps
       ran the same code (both port students; ours on other benchmarks: the port is
       AppWorld's; `sasm_amd_appworld` sets it).
+    - context_trim, context_buffer = None (memory/port_context.py): the benchmark's own
+      trim of the student's history. Both port students blank old outputs first, then
+      drop messages (sasm_react_base.py `trimmed_messages`, lines 142-171), with their
+      loop's default buffer 256 (sasm_evaluation_react.py:50 and :240; no config of
+      theirs sets one): `sasm_amd_appworld` sets both.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -132,7 +142,10 @@ class SasmMethod(BaseMemoryMethod):
         # defaults (the keys of the runs before them stay), with what they show.
         from distillery.workers.memory.sasm import hooks, transition
 
-        out = settings.model_dump(mode="json", exclude={"student", "repeat_warning"})
+        out = settings.model_dump(
+            mode="json", exclude={"student", "repeat_warning", *CONTEXT_FIELDS}
+        )
+        out.update(context_identity(settings))  # only when set, as the two above
         texts = list(self.hook_texts())
         if settings.student != "upfront":
             out["student"] = settings.student

@@ -47,11 +47,11 @@ class TrajectoryRagHooks(ProactiveOnly):
                     hit.score,
                     s.max_chars,
                     s.max_observation_chars,
-                    s.answers,
+                    bool(s.answers),
                 )
                 rendered.append(text)
                 self.log["truncated"] += cut
-            self._block = memory_block(rendered, s.answers)
+            self._block = memory_block(rendered, bool(s.answers))
             self.log["injected"] = len(rendered)
             self.log["injected_chars"] = len(self._block)
         return f"{self._block}\n\n{system_prompt}" if self._block else system_prompt

@@ -47,8 +47,11 @@ class TrajectoryRag(BaseMemoryMethod):
         # Where the benchmark grades a closing reply, the entries hold it: shown.
         from distillery.workers.envs.registry import trajectory_contents
 
+        # Only where the user left it to the benchmark (None): a value set is kept.
+        if settings.answers is not None:
+            return settings
         answers = ANSWER in trajectory_contents(benchmark, None)
-        return settings.model_copy(update={"answers": answers}) if answers else settings
+        return settings.model_copy(update={"answers": answers})
 
     def read_identity(self, settings: TrajectoryRagSettings) -> dict[str, Any]:
         # What the student is shown: the settings and every text of the rendering (the

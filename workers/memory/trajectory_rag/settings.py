@@ -29,7 +29,8 @@ class TrajectoryRagSettings(BaseModel):
     # Per-observation cut: the 500 characters this project's AMD keeps of a Subtask
     # step's observation (its SegmentStep), so both show observations alike.
     max_observation_chars: int = Field(default=500, ge=20, le=4000)
-    # Whether the rendering shows stored answers (set by the benchmark, not by hand:
-    # `TrajectoryRag.for_benchmark` turns it on where the benchmark grades a closing
-    # reply). Off, it is left out of the read identity: tool-use keys are as they were.
-    answers: bool = False
+    # Whether the rendering shows stored answers. None (the default): where the benchmark
+    # grades a closing reply (`TrajectoryRag.for_benchmark` resolves it from the
+    # benchmark's trajectory contents); a value you set is kept. Off, it is left out of
+    # the read identity: tool-use keys are as they were.
+    answers: bool | None = None

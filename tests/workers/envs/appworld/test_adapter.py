@@ -310,7 +310,7 @@ def test_plans_key_the_data_not_its_path_and_tag_the_known_deviation(tmp_path, m
     )
     seen_options = []
 
-    def listing(name, options, limit, task_ids):  # no venv: the listing of the folder
+    def listing(name, options, limit, task_ids, environment):  # no venv: the listing of the folder
         seen_options.append(json.loads(options))
         return tasks
 

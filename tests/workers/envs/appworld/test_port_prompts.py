@@ -30,7 +30,7 @@ from distillery.workers.envs.appworld import framings
 from distillery.workers.envs.appworld.adapter import BUNDLED_PROMPTS, AppWorld
 from distillery.workers.envs.appworld.react import PromptTemplate
 from distillery.workers.envs.base import ParsedAction, Task, ToolResult
-from distillery.workers.envs.conventions import AgentConventions
+from distillery.workers.envs.conventions import AgentConventions, conventions_of
 from distillery.workers.llm.types import ChatResult
 from distillery.workers.memory.entries import MemorySource
 from distillery.workers.memory.registry import memory_method
@@ -260,10 +260,10 @@ def _first_request(entry_name: str) -> tuple[list[dict], Any]:
     search = _Search(_entries()[entry_name])
     hooks = method.hooks(world.task, search, settings, lambda source: True, _ask_model)
     policy = _FirstRequest()
+    # AppWorld's context trims, so a port that chooses one (MemP's) is played with it.
+    conventions = AgentConventions(context_trim=conventions_of(AppWorld).context_trim)
     asyncio.run(
-        run_agent_loop(
-            cast(Any, world), cast(Any, policy), 40, hooks, conventions=AgentConventions()
-        )
+        run_agent_loop(cast(Any, world), cast(Any, policy), 40, hooks, conventions=conventions)
     )
     return policy.messages, hooks
 

@@ -38,6 +38,7 @@ AS_ON_BFCL = {
         "subtask_query": "per_turn",
         "fn_description": False,
         "query": "user_turn",
+        "fn_ranking": "embedding",
     },
     "appworld": {"threshold_wf": None, "subtask_query": "per_turn"},
 }
@@ -89,6 +90,25 @@ def test_cfg_job_resolve_prints_the_values_episodes_read(benchmark):
     )
 
 
+def test_cfg_job_resolve_shows_the_authors_function_ranking_on_toolsandbox_only():
+    def printed(*overrides: str) -> str:
+        text = config_documents(points(*overrides), "job", resolve=True)
+        return yaml.safe_load(text.split("\n", 1)[1])["memory"]["retrieval"]["fn_ranking"]
+
+    assert printed("experiment=toolsandbox_table1") == "call_ngrams"
+    assert printed("benchmark=appworld") == printed("experiment=bfcl_table1") == "embedding"
+    kept = "memory.retrieval.fn_ranking=embedding"  # ours, chosen: kept over the profile
+    assert printed("experiment=toolsandbox_table1", kept) == "embedding"
+
+
+def test_the_toolsandbox_point_plays_with_the_authors_function_ranking(monkeypatch):
+    point = amd_point(monkeypatch, "experiment=toolsandbox_table1")
+    assert isinstance(point.retrieval, RetrievalConfig)
+    assert point.retrieval.fn_ranking == "call_ngrams"
+    assert AmdMethod().read_identity(point.retrieval)["fn_ranking"] == "call_ngrams"
+    assert point_params(point)["memory.retrieval.fn_ranking"] == "call_ngrams"
+
+
 @pytest.mark.parametrize("experiment", ["toolsandbox_table1", "appworld_table1"])
 def test_a_value_set_to_bfcls_default_is_kept_in_the_run_and_in_what_episodes_read(
     monkeypatch, experiment
@@ -110,8 +130,9 @@ def test_a_value_set_to_bfcls_default_is_kept_in_the_run_and_in_what_episodes_re
     assert point.stage != default.stage
     assert isinstance(point.retrieval, RetrievalConfig)
     identity = AmdMethod().read_identity(point.retrieval)
+    # A value at its default leaves no key (the keys of before), except the query.
     assert {k: identity.get(k, "user_turn" if k == "query" else None) for k in mine} == {
-        k: (v if k != "fn_description" else None) for k, v in mine.items()
+        k: (v if k not in ("fn_description", "fn_ranking") else None) for k, v in mine.items()
     }
 
 

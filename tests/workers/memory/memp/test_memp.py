@@ -44,9 +44,13 @@ def test_registered_with_the_originals_defaults_and_planned():
     with pytest.raises(ValidationError, match="retrieve"):
         method.settings({}, {"retrieve": "random"}, None)
 
+    # The AppWorld port's entry on BFCL: without its context trim, which only AppWorld
+    # has (BFCL refuses it: tests/workers/memory/test_port_context.py).
     overrides = ["benchmark.limit=3", "protocol=self_excluded",
                  "methods=[zero_shot,memp,memp_keywords,memp_amd_appworld,"
-                 "memp_amd_toolsandbox]"]  # fmt: skip
+                 "memp_amd_toolsandbox]",
+                 "method_catalog.memp_amd_appworld.retrieval.context_trim=null",
+                 "method_catalog.memp_amd_appworld.retrieval.context_buffer=null"]  # fmt: skip
     graph = plan_sweep([to_config(compose(rewrite_role_overrides(overrides)))])
     kinds = sorted(s.kind for s in graph.stages.values())
     # One teacher collection, ONE MemP bank for its two read variants and one bank of

@@ -89,3 +89,15 @@ def test_simple_rag_applies_to_the_answer_benchmarks_where_amd_does_not(gsm8k, t
     (point,) = graph.points.values()
     assert point.retrieval.answers and point.uses_teacher
     assert sorted(k.kind for k in graph.stages) == ["build", "collect", "evaluate"]
+
+
+def test_answers_left_to_the_benchmark_follow_it_and_a_value_set_is_kept():
+    method = memory_method("trajectory_rag")
+    assert TrajectoryRagSettings().answers is None  # the benchmark's, resolved per point
+    assert method.for_benchmark(TrajectoryRagSettings(), "gsm8k").answers is True
+    assert method.for_benchmark(TrajectoryRagSettings(), "bfcl_multi_turn_base").answers is False
+    hidden = method.for_benchmark(TrajectoryRagSettings(answers=False), "gsm8k")
+    assert hidden.answers is False  # set by the user: kept, and its identity says so
+    shown = method.for_benchmark(TrajectoryRagSettings(), "gsm8k")
+    assert method.read_identity(hidden) != method.read_identity(shown)
+    assert "answer_texts" not in method.read_identity(hidden)
