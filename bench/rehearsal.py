@@ -200,7 +200,7 @@ def main() -> None:
     parser.add_argument("--nodes", choices=["single", "twin"], default="single")
     parser.add_argument("--timeout", type=float, default=3600, help="the sweep's deadline, s")
     parser.add_argument("--root", default=None, help="where to write (default: a temp dir)")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     # A SIGTERM stops the servers and the Ray nodes this process started (its finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(args.root or tempfile.mkdtemp(prefix="rehearsal-")).resolve()
