@@ -23,6 +23,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from distillery.orchestrator.execution.server_pool import gpus_of
 from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.orchestrator.planning.plan_listing import PlannedStatus
 from distillery.orchestrator.planning.plan_totals import measured_units, stage_work
@@ -111,7 +112,7 @@ def forecast_wall(
         waiting.remove(key)
     held = {}
     for s, model in models.items():
-        gpus = model.replicas * max(model.gpus_per_server, 1) if model.backend == "vllm" else 0
+        gpus = gpus_of(model)
         if gpus:
             held[model.name] = held.get(model.name, 0.0) + gpus * (last[s] - first[s]) / 3600
     return WallForecast(

@@ -77,3 +77,30 @@ def test_a_model_held_for_100_s_and_serving_for_40_is_40_percent_busy(monkeypatc
     assert held.held_gpu_h == pytest.approx(2 * 100 / 3600)
     assert servers.stage_gpu_s(key) == {cfg.student.name: 0.0}  # another model's stage
     assert servers.serving.stage_gpu_s((server_pool.server_key(model), key)) == 2 * 40.0
+
+
+def test_the_gpus_a_models_servers_hold_by_backend():
+    """vLLM: its GPUs per server; another launched server: the Ray GPUs its replica
+    reserves (a command serving on a GPU, or a simulated server placed as one); what
+    distillery does not launch holds none."""
+    from distillery.orchestrator.execution.server_pool import gpus_of
+
+    vllm = ModelConfig(name="q", backend="vllm", model="Q", replicas=2, gpus_per_server=4)
+    line = ("serve", "--port", "{port}")
+    command = ModelConfig(
+        name="c",
+        backend="command",
+        model="C",
+        command=line,
+        replicas=2,
+        server_resources={"GPU": 1.0},
+    )
+    cpu_command = ModelConfig(name="c", backend="command", model="C", command=line, replicas=3)
+    api = ModelConfig(
+        name="a",
+        backend="external",
+        model="A",
+        base_url="http://api/v1",
+        server_resources={"GPU": 1.0},
+    )
+    assert [gpus_of(m) for m in (vllm, command, cpu_command, api, None)] == [8, 2, 0, 0, 0]
