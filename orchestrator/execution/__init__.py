@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         stage_events,
     )
     from distillery.orchestrator.execution.schedule import StageEnd, StageScheduler
-    from distillery.orchestrator.execution.server_pool import ServerPool, gpus_of
+    from distillery.orchestrator.execution.server_pool import ServerPool
     from distillery.orchestrator.execution.sweep import (
         Sweep,
         in_benchmark_order,
@@ -59,7 +59,6 @@ __all__ = [
     "Sweep",
     "TaskContext",
     "agent_metrics",
-    "gpus_of",
     "grant",
     "in_benchmark_order",
     "longest_first",
@@ -92,7 +91,7 @@ if not TYPE_CHECKING:
             "ordered_run": ("OrderedRun",),
             "ordered_stage": ("OrderedEpisodeStage", "Reply", "TaskContext", "stage_events"),
             "schedule": ("StageEnd", "StageScheduler"),
-            "server_pool": ("ServerPool", "gpus_of"),
+            "server_pool": ("ServerPool",),
             "sweep": ("Sweep", "in_benchmark_order", "longest_first", "sweep_id_for"),
         },
     )

@@ -18,7 +18,7 @@ from typing import Any
 from distillery.orchestrator.execution.gpu_time import ModelGpuTime, ServingClock
 from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.orchestrator.stages.stage import StageKey
-from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.config import ModelConfig, gpus_of
 from distillery.workers.storage import Location
 
 
@@ -210,17 +210,3 @@ class ServerPool:
             running = list(self._running)
         for key in running:
             self._stop(key)
-
-
-def gpus_of(model: ModelConfig | None) -> float:
-    """The GPUs a model's servers hold: a vLLM replica its `gpus_per_server` (at least
-    one); another launched server (a command, llama.cpp) the Ray GPUs its replica
-    reserves (`server_resources` GPU: a command serving a model on a GPU, or a stand-in
-    placed as one); 0 for what distillery does not launch."""
-    if model is None:
-        return 0.0
-    if model.backend == "vllm":
-        return float(model.replicas * max(model.gpus_per_server, 1))
-    if model.launched:
-        return float(model.replicas * model.server_resources.get("GPU", 0.0))
-    return 0.0

@@ -23,13 +23,12 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from distillery.orchestrator.execution.server_pool import gpus_of
 from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.orchestrator.planning.plan_listing import PlannedStatus
 from distillery.orchestrator.planning.plan_totals import measured_units, stage_work
 from distillery.orchestrator.stages.stage import StageKey
 from distillery.orchestrator.state.ledger import Ledger
-from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.config import ModelConfig, gpus_of
 
 
 @dataclass

@@ -20,7 +20,6 @@ import pandas as pd
 from distillery.orchestrator.core.config import MethodConfig
 from distillery.orchestrator.core.protocols import TaskSplit
 from distillery.orchestrator.execution.dispatch import INFRA_COUNTS
-from distillery.orchestrator.execution.server_pool import gpus_of
 from distillery.orchestrator.planning.plan import EvalPoint
 from distillery.orchestrator.stages.stage import StageKey, effective_seed
 from distillery.orchestrator.state.sweep_tables import (
@@ -37,7 +36,7 @@ from distillery.workers.envs.registry import (
     benchmark_class,
     known_deviations,
 )
-from distillery.workers.llm.config import ModelConfig
+from distillery.workers.llm.config import ModelConfig, gpus_of
 from distillery.workers.memory.registry import memory_method
 from distillery.workers.storage import Location
 from distillery.workers.trajectories import EpisodeSummary

@@ -83,7 +83,7 @@ def test_the_gpus_a_models_servers_hold_by_backend():
     """vLLM: its GPUs per server; another launched server: the Ray GPUs its replica
     reserves (a command serving on a GPU, or a simulated server placed as one); what
     distillery does not launch holds none."""
-    from distillery.orchestrator.execution.server_pool import gpus_of
+    from distillery.workers.llm.config import gpus_of
 
     vllm = ModelConfig(name="q", backend="vllm", model="Q", replicas=2, gpus_per_server=4)
     line = ("serve", "--port", "{port}")

@@ -202,3 +202,17 @@ class ModelConfig(BaseModel):
     @property
     def launched(self) -> bool:
         return self.backend in ("llama_cpp", "vllm", "command")
+
+
+def gpus_of(model: ModelConfig | None) -> float:
+    """The GPUs a model's servers hold: a vLLM replica its `gpus_per_server` (at least
+    one); another launched server (a command, llama.cpp) the Ray GPUs its replica
+    reserves (`server_resources` GPU: a command serving a model on a GPU, or a stand-in
+    placed as one); 0 for what distillery does not launch."""
+    if model is None:
+        return 0.0
+    if model.backend == "vllm":
+        return float(model.replicas * max(model.gpus_per_server, 1))
+    if model.launched:
+        return float(model.replicas * model.server_resources.get("GPU", 0.0))
+    return 0.0
