@@ -8,9 +8,15 @@ that model). A stage that plays episodes starts with a `Grant`: a number of epis
 slots and a share of every replica's request slots of its model, which it keeps until
 it ends (its router then never sends a replica more than the stage's share, so the
 stages of one model together never exceed what its servers take at once). Its episode
-workers are sized to its slots (`Grant.workers`): a stage of 8 episodes on 2 workers of
-16 gets 2 workers of 4, each reserving a quarter of a worker's CPUs, so four such
-stages run where two whole workers would have run two.
+workers are sized to its slots: at least as many as hold its episodes at
+`cluster.episodes_per_worker` each, and more (up to one per episode) only while the
+sweep's `cluster.num_workers` worker processes are not all held. Each reserves its part
+of a worker's CPUs. A stage of 8 episodes alone on 2 workers of 16 gets 2 workers of 4
+(a quarter of a worker's CPUs each, both nodes); four such stages at once get one
+worker of 8 each (half a worker's CPUs), four processes where two whole workers would
+have run two stages. (It spread every grant over up to `num_workers` processes, so the
+processes grew with the stages in flight: 42 stages, 156 processes, 18 GiB in the
+rehearsal. Now a sweep has at most `num_workers` + its stages in flight.)
 
 `grant` deals the free capacity out to the stages that are ready, in priority order,
 one unit at a time round-robin (a unit: one more slot on every replica of the stage's
@@ -39,20 +45,18 @@ class Demand:
 
 @dataclass(frozen=True)
 class Grant:
-    """What a stage runs with: `episodes` in flight at most and `per_replica` request
-    slots on each replica of its model (0 for a model without servers)."""
+    """What a stage runs with: `episodes` in flight at most on `workers` episode
+    workers, and `per_replica` request slots on each replica of its model (0 for a model
+    without servers)."""
 
     episodes: int
     per_replica: int
+    workers: int = 1
 
-    def workers(self, num_workers: int, episodes_per_worker: int) -> tuple[int, int]:
-        """Its episode workers and the episodes each runs at once: spread over as many
-        workers as the sweep has (never more than its episodes, never fewer than hold
-        them), sharing them evenly. Each reserves its part of a worker's CPUs, so the
-        reservations of all running stages add up to at most the sweep's workers'."""
-        least = math.ceil(self.episodes / episodes_per_worker)
-        workers = max(1, least, min(num_workers, self.episodes))
-        return workers, max(1, math.ceil(self.episodes / workers))
+    @property
+    def each(self) -> int:
+        """The episodes each of its workers runs at once (shared evenly)."""
+        return max(1, math.ceil(self.episodes / self.workers))
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,15 @@ class Free:
 
     episodes: int
     per_replica: dict[str, int]  # server key -> slots free on each of its replicas
+    workers: int  # worker processes (of `cluster.num_workers`) no running stage holds
 
 
-def grant(demands: list[Demand], free: Free) -> dict[str, Grant]:
+def grant(demands: list[Demand], free: Free, per_worker: int) -> dict[str, Grant]:
     """Deal `free` out to `demands` (in priority order): the grant of every stage that
     gets at least one unit. Round-robin, one unit per stage per pass, until nothing
-    more fits."""
+    more fits. Then workers: each granted stage gets as many as hold its episodes at
+    `per_worker` each, and the free worker processes left over are dealt one at a time
+    (never more workers than episodes)."""
     per_replica = dict(free.per_replica)
     left = free.episodes
     episodes = {d.stage: 0 for d in demands}
@@ -91,18 +98,30 @@ def grant(demands: list[Demand], free: Free) -> dict[str, Grant]:
             episodes[d.stage] += more
             units[d.stage] += 1
             progress = True
+    granted = [d.stage for d in demands if units[d.stage] > 0]
+    workers = {s: max(1, math.ceil(episodes[s] / per_worker)) for s in granted}
+    spare = free.workers - sum(workers.values())
+    while spare > 0:
+        wider = [s for s in granted if workers[s] < episodes[s]]
+        for s in wider[:spare]:
+            workers[s] += 1
+        spare -= len(wider[:spare])
+        if not wider:
+            break
+    server_of = {d.stage: d.server for d in demands}
     return {
-        d.stage: Grant(episodes[d.stage], units[d.stage] if d.server is not None else 0)
-        for d in demands
-        if units[d.stage] > 0
+        s: Grant(episodes[s], units[s] if server_of[s] is not None else 0, workers[s])
+        for s in granted
     }
 
 
 class Capacity:
     """The sweep's episode capacity and what running stages hold of it."""
 
-    def __init__(self, episodes: int) -> None:
-        self.episodes = episodes
+    def __init__(self, episodes: int, workers: int, per_worker: int) -> None:
+        self.episodes = episodes  # the sweep's episode slots
+        self.workers = workers  # its worker processes (`cluster.num_workers`)
+        self.per_worker = per_worker  # episodes a worker runs at once
         self.slots: dict[str, int] = {}  # server key -> slots per replica
         self.held: dict[str, tuple[str | None, Grant]] = {}  # stage -> (server, grant)
         # Taken by the scheduler, and by a stage's thread when its tail frees slots.
@@ -117,18 +136,19 @@ class Capacity:
 
     def _free(self) -> Free:
         per_replica = dict(self.slots)
-        episodes = self.episodes
+        episodes, workers = self.episodes, self.workers
         for server, held in self.held.values():
             episodes -= held.episodes
+            workers -= held.workers
             if server is not None:
                 per_replica[server] -= held.per_replica
-        return Free(episodes, per_replica)
+        return Free(episodes, per_replica, max(0, workers))
 
     def take(self, demands: list[Demand]) -> dict[str, Grant]:
         """Grants for the ready stages `demands` out of what is free now (held until
         `give_back`)."""
         with self._lock:
-            grants = grant(demands, self._free())
+            grants = grant(demands, self._free(), self.per_worker)
             server_of = {d.stage: d.server for d in demands}
             for stage, g in grants.items():
                 self.held[stage] = (server_of[stage], g)
@@ -139,7 +159,8 @@ class Capacity:
         rest of its grant goes to the stages waiting (its tail no longer holds slots it
         cannot use). Its share of each replica becomes at most its in-flight episodes
         (all of them could be on one replica), never more than it was; a lost worker's
-        episodes dispatched again only replace those in flight."""
+        episodes dispatched again only replace those in flight. Its worker processes
+        stay held: they live until it ends."""
         with self._lock:
             if stage not in self.held:
                 return
@@ -147,7 +168,7 @@ class Capacity:
             if in_flight >= held.episodes:
                 return
             per_replica = min(held.per_replica, in_flight) if server is not None else 0
-            self.held[stage] = (server, Grant(in_flight, per_replica))
+            self.held[stage] = (server, Grant(in_flight, per_replica, held.workers))
 
     def give_back(self, stage: str) -> None:
         with self._lock:

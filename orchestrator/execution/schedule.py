@@ -60,7 +60,11 @@ class StageScheduler:
         self.graph = sweep.graph
         self.max_in_flight = max_in_flight
         cluster = sweep.cfg.cluster
-        self.capacity = Capacity(cluster.num_workers * cluster.episodes_per_worker)
+        self.capacity = Capacity(
+            cluster.num_workers * cluster.episodes_per_worker,
+            cluster.num_workers,
+            cluster.episodes_per_worker,
+        )
         sweep.capacity = self.capacity  # a stage's tail gives back what it cannot use
         self.ends: dict[StageKey, StageEnd] = {}
         self._demands: dict[StageKey, Demand | None] = {}

@@ -120,7 +120,7 @@ class Sweep:
         cluster = self.cfg.cluster
         if grant is None:
             return cluster, model
-        workers, each = grant.workers(cluster.num_workers, cluster.episodes_per_worker)
+        workers, each = grant.workers, grant.each
         cluster = cluster.model_copy(
             update={
                 "num_workers": workers,
