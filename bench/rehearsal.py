@@ -297,9 +297,10 @@ def report_out(
     )
     say(f"wall-clock: {wall:.0f} s (the driver, from joining Ray to its exit)")
     say(
-        f"  critical-path bound {work.bound_s:.0f} s (bound / wall = {work.bound_s / wall:.2f}); "
-        f"one stage at a time {work.one_at_a_time_s:.0f} s; the graph schedule simulated "
-        f"{work.wall_graph_s:.0f} s"
+        f"  critical-path bound {work.bound_s:.0f} s (bound / wall = {work.bound_s / wall:.2f}; "
+        f"without release times, the longest chain or a model's whole load: "
+        f"{work.load_bound_s:.0f} s, {work.load_bound_s / wall:.2f}); one stage at a time "
+        f"{work.one_at_a_time_s:.0f} s; the graph schedule simulated {work.wall_graph_s:.0f} s"
     )
     say(
         "  measured throughputs (tokens/s per replica while serving): "

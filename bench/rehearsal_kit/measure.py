@@ -36,7 +36,8 @@ class Work:
     tokens: dict[str, float] = field(default_factory=dict)  # model name -> tokens in + out
     throughput: dict[str, float] = field(default_factory=dict)  # model -> tokens/s/replica
     wall_graph_s: float = 0.0  # the driver's schedule simulated with these throughputs
-    bound_s: float = 0.0  # the longest chain or the busiest model
+    bound_s: float = 0.0  # the longest chain, or a model's work once released
+    load_bound_s: float = 0.0  # the longest chain, or a model's whole load
     one_at_a_time_s: float = 0.0
 
 
@@ -61,7 +62,8 @@ def measured_work(
     """Episodes, calls and tokens per model from the finished ledger; each model's
     throughput (its tokens over its serving seconds and replicas: `serving_s`, model name
     -> seconds with a request in flight); and with those, `--plan`'s forecast of the
-    whole sweep (graph schedule, bound, one stage at a time)."""
+    whole sweep (graph schedule, bound, one stage at a time) over each stage's own
+    measured time (`stage_seconds`)."""
     from distillery.orchestrator.planning.plan import plan_sweep
     from distillery.orchestrator.planning.plan_clock import forecast_wall
     from distillery.orchestrator.planning.plan_listing import stage_status
@@ -93,11 +95,40 @@ def measured_work(
         if serving_s.get(name):
             work.throughput[name] = tokens / (serving_s[name] * replicas)
     with _measured_units_as(measured):
-        forecast = forecast_wall(empty_graph, statuses, empty, work.throughput)
+        forecast = forecast_wall(
+            empty_graph, statuses, empty, work.throughput, stage_seconds(empty_graph, ledger)
+        )
     work.wall_graph_s = forecast.wall_s
     work.bound_s = forecast.bound_s
+    work.load_bound_s = forecast.load_bound_s
     work.one_at_a_time_s = forecast.one_at_a_time_s
     return work
+
+
+def stage_seconds(graph: Any, ledger: Any) -> dict[Any, float]:
+    """Each finished stage's own time: a GPU model's stage, its share of its model's
+    serving time (the ledger's GPU-seconds of the stage over the model's GPUs: a second
+    with n of the stage's calls among m in flight counts n/m); a stage of a model that
+    holds no GPU (the API teacher, its builders), its measured wall-clock: its calls'
+    latency at its concurrency, which no throughput while serving tells. (Tokens over
+    a throughput would not do: a zero-shot stage's short prompts took 31 s of tokens
+    for 220 s of serving.)"""
+    from distillery.workers.llm.config import gpus_of
+
+    out: dict[Any, float] = {}
+    for key, stage in graph.stages.items():
+        model = stage.model
+        if model is None or model.backend == "oracle":
+            continue
+        runs = ledger.runs(key)
+        if not runs:
+            continue
+        gpus = gpus_of(model)
+        if model.launched and gpus:
+            out[key] = runs[-1].gpu_s_by_model.get(model.name, 0.0) / gpus
+        else:
+            out[key] = runs[-1].wall_s
+    return out
 
 
 def gpu_time(root: Path) -> dict[str, dict[str, float]]:

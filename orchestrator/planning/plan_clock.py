@@ -12,6 +12,13 @@ ready stage starts as soon as its model is free, the longest chain first). What 
 without a model (the oracle, a deterministic build) or a model without a throughput is
 counted as instant, and the forecast says which.
 
+The bound no schedule beats: the longest chain of stages, and, for each model, the work
+of its stages that cannot start before their inputs are ready (a stage's release: the
+longest chain above it). A model whose stages wait for a build serves at most the work
+released since: for each release time r, r + the work of its stages released at r or
+later + the shortest chain below them (the single-server bound with release dates,
+which the preemptive schedule meets). Without releases it is the model's whole load.
+
 Its assumptions are the throughput's: the episode slots are taken to feed every server
 (size `cluster.num_workers` x `cluster.episodes_per_worker` to the models' request slots),
 and a replica's throughput at the sweep's concurrency is the figure given.
@@ -20,7 +27,7 @@ and a replica's throughput at the sweep's concurrency is the figure given.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from distillery.orchestrator.planning.plan import StageGraph, server_key
@@ -36,10 +43,12 @@ class WallForecast:
     """The forecast of a sweep's stages still to run."""
 
     wall_s: float  # as a graph
-    bound_s: float  # no schedule is shorter: the longest chain, or the busiest model
+    bound_s: float  # no schedule is shorter: the longest chain, or a model's released work
     one_at_a_time_s: float  # every stage after the other
     held_gpu_h: dict[str, float] = field(default_factory=dict)  # model -> GPU-hours up
     instant: list[str] = field(default_factory=list)  # models without a throughput
+    # The bound without release times (the longest chain, or a model's whole load).
+    load_bound_s: float = 0.0
 
 
 def forecast_wall(
@@ -47,7 +56,10 @@ def forecast_wall(
     statuses: Sequence[PlannedStatus],
     ledger: Ledger,
     throughput: dict[str, float],
+    durations: Mapping[StageKey, float] | None = None,
 ) -> WallForecast:
+    """The forecast of `statuses`' stages still to run (`durations`: stage times known
+    otherwise, e.g. measured, used in place of tokens over throughput)."""
     measured = measured_units(graph, statuses, ledger)
     duration: dict[StageKey, float] = {}
     server: dict[StageKey, str | None] = {}
@@ -60,12 +72,15 @@ def forecast_wall(
         if st.is_cached or model is None or model.backend == "oracle":
             continue
         tps = throughput.get(model.name)
-        if not tps:
+        if durations is not None and key in durations:
+            duration[key] = durations[key]
+        elif not tps:
             instant.add(model.name)
             continue
-        replicas = model.replicas if model.launched else 1
-        work = stage_work(stage, graph, ledger, measured)
-        duration[key] = work.tokens / (tps * replicas)
+        else:
+            replicas = model.replicas if model.launched else 1
+            work = stage_work(stage, graph, ledger, measured)
+            duration[key] = work.tokens / (tps * replicas)
         served = server[key] = server_key(model)
         models[served] = model
     readers: dict[StageKey, list[StageKey]] = {k: [] for k in graph.stages}
@@ -77,11 +92,21 @@ def forecast_wall(
     def chain(key: StageKey) -> float:  # the longest path from `key` to the end
         return duration[key] + max((chain(r) for r in readers[key]), default=0.0)
 
-    load: dict[str, float] = {}
+    @functools.cache
+    def head(key: StageKey) -> float:  # the longest chain above `key`: its release
+        return max((head(u) + duration[u] for u in graph.stages[key].upstream), default=0.0)
+
+    by_server: dict[str, list[StageKey]] = {}
     for key, s in server.items():
         if s is not None:
-            load[s] = load.get(s, 0.0) + duration[key]
-    bound = max([*(chain(k) for k in graph.stages), *load.values(), 0.0])
+            by_server.setdefault(s, []).append(key)
+    longest = max((chain(k) for k in graph.stages), default=0.0)
+    load = {s: sum(duration[k] for k in keys) for s, keys in by_server.items()}
+    released = {
+        s: _released_bound(keys, head, duration, lambda k: chain(k) - duration[k])
+        for s, keys in by_server.items()
+    }
+    bound = max([longest, *released.values(), 0.0])
 
     # The driver's schedule: each stage starts when its inputs have ended and its model
     # is free; among those ready, the longest chain first.
@@ -120,7 +145,24 @@ def forecast_wall(
         one_at_a_time_s=sum(duration.values()),
         held_gpu_h=held,
         instant=sorted(instant),
+        load_bound_s=max([longest, *load.values(), 0.0]),
     )
+
+
+def _released_bound(
+    keys: list[StageKey],
+    release: Callable[[StageKey], float],
+    duration: Mapping[StageKey, float],
+    tail: Callable[[StageKey], float],
+) -> float:
+    """One server's stages with release times and tails: for each release time r, no
+    schedule ends before r + the work released at r or later + the least tail among it."""
+    best = 0.0
+    for r in sorted({release(k) for k in keys}):
+        later = [k for k in keys if release(k) >= r]
+        work = sum(duration[k] for k in later)
+        best = max(best, r + work + min(tail(k) for k in later))
+    return best
 
 
 def format_forecast(forecast: WallForecast) -> str:

@@ -63,3 +63,29 @@ def test_a_model_without_a_throughput_is_named_and_counted_as_instant(tmp_path):
     forecast = forecast_wall(graph, stage_status(graph, ledger), ledger, {})
     assert forecast.wall_s == 0.0 and forecast.instant == ["qwen3-4b"]
     assert "no throughput for qwen3-4b" in format_forecast(forecast)
+
+
+def test_the_bound_counts_the_work_a_model_can_only_start_once_its_bank_is_built(tmp_path):
+    """A student's two memory stages wait for the teacher's collect (20 s) and their
+    builds: the student's servers cannot serve their 2 x 10 s before 20 s, so no
+    schedule ends before 40 s, though the longest chain (30 s) and the student's whole
+    load (30 s) say 30."""
+    cfg = sweep_config(
+        tmp_path,
+        "benchmark.limit=3",
+        "methods=[zero_shot,trajectory_rag,reasoning_bank]",
+        "teacher=qwen3_8b",
+        "student=qwen3_4b",
+    )
+    graph = plan_sweep([cfg])
+    ledger = Ledger(cfg.output_dir)
+    statuses = stage_status(graph, ledger)
+    seconds = {"collect": 20.0, "build": 0.0, "evaluate": 10.0}
+    durations = {k: seconds[k.kind] for k, s in graph.stages.items() if s.model is not None}
+    kinds = sorted(k.kind for k in durations)
+    assert kinds == ["build", "build", "collect", "evaluate", "evaluate", "evaluate"]
+    forecast = forecast_wall(graph, statuses, ledger, {}, durations)
+    assert forecast.load_bound_s == pytest.approx(30.0)
+    assert forecast.bound_s == pytest.approx(40.0)
+    assert forecast.wall_s == pytest.approx(40.0)  # zero-shot first, the rest once built
+    assert forecast.instant == []
