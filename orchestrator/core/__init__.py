@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         ConfigError,
         DistilleryConfig,
         MethodConfig,
+        per_model,
         to_config,
     )
     from distillery.orchestrator.core.errors import UserError
@@ -55,6 +56,7 @@ __all__ = [
     "expand_grid",
     "ids_sha",
     "mcnemar",
+    "per_model",
     "percentile",
     "plugin_config_paths",
     "prepared_overrides",
@@ -91,6 +93,7 @@ if not TYPE_CHECKING:
                 "ConfigError",
                 "DistilleryConfig",
                 "MethodConfig",
+                "per_model",
                 "to_config",
             ),
             "errors": ("UserError",),
