@@ -151,20 +151,21 @@ class StageScheduler:
         if room <= 0 or not ready:
             return []
         demands = {k: self.demand(k) for k in ready}
-        wanting = [d for d in demands.values() if d is not None]
-        grants = self.capacity.take(wanting) if wanting else {}
-        start = []
-        for key in ready:
-            if len(start) >= room:
-                break
-            if demands[key] is None:
-                start.append(key)
-            elif str(key) in grants:
-                self.sweep.grants[key] = grants[str(key)]
-                start.append(key)
-        for key in ready:  # granted but over the cap: not held
-            if key not in start and str(key) in grants:
-                self.capacity.give_back(str(key))
+        # Grants are dealt only to as many ready stages as may start (in priority order),
+        # a batch at a time while room is left: spare worker processes dealt to a stage
+        # the cap keeps waiting would be given back but not dealt to those that start.
+        start: list[StageKey] = []
+        pending = list(ready)
+        while pending and len(start) < room:
+            batch, pending = pending[: room - len(start)], pending[room - len(start) :]
+            wanting = [d for k in batch if (d := demands[k]) is not None]
+            grants = self.capacity.take(wanting) if wanting else {}
+            for key in batch:
+                if demands[key] is None:
+                    start.append(key)
+                elif str(key) in grants:
+                    self.sweep.grants[key] = grants[str(key)]
+                    start.append(key)
         return start
 
     def _done(self, key: StageKey) -> bool:

@@ -234,3 +234,23 @@ def test_a_stage_tail_lets_the_next_stage_of_its_model_start_before_it_ends():
     sweep = FakeSweep([first, after], num_workers=1, episodes_per_worker=4)
     StageScheduler(sweep).run()
     assert sweep.stages_run == 2
+
+
+def test_under_the_cap_the_spare_worker_processes_go_to_the_stages_that_start():
+    """Two stages may run at once; four are ready. The two that start share all four
+    worker processes; none is dealt to a stage the cap keeps waiting."""
+    seen: dict[str, Any] = {}
+    together = threading.Barrier(2, timeout=WAIT_S)
+
+    def hold(key: StageKey) -> bool:
+        seen[key.digest] = sweep.grants[key]
+        if len(seen) <= 2:
+            together.wait()
+        return True
+
+    stages = [FakeStage(_key(n), (), _model(f"s{n}"), hold, episodes=8) for n in "abcd"]
+    sweep = FakeSweep(stages, num_workers=4, episodes_per_worker=8, max_stages_in_flight=2)
+    StageScheduler(sweep, max_in_flight=2).run()
+    first = [seen[d] for d in "ab"]
+    assert [g.workers for g in first] == [2, 2] and sum(g.episodes for g in first) == 16
+    assert sweep.stages_run == 4
