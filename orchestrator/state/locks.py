@@ -454,10 +454,13 @@ def _wake_on_lost_lease() -> Iterator[None]:
         yield
         return
     previous = signal.signal(WAKE_SIGNAL, _woken)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {WAKE_SIGNAL})
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {WAKE_SIGNAL})
     try:
         yield
     finally:
+        # The process's own mask and handler again: a caller that had the signal
+        # blocked (a test runner, an embedding program) finds it blocked after the run.
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(WAKE_SIGNAL, previous)
 
 

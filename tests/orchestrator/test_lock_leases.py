@@ -198,3 +198,18 @@ def test_a_hung_holder_of_a_running_sweep_stops_with_lock_lost(tmp_path, sigint)
     # The new holder's record is left alone.
     assert "other-token" in (root / locks.LOCK_NAME).read_text()
     assert signal.getsignal(locks.WAKE_SIGNAL) is not locks._woken  # handler restored
+
+
+def test_a_run_leaves_the_signal_mask_it_found(tmp_path):
+    """The wake signal is unblocked while the locks are held, and blocked again after
+    for a process that had it blocked."""
+    from distillery.orchestrator.state import locks
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {locks.WAKE_SIGNAL})
+    try:
+        with locks.run_locks(str(tmp_path / "root"), None, None, "file:///unused"):
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+            assert locks.WAKE_SIGNAL not in held
+        assert locks.WAKE_SIGNAL in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
