@@ -385,6 +385,13 @@ class EpisodeWorkerImpl:
     async def run_task(self, task_id: str, play: PlayRequest | None = None) -> EpisodeSummary:
         return await self._runner.run_task(task_id, play)
 
+    async def widen(self, per_replica: int) -> None:
+        """Its stage's grant grew to `per_replica` request slots on each replica: its
+        router takes its share of them (async: on the loop its episodes run on)."""
+        widen = getattr(self._runner._chat, "widen", None)
+        if callable(widen):
+            widen(per_replica)
+
     def ready(self) -> str:
         """The Ray node this worker runs on."""
         import ray

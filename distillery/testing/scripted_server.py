@@ -164,8 +164,15 @@ def make_app(
         stats[f"model:{body.get('model')}"] += 1
         if arrived and not preflight:  # a request came: another server's gate may open
             Path(arrived).touch()
-        if delay_s:
-            await asyncio.sleep(delay_s)
+        # Requests being answered at once, and the most there were (`in_flight_max`):
+        # what the clients' concurrency caps let through.
+        stats["in_flight"] += 0 if preflight else 1
+        stats["in_flight_max"] = max(stats["in_flight_max"], stats["in_flight"])
+        try:
+            if delay_s:
+                await asyncio.sleep(delay_s)
+        finally:
+            stats["in_flight"] -= 0 if preflight else 1
         # A held server: every request but a preflight waits (without blocking the
         # others) until the gate file exists, so a test can look at a run mid-stage.
         while gate and not preflight and not Path(gate).exists():

@@ -23,7 +23,11 @@ one unit at a time round-robin (a unit: one more slot on every replica of the st
 model, or one episode for a model without servers), so ready stages of different models
 all start and every model with a ready stage gets its servers fed; a stage never gets
 more than it can use (its missing episodes). A stage that gets nothing waits for a
-stage to end.
+stage to end. What is still free once the ready stages had their turn goes to the running
+stages that still have episodes to dispatch (`Capacity.grow`, up to what their worker
+processes run at once): when a stage ends, the stages of its model still running widen
+to the slots it held instead of running their rest at the share they started with (the
+last stages of a student ran alone at a fifth of its replicas' slots).
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ class Capacity:
         self.per_worker = per_worker  # episodes a worker runs at once
         self.slots: dict[str, int] = {}  # server key -> slots per replica
         self.held: dict[str, tuple[str | None, Grant]] = {}  # stage -> (server, grant)
+        self.replicas: dict[str, int] = {}  # stage -> its model's replicas (a unit's slots)
         # Taken by the scheduler, and by a stage's thread when its tail frees slots.
         self._lock = threading.Lock()
 
@@ -149,10 +154,44 @@ class Capacity:
         `give_back`)."""
         with self._lock:
             grants = grant(demands, self._free(), self.per_worker)
-            server_of = {d.stage: d.server for d in demands}
+            by_stage = {d.stage: d for d in demands}
             for stage, g in grants.items():
-                self.held[stage] = (server_of[stage], g)
+                self.held[stage] = (by_stage[stage].server, g)
+                self.replicas[stage] = by_stage[stage].replicas
         return grants
+
+    def grow(self, stage: str, wanted: int, room: int) -> Grant | None:
+        """A running stage with episodes still to dispatch takes more of what is free
+        (after the ready stages had their turn): units as `grant` deals them, up to
+        `wanted` more episodes in flight and `room` in all (what its worker processes,
+        started for the first grant, can run at once). The grown grant, or None when
+        nothing more was free. Its worker processes stay the ones it has."""
+        with self._lock:
+            if stage not in self.held or wanted <= 0:
+                return None
+            server, held = self.held[stage]
+            free = self._free()
+            replicas = self.replicas.get(stage, 1)
+            slots = free.per_replica.get(server, 0) if server is not None else 0
+            episodes, units = held.episodes, held.per_replica
+            left, more_wanted = free.episodes, min(wanted, room - held.episodes)
+            while more_wanted > 0 and left > 0:
+                if server is None:
+                    step = 1
+                else:
+                    step = min(replicas, more_wanted)
+                    if slots < 1 or step > left:
+                        break
+                    slots -= 1
+                    units += 1
+                episodes += step
+                left -= step
+                more_wanted -= step
+            if episodes == held.episodes:
+                return None
+            grown = Grant(episodes, units if server is not None else 0, held.workers)
+            self.held[stage] = (server, grown)
+            return grown
 
     def shrink(self, stage: str, in_flight: int) -> None:
         """A stage with nothing left to dispatch keeps only what it has in flight: the
@@ -173,3 +212,4 @@ class Capacity:
     def give_back(self, stage: str) -> None:
         with self._lock:
             self.held.pop(stage, None)
+            self.replicas.pop(stage, None)

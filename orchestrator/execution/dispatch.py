@@ -113,6 +113,24 @@ def worker_capacity(
     return Capacity(in_flight, caps)
 
 
+def widened_caps(
+    job: AgentJob, endpoints: list[str], n_workers: int, per_replica: int, per_worker: int
+) -> tuple[int, tuple[int, ...]]:
+    """(episodes in flight at most, each worker's cap) once a stage's grant is
+    `per_replica` request slots on each replica (its episodes in flight for the oracle),
+    each worker running at most `per_worker` episodes."""
+    from distillery.workers.llm.router import worker_slots
+
+    if job.model.backend == "oracle":
+        caps = tuple(min(per_worker, -(-per_replica // n_workers)) for _ in range(n_workers))
+        return min(per_replica, sum(caps)), caps
+    caps = tuple(
+        min(per_worker, sum(worker_slots(per_replica, len(endpoints), w, n_workers)))
+        for w in range(n_workers)
+    )
+    return min(sum(caps), max(1, len(endpoints)) * per_replica), caps
+
+
 class EpisodeWorkers:
     """The Ray episode workers of one agent job, spread over the nodes that have room
     for them; a lost worker (its actor, or its node) is replaced wherever there is room
@@ -125,10 +143,19 @@ class EpisodeWorkers:
     none placed at all the stage fails with that line (PlacementTimeout)."""
 
     def __init__(
-        self, job: AgentJob, endpoints: list[str], cluster: ClusterConfig, n: int, directory: Any
+        self,
+        job: AgentJob,
+        endpoints: list[str],
+        cluster: ClusterConfig,
+        n: int,
+        directory: Any,
+        max_concurrency: int | None = None,
     ) -> None:
         self.job, self.endpoints, self.cluster, self.directory = job, endpoints, cluster, directory
         self.n = n
+        # Episodes one worker may run at once: its share now, or more for a stage whose
+        # grant may widen (run_agent's `live_grant`).
+        self.max_concurrency = max_concurrency or cluster.episodes_per_worker
         self.workers: list[Any] = []
         self.generation = [0] * n  # bumped when a worker is replaced
         self.placed: set[int] = set()  # workers whose actor answered
@@ -159,7 +186,7 @@ class EpisodeWorkers:
             .options(
                 num_cpus=self.cluster.worker_num_cpus,
                 resources=custom or None,
-                max_concurrency=self.cluster.episodes_per_worker,
+                max_concurrency=self.max_concurrency,
                 scheduling_strategy="SPREAD",
             )
             .remote(self.job, self.endpoints, self.directory, (index, self.n))
@@ -393,6 +420,15 @@ def _check_overdue(
             )
 
 
+def _widen(pool: EpisodeWorkers, per_replica: int, told: dict[int, tuple[int, int]]) -> None:
+    """Tell each placed worker (a replacement too) its router's wider share, once."""
+    for w in sorted(pool.placed):
+        now = (pool.generation[w], per_replica)
+        if told.get(w) != now:
+            pool.workers[w].widen.remote(per_replica)  # a dead one is replaced anyway
+            told[w] = now
+
+
 def run_agent(
     job: AgentJob,
     endpoints: list[str],
@@ -404,6 +440,8 @@ def run_agent(
     desc: str | None = None,
     position: int | None = None,
     on_load: Callable[[int, int], None] | None = None,
+    live_grant: Callable[[], Any] | None = None,
+    max_per_worker: int | None = None,
 ) -> AgentRun:
     """Spread the tasks over episode workers with a bounded number in flight.
 
@@ -413,13 +451,21 @@ def run_agent(
     its in-flight tasks are dispatched again: an episode file is replaced whole, and
     the ledger records an episode only when its summary arrives, so every task ends
     up recorded exactly once. `on_load` is told the episodes in flight and those still
-    to dispatch at every turn (the servers' serving time; a stage's tail)."""
+    to dispatch at every turn (the servers' serving time; a stage's tail).
+
+    `live_grant` (the scheduler's grant of the stage now: `episodes` in flight,
+    `per_replica` request slots on each replica) widens the stage while it runs: when it
+    grows, each worker runs more episodes (up to `max_per_worker`, what its actor was
+    started to take) and its router takes its share of the wider slots."""
     import ray
     import ray.exceptions as ray_exceptions
 
     capacity = worker_capacity(job, endpoints, cluster, len(task_ids))
     caps = capacity.caps
-    pool = EpisodeWorkers(job, endpoints, cluster, capacity.n_workers, directory)
+    per_worker = max(cluster.episodes_per_worker, max_per_worker or 0)
+    pool = EpisodeWorkers(job, endpoints, cluster, capacity.n_workers, directory, per_worker)
+    in_flight_cap, per_replica = capacity.in_flight, job.model.max_concurrency_per_server
+    widened: dict[int, tuple[int, int]] = {}  # worker -> (its generation, share) it was told
     nodes, unreachable = pool.start()
     if unreachable:  # a server down or a reply of any shape: the episodes decide
         tqdm.write(f"warning: {job.model.name} preflight request: {unreachable[:300]}")
@@ -446,9 +492,17 @@ def run_agent(
     try:
         while pending or owner:
             pool.poll()  # workers placed since, or given up (none at all: it raises)
+            grant = live_grant() if live_grant is not None and pending else None
+            if grant is not None and grant.episodes > in_flight_cap:
+                per_replica = max(per_replica, grant.per_replica)
+                slots = grant.per_replica or grant.episodes  # the oracle: episodes
+                in_flight_cap, caps = widened_caps(job, endpoints, pool.n, slots, per_worker)
+                in_flight_cap = min(in_flight_cap, grant.episodes)
+            if per_replica > job.model.max_concurrency_per_server:
+                _widen(pool, per_replica, widened)
             while pending:
                 free = [w for w in sorted(pool.placed) if busy[w] < caps[w]]
-                if not free or len(owner) >= capacity.in_flight:
+                if not free or len(owner) >= in_flight_cap:
                     break
                 index = min(free, key=lambda w: (busy[w] / caps[w], w))
                 task_id = pending.pop()

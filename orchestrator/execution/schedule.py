@@ -129,6 +129,7 @@ class StageScheduler:
                     )
                     running[key] = thread
                     thread.start()
+                self._widen(running)
                 if not running:
                     break  # nothing runs and nothing can start: every rest reads a failure
                 try:
@@ -167,6 +168,20 @@ class StageScheduler:
                     self.sweep.grants[key] = grants[str(key)]
                     start.append(key)
         return start
+
+    def _widen(self, running: dict[StageKey, threading.Thread]) -> None:
+        """What the ready stages left free goes to the running stages that still have
+        episodes to dispatch, longest chain first, up to what their workers take."""
+        sweep = self.sweep
+        per_worker = sweep.cfg.cluster.episodes_per_worker
+        for key in sorted(running, key=self.priority):
+            left = sweep.dispatch_left.get(key, 0)
+            held = sweep.grants.get(key)
+            if left <= 0 or held is None:
+                continue
+            grown = self.capacity.grow(str(key), left, held.workers * per_worker)
+            if grown is not None:
+                sweep.grants[key] = grown
 
     def _done(self, key: StageKey) -> bool:
         end = self.ends.get(key)

@@ -83,6 +83,9 @@ class Sweep:
         # What each running stage that plays episodes was granted (the scheduler's).
         self.grants: dict[StageKey, Grant] = {}
         self.capacity: Capacity | None = None  # the scheduler's, while it runs
+        # Episodes each running stage still has to dispatch (its dispatcher's last
+        # word): a stage with some left may widen (`Capacity.grow`).
+        self.dispatch_left: dict[StageKey, int] = {}
         self._bars = _BarRows()
 
     # -- stages --------------------------------------------------------------------
@@ -177,8 +180,11 @@ class Sweep:
                 desc=stage.progress_line(self.names.stage(stage.key)),
                 position=self.bar_row(stage.key),
                 on_load=lambda n, left: self._load(stage.key, model, n, left),
+                live_grant=lambda: self.grants.get(stage.key),
+                max_per_worker=self.cfg.cluster.episodes_per_worker,
             )
         finally:
+            self.dispatch_left.pop(stage.key, None)
             self.bar_done(stage.key)
         with self._observing:
             self.infra.update(run.infra)
@@ -197,6 +203,7 @@ class Sweep:
         """A stage's episodes in flight (its model's serving time); once nothing is left
         to dispatch, the slots its tail no longer uses go back to the waiting stages."""
         self.servers.in_flight(model, key, in_flight)
+        self.dispatch_left[key] = left
         if left == 0 and self.capacity is not None:
             self.capacity.shrink(str(key), in_flight)
 

@@ -83,3 +83,21 @@ def test_a_stage_tail_gives_back_what_it_no_longer_uses():
     assert capacity.take([Demand("b", 100, "m", 2)]) == {"b": Grant(10, 5, workers=2)}
     capacity.shrink("b", 12)  # more than it holds: nothing changes
     assert capacity.held["b"][1] == Grant(10, 5, workers=2)
+
+
+def test_a_running_stage_widens_to_what_an_ended_stage_of_its_model_held():
+    capacity = Capacity(episodes=64, workers=2, per_worker=32)
+    capacity.add_server("m", 8)
+    grants = capacity.take([Demand("a", 100, "m", 2), Demand("b", 100, "m", 2)])
+    assert grants == {"a": Grant(8, 4, workers=1), "b": Grant(8, 4, workers=1)}
+    assert capacity.grow("b", 92, room=32) is None  # every slot of m is held
+    capacity.give_back("a")
+    assert capacity.grow("b", 92, room=32) == Grant(16, 8, workers=1)
+    assert capacity.free().per_replica == {"m": 0}
+    # Never more than it has left to dispatch, nor than its workers run at once.
+    capacity.give_back("b")
+    capacity.take([Demand("c", 4, "m", 2)])
+    assert capacity.grow("c", 3, room=32) == Grant(7, 4, workers=2)
+    capacity.give_back("c")
+    capacity.take([Demand("d", 2, None)])
+    assert capacity.grow("d", 100, room=10) == Grant(10, 0, workers=2)

@@ -84,6 +84,7 @@ class FakeSweep:
         self.ledger = FakeLedger()
         self.servers = FakeServers()
         self.grants: dict[StageKey, Any] = {}
+        self.dispatch_left: dict[StageKey, int] = {}
         self.stages_run = self.stages_cached = 0
         self.said: list[str] = []
         self.events: list[tuple[str, StageKey]] = []
@@ -254,3 +255,35 @@ def test_under_the_cap_the_spare_worker_processes_go_to_the_stages_that_start():
     first = [seen[d] for d in "ab"]
     assert [g.workers for g in first] == [2, 2] and sum(g.episodes for g in first) == 16
     assert sweep.stages_run == 4
+
+
+def test_a_running_stage_widens_when_a_stage_of_its_model_ends():
+    """Two stages share a model's 6 slots; when the short one ends, the long one (with
+    episodes left to dispatch) takes its slots instead of finishing at half of them."""
+    model = _model("student").model_copy(update={"max_concurrency_per_server": 6})
+    both = threading.Barrier(2, timeout=WAIT_S)
+    widened = threading.Event()
+
+    def short(key: StageKey) -> bool:
+        both.wait()
+        return True
+
+    def long(key: StageKey) -> bool:
+        sweep.dispatch_left[key] = 50
+        assert sweep.grants[key].per_replica == 3
+        both.wait()
+        deadline = threading.Event()
+        for _ in range(int(WAIT_S / 0.05)):  # the scheduler looks every POLL_S
+            if sweep.grants[key].per_replica == 6:
+                widened.set()
+                break
+            deadline.wait(0.05)
+        return True
+
+    stages = [
+        FakeStage(_key("a"), (), model, short, episodes=100),
+        FakeStage(_key("b"), (), model, long, episodes=100),
+    ]
+    sweep = FakeSweep(stages, num_workers=2, episodes_per_worker=8)
+    StageScheduler(sweep).run()
+    assert widened.is_set() and sweep.stages_run == 2

@@ -230,6 +230,7 @@ class RoutedChat:
         self._clients = clients
         self._make_client = make_client
         self._slots = [asyncio.Semaphore(n) for n in slots]
+        self._share = (0, 1)  # (this worker, of how many): its part of a widened cap
         self._directory = directory
         self._refreshed = 0.0
         self._refreshing: asyncio.Task | None = None
@@ -245,7 +246,7 @@ class RoutedChat:
     ) -> RoutedChat:
         clients = {url: ChatClient.from_config(cfg, url) for url in endpoints}
         slots = worker_slots(cfg.max_concurrency_per_server, len(endpoints), *share)
-        return cls(
+        routed = cls(
             clients,
             cfg.max_concurrency_per_server,
             slots=slots,
@@ -255,6 +256,19 @@ class RoutedChat:
             directory=directory,
             make_client=lambda url: ChatClient.from_config(cfg, url),
         )
+        routed._share = share
+        return routed
+
+    def widen(self, cap: int) -> None:
+        """Each replica's cap grew to `cap` concurrent requests (its stage was granted
+        more): this worker's share of it, never less than it has. Requests waiting for a
+        slot take the new ones at once."""
+        wider = worker_slots(cap, len(self.router.replicas), *self._share)
+        for i, n in enumerate(wider):
+            replica = self.router.replicas[i]
+            for _ in range(n - replica.slots):
+                self._slots[i].release()
+            replica.slots = max(replica.slots, n)
 
     async def chat(
         self, episode_id: str, messages: list[dict[str, Any]], **kwargs: Any
