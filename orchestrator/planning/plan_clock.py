@@ -60,7 +60,8 @@ def forecast_wall(
     durations: Mapping[StageKey, float] | None = None,
 ) -> WallForecast:
     """The forecast of `statuses`' stages still to run (`durations`: stage times known
-    otherwise, e.g. measured, used in place of tokens over throughput)."""
+    otherwise, e.g. measured, used in place of tokens over throughput; a given time of a
+    model without servers of ours is its wall, not queued behind its model's others)."""
     measured = measured_units(graph, statuses, ledger)
     duration: dict[StageKey, float] = {}
     server: dict[StageKey, str | None] = {}
@@ -75,6 +76,11 @@ def forecast_wall(
         tps = per_model(throughput, model.name)
         if durations is not None and key in durations:
             duration[key] = durations[key]
+            if not model.launched:
+                # An API's stage time given (measured) is its wall beside the others:
+                # it is not queued behind the model's other stages (the provider's
+                # capacity is not ours to share out; its limits are in that wall).
+                continue
         elif not tps:
             instant.add(model.name)
             continue
