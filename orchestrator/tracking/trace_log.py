@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,21 @@ if TYPE_CHECKING:
     from distillery.workers.trajectories import EpisodeRecord
 
 _log = logging.getLogger(__name__)
+
+# MLflow exports traces from a bounded queue (MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE,
+# 1,000 by default; a task per ended span and one per trace) and discards what does not
+# fit, with a warning at most every 30 s: 200 episodes of ~20 spans overflow it, and
+# bfcl_table1's rehearsal lost traces behind 29 such warnings. One point's traces are
+# emitted at a time, and the queue is flushed before the spans emitted since can fill it.
+_EMITTING = threading.Lock()
+
+
+def _queue_room() -> int:
+    """Export tasks between two flushes: half the queue (read now: a test or a user may
+    set the variable)."""
+    from mlflow.environment_variables import MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE
+
+    return max(1, MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE.get() // 2)
 
 
 class TraceLog:
@@ -73,14 +89,21 @@ class TraceLog:
             stale = [tid for key, ids in existing.items() for tid in stale_traces(key, ids, wanted)]
             if stale:
                 self.client.delete_traces(self.experiment_id, trace_ids=stale)
-            for record in chosen:
-                if episode_key(record) in existing:
-                    continue
-                trace_id = self._emit(run_id, record, point_id, tags or {})
-                if trace_id is not None:
-                    new_ids.append(trace_id)
-            # Traces are exported asynchronously; make them durable before the run ends.
-            mlflow.flush_trace_async_logging()
+            todo = [r for r in chosen if episode_key(r) not in existing]
+            room, queued = _queue_room(), 0
+            with _EMITTING:
+                for record in todo:
+                    plan = episode_trace(record)
+                    tasks = len(plan.children) + 2  # its spans' exports and the trace's
+                    if queued and queued + tasks > room:
+                        mlflow.flush_trace_async_logging()
+                        queued = 0
+                    trace_id = self._emit(run_id, record, plan, point_id, tags or {})
+                    queued += tasks
+                    if trace_id is not None:
+                        new_ids.append(trace_id)
+                # Exported asynchronously: durable before the run ends.
+                mlflow.flush_trace_async_logging()
         except Exception as exc:  # tracing must never break a sweep
             _log.warning("run %s: logging episode traces failed: %s", run_id, exc, exc_info=True)
         return new_ids
@@ -109,10 +132,10 @@ class TraceLog:
         self,
         run_id: str,
         record: EpisodeRecord,
+        plan: Any,
         point_id: str | None,
         extra_tags: Mapping[str, str],
     ) -> str | None:
-        plan = episode_trace(record)
         tags = {
             **{k: redact(str(v))[:MAX_TAG_VAL_LENGTH] for k, v in extra_tags.items()},
             "run_id": run_id,

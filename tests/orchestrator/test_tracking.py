@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -457,3 +458,39 @@ def test_a_failing_students_trace_shows_every_model_call(tracker: Tracker, uri: 
     assert client.search_traces(
         locations=[tracker.experiment_id], filter_string="tag.method = 'amd_wf'"
     )
+
+
+def test_points_logged_at_once_keep_every_trace_past_the_export_queue(
+    tracker: Tracker, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow discards a trace its export queue has no room for (a task per span): two
+    points logging 8 traces each at once through a queue of 4 keep all 16."""
+    import threading
+
+    from mlflow.tracing.provider import reset
+
+    monkeypatch.setenv("MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE", "4")
+    mlflow.flush_trace_async_logging(terminate=True)
+    reset()  # the exporter and its queue are made again, of that size
+    records = [
+        dataclasses.replace(_success(), task_id=f"multi_turn_base_{i}", episode_id=f"e{i}")
+        for i in range(8)
+    ]
+    children: dict[str, str] = {}
+    with tracker.parent("sweep", {}, {}):
+
+        def point(name: str) -> None:
+            children[name] = _log(tracker, {}, point_id=name, traces=records)
+
+        threads = [threading.Thread(target=point, args=(n,)) for n in ("p", "q")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    client = MlflowClient(uri)
+    for name in ("p", "q"):
+        found = client.search_traces(locations=[tracker.experiment_id], run_id=children[name])
+        assert len(found) == 8, name
+    mlflow.flush_trace_async_logging(terminate=True)
+    monkeypatch.delenv("MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE")
+    reset()
