@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         ConfigError,
         DistilleryConfig,
         MethodConfig,
-        per_model,
         to_config,
     )
     from distillery.orchestrator.core.errors import UserError
@@ -56,7 +55,6 @@ __all__ = [
     "expand_grid",
     "ids_sha",
     "mcnemar",
-    "per_model",
     "percentile",
     "plugin_config_paths",
     "prepared_overrides",
@@ -93,7 +91,6 @@ if not TYPE_CHECKING:
                 "ConfigError",
                 "DistilleryConfig",
                 "MethodConfig",
-                "per_model",
                 "to_config",
             ),
             "errors": ("UserError",),

@@ -9,9 +9,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, get_args
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -195,19 +194,6 @@ class TrackingConfig(_Frozen):
 class ModelPrice(_Frozen):
     input_per_mtok: float = Field(default=0.0, ge=0)
     output_per_mtok: float = Field(default=0.0, ge=0)
-
-
-T = TypeVar("T")
-
-
-def per_model(table: Mapping[str, T], name: str) -> T | None:
-    """A model's entry in a table keyed by model name (`cost.prices`,
-    `cost.throughput_tokens_per_s`): under its name, or under its name with each dot
-    written `_`, since a Hydra key cannot hold a dot (`+cost.prices.deepseek-chat-v3_1=…`
-    for deepseek-chat-v3.1)."""
-    if name in table:
-        return table[name]
-    return table.get(name.replace(".", "_"))
 
 
 class CostConfig(_Frozen):

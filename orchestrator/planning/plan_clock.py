@@ -30,7 +30,6 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from distillery.orchestrator.core.config import per_model
 from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.orchestrator.planning.plan_listing import PlannedStatus
 from distillery.orchestrator.planning.plan_totals import measured_units, stage_work
@@ -73,7 +72,7 @@ def forecast_wall(
         duration[key], server[key] = 0.0, None
         if st.is_cached or model is None or model.backend == "oracle":
             continue
-        tps = per_model(throughput, model.name)
+        tps = throughput.get(model.name)
         if durations is not None and key in durations:
             duration[key] = durations[key]
             if not model.launched:
@@ -184,7 +183,7 @@ def format_forecast(forecast: WallForecast) -> str:
     if forecast.instant:
         lines.append(
             f"  no throughput for {', '.join(forecast.instant)}: its stages are counted as "
-            "instant (set cost.throughput_tokens_per_s.NAME, dots in NAME written _)"
+            "instant (set cost.throughput_tokens_per_s.NAME)"
         )
     return "\n".join(lines)
 

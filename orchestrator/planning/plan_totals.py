@@ -23,7 +23,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from distillery.orchestrator.core.config import per_model
 from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.orchestrator.planning.plan_listing import PlannedStatus
 from distillery.orchestrator.stages.stage import Stage
@@ -57,7 +56,7 @@ class ModelTotals:
     model: ModelConfig | None = None
 
     def usd(self, prices: dict) -> float | None:
-        price = per_model(prices, self.name)
+        price = prices.get(self.name)
         if price is None:
             return None
         return (
@@ -65,7 +64,7 @@ class ModelTotals:
         ) / 1e6
 
     def gpu_hours(self, throughput: dict[str, float]) -> float | None:
-        tps = per_model(throughput, self.name)
+        tps = throughput.get(self.name)
         if not tps or self.model is None:
             return None
         gpus = max(self.model.gpus_per_server, 1) if self.model.backend == "vllm" else 1
@@ -282,12 +281,11 @@ def format_totals(
     if unpriced:
         lines.append(
             f"  no price for {', '.join(unpriced)}: set cost.prices "
-            "(e.g. '+cost.prices.NAME={input_per_mtok: 0.25, output_per_mtok: 2.0}'; dots in "
-            "NAME written _)"
+            "(e.g. '+cost.prices.NAME={input_per_mtok: 0.25, output_per_mtok: 2.0}')"
         )
     if no_rate:
         lines.append(
-            f"  no throughput for {', '.join(no_rate)}: set cost.throughput_tokens_per_s.NAME (dots in NAME written _) "
+            f"  no throughput for {', '.join(no_rate)}: set cost.throughput_tokens_per_s.NAME "
             "(tokens one server replica processes per second) for GPU-hours"
         )
     return "\n".join(lines)

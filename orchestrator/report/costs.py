@@ -29,7 +29,6 @@ from typing import Any
 
 import pandas as pd
 
-from distillery.orchestrator.core.config import per_model
 from distillery.workers.storage import Location
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ class PriceTable:
         )
 
     def llm_usd(self, model: str, tokens_in: float, tokens_out: float) -> float:
-        price = per_model(self.models, model)
+        price = self.models.get(model)
         if price is None:
             return 0.0
         return (tokens_in * price.input_per_mtok + tokens_out * price.output_per_mtok) / _MTOK
@@ -174,7 +173,7 @@ def stage_costs(
     has_tokens = (out["tokens_in"] + out["tokens_out"]) > 0
     out["priced"] = pd.Series(
         [
-            (per_model(prices.models, m) is not None or m in NO_LLM_MODELS or not used)
+            (m in prices.models or m in NO_LLM_MODELS or not used)
             for m, used in zip(out["model"], has_tokens, strict=True)
         ],
         index=out.index,

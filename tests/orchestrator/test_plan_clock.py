@@ -89,29 +89,3 @@ def test_the_bound_counts_the_work_a_model_can_only_start_once_its_bank_is_built
     assert forecast.bound_s == pytest.approx(40.0)
     assert forecast.wall_s == pytest.approx(40.0)  # zero-shot first, the rest once built
     assert forecast.instant == []
-
-
-def test_a_model_name_with_a_dot_takes_its_throughput_and_price_written_with_underscores(
-    tmp_path,
-):
-    """A Hydra key cannot hold a dot: llama3.1-8b's entries are written llama3_1-8b."""
-    from distillery.orchestrator.planning.plan_totals import plan_totals
-
-    cfg = sweep_config(
-        tmp_path,
-        "benchmark.limit=2",
-        "methods=[zero_shot]",
-        "student=llama3_1_8b",
-        "+cost.throughput_tokens_per_s.llama3_1-8b=100",
-        "+cost.prices.llama3_1-8b={input_per_mtok: 1.0, output_per_mtok: 2.0}",
-    )
-    assert cfg.student.name == "llama3.1-8b"
-    graph = plan_sweep([cfg])
-    ledger = Ledger(cfg.output_dir)
-    statuses = stage_status(graph, ledger)
-    forecast = forecast_wall(graph, statuses, ledger, cfg.cost.throughput_tokens_per_s)
-    assert forecast.instant == [] and forecast.wall_s > 0
-    (totals,) = plan_totals(graph, statuses, ledger)
-    assert totals.usd(cfg.cost.prices) == pytest.approx(
-        (totals.tokens_in + 2 * totals.tokens_out) / 1e6
-    )
