@@ -102,13 +102,10 @@ def nominal_throughputs(configs: list[DistilleryConfig], scale: float) -> list[s
         per_call_s = (api.base_ms + api.decode_ms_per_token * NOMINAL_OUTPUT) / 1000
         tps = c.teacher.max_concurrency_per_server * (NOMINAL_PROMPT + NOMINAL_OUTPUT) / per_call_s
         out[c.teacher.name] = tps
-    # A Hydra key cannot hold a dot: such a model (deepseek-chat-v3.1) gets none, and the
-    # forecast says its stages are counted as instant.
-    return [
-        f"+cost.throughput_tokens_per_s.{m}={tps * scale:.0f}"
-        for m, tps in out.items()
-        if "." not in m
-    ]
+    # One dict override: a dotted name (llama3.1-8b) cannot be a Hydra key path, but it
+    # is a key of a dict value.
+    entries = ", ".join(f"{m}: {tps * scale:.0f}" for m, tps in out.items())
+    return [f"+cost.throughput_tokens_per_s={{{entries}}}"]
 
 
 def planned_episodes(configs: list[DistilleryConfig]) -> int:

@@ -183,7 +183,7 @@ def format_forecast(forecast: WallForecast) -> str:
     if forecast.instant:
         lines.append(
             f"  no throughput for {', '.join(forecast.instant)}: its stages are counted as "
-            "instant (set cost.throughput_tokens_per_s.NAME)"
+            "instant (set '+cost.throughput_tokens_per_s={NAME: TOKENS_PER_S}')"
         )
     return "\n".join(lines)
 

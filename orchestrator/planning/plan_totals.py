@@ -281,12 +281,13 @@ def format_totals(
     if unpriced:
         lines.append(
             f"  no price for {', '.join(unpriced)}: set cost.prices "
-            "(e.g. '+cost.prices.NAME={input_per_mtok: 0.25, output_per_mtok: 2.0}')"
+            "(e.g. '+cost.prices={NAME: {input_per_mtok: 0.25, output_per_mtok: 2.0}}')"
         )
     if no_rate:
         lines.append(
-            f"  no throughput for {', '.join(no_rate)}: set cost.throughput_tokens_per_s.NAME "
-            "(tokens one server replica processes per second) for GPU-hours"
+            f"  no throughput for {', '.join(no_rate)}: set "
+            "'+cost.throughput_tokens_per_s={NAME: TOKENS_PER_S}' (tokens one server replica "
+            "processes per second) for GPU-hours"
         )
     return "\n".join(lines)
 

@@ -89,3 +89,24 @@ def test_the_bound_counts_the_work_a_model_can_only_start_once_its_bank_is_built
     assert forecast.bound_s == pytest.approx(40.0)
     assert forecast.wall_s == pytest.approx(40.0)  # zero-shot first, the rest once built
     assert forecast.instant == []
+
+
+def test_a_model_name_with_a_dot_takes_its_throughput_from_a_dict_override(tmp_path):
+    """llama3.1-8b cannot be a Hydra key path (cost.throughput_tokens_per_s.NAME), but
+    it is a key of a dict value: the form the messages and the rehearsal use."""
+    cfg = sweep_config(
+        tmp_path,
+        "benchmark.limit=2",
+        "methods=[zero_shot]",
+        "student=llama3_1_8b",
+        "+cost.throughput_tokens_per_s={llama3.1-8b: 100}",
+    )
+    assert cfg.student.name == "llama3.1-8b"
+    graph = plan_sweep([cfg])
+    ledger = Ledger(cfg.output_dir)
+    forecast = forecast_wall(
+        graph, stage_status(graph, ledger), ledger, cfg.cost.throughput_tokens_per_s
+    )
+    assert forecast.instant == [] and forecast.wall_s > 0
+    unset = forecast_wall(graph, stage_status(graph, ledger), ledger, {})
+    assert "'+cost.throughput_tokens_per_s={NAME: TOKENS_PER_S}'" in format_forecast(unset)
