@@ -90,9 +90,9 @@ def api_keys(configs: list[DistilleryConfig]) -> dict[str, str]:
 
 
 def nominal_throughputs(configs: list[DistilleryConfig], scale: float) -> list[str]:
-    """cost.throughput_tokens_per_s per model for the forecast before the run: the GPU
-    model's full batch (the API's: the client's concurrency) at the nominal call, in the
-    rehearsal's compressed time."""
+    """cost.throughput_tokens_per_s and cost.latency_s per model for the forecast before
+    the run: the GPU model's full batch (the API's: the client's concurrency) and one
+    call's latency at the nominal call, in the rehearsal's compressed time."""
     out = {}
     for c in configs:
         out[c.student.name] = sim.STUDENT_GPU.tokens_per_s(
@@ -102,10 +102,21 @@ def nominal_throughputs(configs: list[DistilleryConfig], scale: float) -> list[s
         per_call_s = (api.base_ms + api.decode_ms_per_token * NOMINAL_OUTPUT) / 1000
         tps = c.teacher.max_concurrency_per_server * (NOMINAL_PROMPT + NOMINAL_OUTPUT) / per_call_s
         out[c.teacher.name] = tps
-    # One dict override: a dotted name (llama3.1-8b) cannot be a Hydra key path, but it
-    # is a key of a dict value.
-    entries = ", ".join(f"{m}: {tps * scale:.0f}" for m, tps in out.items())
-    return [f"+cost.throughput_tokens_per_s={{{entries}}}"]
+    # A call's latency at the nominal call (the student's alone in its batch).
+    gpu, api = sim.STUDENT_GPU, sim.TEACHER_API
+    latency = {}
+    for c in configs:
+        latency[c.student.name] = (
+            gpu.base_ms
+            + gpu.prefill_ms_per_token * (NOMINAL_PROMPT - NOMINAL_CACHED)
+            + gpu.decode_ms_per_token * NOMINAL_OUTPUT
+        ) / 1000
+        latency[c.teacher.name] = (api.base_ms + api.decode_ms_per_token * NOMINAL_OUTPUT) / 1000
+    # One dict override each: a dotted name (llama3.1-8b) cannot be a Hydra key path, but
+    # it is a key of a dict value.
+    rates = ", ".join(f"{m}: {tps * scale:.0f}" for m, tps in out.items())
+    calls = ", ".join(f"{m}: {s / scale:.4g}" for m, s in latency.items())
+    return [f"+cost.throughput_tokens_per_s={{{rates}}}", f"+cost.latency_s={{{calls}}}"]
 
 
 def planned_episodes(configs: list[DistilleryConfig]) -> int:
@@ -250,7 +261,7 @@ def rehearse(
     api: str,
 ) -> None:
     nominal = nominal_throughputs(configs, args.scale)
-    say("--plan (nominal throughputs, in the rehearsal's time): " + " ".join(nominal))
+    say("--plan (nominal throughputs and latencies, in the rehearsal's time): " + " ".join(nominal))
     plan = subprocess.run(
         [sys.executable, "-m", "distillery.orchestrator.cli.app", *overrides, *nominal, "--plan"],
         env=env,

@@ -207,6 +207,10 @@ class CostConfig(_Frozen):
     # second, by model name: `--plan` turns its estimated tokens into GPU-hours. Yours to
     # measure (e.g. bench/serving.py): it depends on the GPU, the model and the load.
     throughput_tokens_per_s: dict[str, PositiveFloat] = Field(default_factory=dict)
+    # Seconds one call of a model takes (its API's or its server's latency at the load it
+    # will see), by model name: `--plan`'s wall-clock counts a stage that plays a few
+    # tasks at a time (an ordered stage's wave) as at least its calls in sequence.
+    latency_s: dict[str, PositiveFloat] = Field(default_factory=dict)
 
     def prices_dict(self) -> dict[str, Any]:
         return {

@@ -60,7 +60,9 @@ def plan_command(
             file=out,
         )
         if totals:  # something still to run calls a model
-            forecast = forecast_wall(graph, statuses, ledger, cost.throughput_tokens_per_s)
+            forecast = forecast_wall(
+                graph, statuses, ledger, cost.throughput_tokens_per_s, latency=cost.latency_s
+            )
             print(format_forecast(forecast), file=out)
         out.flush()
     elif not problems:  # the benchmark cannot list its tasks: no plan, the world checked

@@ -4,7 +4,12 @@ each model's servers are held in that schedule.
 
 A stage's time is its tokens (`plan_totals.stage_work`: measured in this ledger, else
 assumed) over its model's throughput: `cost.throughput_tokens_per_s` (tokens one replica
-processes per second) times the model's replicas. A model's servers serve its stages
+processes per second) times the model's replicas; and, where the model has a latency
+(`cost.latency_s`, seconds a call takes), at least its tasks' calls one after another
+for as many waves as its tasks fill at the width it plays them (an ordered stage's wave,
+else its model's request slots): ACE over 1,000 tasks one at a time is 1,000 tasks of
+calls in sequence whatever the throughput. A stage that writes a bank as it plays
+counts `plan_totals.BUILD_CALLS_PER_TASK` more calls per task (its notes), assumed. A model's servers serve its stages
 one after another at that rate (stages of one model share its servers: running two at
 once takes as long as one after the other); stages of different models overlap as the
 graph allows. The schedule is simulated as the driver runs it (`execution.schedule`: a
@@ -27,12 +32,18 @@ and a replica's throughput at the sweep's concurrency is the figure given.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from distillery.orchestrator.planning.plan import StageGraph, server_key
 from distillery.orchestrator.planning.plan_listing import PlannedStatus
-from distillery.orchestrator.planning.plan_totals import measured_units, stage_work
+from distillery.orchestrator.planning.plan_totals import (
+    BUILD_CALLS_PER_TASK,
+    StageWork,
+    measured_units,
+    stage_work,
+)
 from distillery.orchestrator.stages.stage import StageKey
 from distillery.orchestrator.state.ledger import Ledger
 from distillery.workers.llm.config import ModelConfig, gpus_of
@@ -57,10 +68,13 @@ def forecast_wall(
     ledger: Ledger,
     throughput: dict[str, float],
     durations: Mapping[StageKey, float] | None = None,
+    latency: Mapping[str, float] | None = None,
 ) -> WallForecast:
     """The forecast of `statuses`' stages still to run (`durations`: stage times known
-    otherwise, e.g. measured, used in place of tokens over throughput; a given time of a
-    model without servers of ours is its wall, not queued behind its model's others)."""
+    otherwise, e.g. measured, used in place of tokens over throughput; `latency`: seconds
+    a call takes, per model name). Stages of a model without servers of ours (an API)
+    are not queued behind each other: the provider's capacity is not ours to share out,
+    and each stage's own limits (its concurrency, its calls in sequence) are in its time."""
     measured = measured_units(graph, statuses, ledger)
     duration: dict[StageKey, float] = {}
     server: dict[StageKey, str | None] = {}
@@ -75,20 +89,19 @@ def forecast_wall(
         tps = throughput.get(model.name)
         if durations is not None and key in durations:
             duration[key] = durations[key]
-            if not model.launched:
-                # An API's stage time given (measured) is its wall beside the others:
-                # it is not queued behind the model's other stages (the provider's
-                # capacity is not ours to share out; its limits are in that wall).
-                continue
-        elif not tps:
-            instant.add(model.name)
-            continue
         else:
+            call_s = (latency or {}).get(model.name)
+            if not tps and not call_s:
+                instant.add(model.name)
+                continue
             replicas = model.replicas if model.launched else 1
             work = stage_work(stage, graph, ledger, measured)
-            duration[key] = work.tokens / (tps * replicas)
-        served = server[key] = server_key(model)
-        models[served] = model
+            duration[key] = work.tokens / (tps * replicas) if tps else 0.0
+            if call_s:
+                duration[key] = max(duration[key], _in_sequence(st, graph, ledger, work, call_s))
+        if model.launched:  # our servers: its stages share them
+            served = server[key] = server_key(model)
+            models[served] = model
     readers: dict[StageKey, list[StageKey]] = {k: [] for k in graph.stages}
     for key, stage in graph.stages.items():
         for up in stage.upstream:
@@ -155,6 +168,23 @@ def forecast_wall(
     )
 
 
+def _in_sequence(
+    st: PlannedStatus, graph: StageGraph, ledger: Ledger, work: StageWork, call_s: float
+) -> float:
+    """The least time a stage's tasks take when each task's calls follow each other:
+    its waves (tasks over the width it plays at) times a task's calls times `call_s`."""
+    stage = st.stage
+    if not stage.plays_episodes or work.units <= 0 or stage.model is None:
+        return 0.0
+    model = stage.model
+    width = stage.episode_demand(ledger, graph.needs.get(stage.key, set()))
+    if model.backend != "oracle":
+        replicas = model.replicas if model.launched else 1
+        width = min(width, replicas * model.max_concurrency_per_server)
+    per_task = work.calls / work.units + (BUILD_CALLS_PER_TASK if stage.writes_bank else 0.0)
+    return math.ceil(work.units / max(1, width)) * per_task * call_s
+
+
 def _released_bound(
     keys: list[StageKey],
     release: Callable[[StageKey], float],
@@ -175,7 +205,7 @@ def format_forecast(forecast: WallForecast) -> str:
     lines = [
         f"wall-clock forecast: {_time(forecast.wall_s)} as a graph (bound "
         f"{_time(forecast.bound_s)}; one stage at a time {_time(forecast.one_at_a_time_s)}), "
-        "from cost.throughput_tokens_per_s"
+        "from cost.throughput_tokens_per_s and cost.latency_s"
     ]
     if forecast.held_gpu_h:
         held = ", ".join(f"{m} {h:,.2f}" for m, h in sorted(forecast.held_gpu_h.items()))
@@ -183,7 +213,8 @@ def format_forecast(forecast: WallForecast) -> str:
     if forecast.instant:
         lines.append(
             f"  no throughput for {', '.join(forecast.instant)}: its stages are counted as "
-            "instant (set '+cost.throughput_tokens_per_s={NAME: TOKENS_PER_S}')"
+            "instant (set '+cost.throughput_tokens_per_s={NAME: TOKENS_PER_S}' or "
+            "'+cost.latency_s={NAME: SECONDS}')"
         )
     return "\n".join(lines)
 

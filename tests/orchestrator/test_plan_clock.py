@@ -110,3 +110,34 @@ def test_a_model_name_with_a_dot_takes_its_throughput_from_a_dict_override(tmp_p
     assert forecast.instant == [] and forecast.wall_s > 0
     unset = forecast_wall(graph, stage_status(graph, ledger), ledger, {})
     assert "'+cost.throughput_tokens_per_s={NAME: TOKENS_PER_S}'" in format_forecast(unset)
+
+
+def test_a_stage_played_one_task_at_a_time_takes_its_calls_in_sequence(tmp_path):
+    """ACE plays its memory tasks one at a time behind an API teacher: whatever the
+    throughput, each task's calls (its episode's and the notes it writes) follow each
+    other. The student's evaluation plays all its tasks at once: one wave."""
+    from distillery.orchestrator.planning.plan_totals import BUILD_CALLS_PER_TASK
+
+    cfg = sweep_config(
+        tmp_path, "benchmark.limit=3", "methods=[ace]", "teacher=gpt5_mini", "student=qwen3_4b"
+    )
+    graph = plan_sweep([cfg])
+    ledger = Ledger(cfg.output_dir)
+    statuses = stage_status(graph, ledger)
+    measured = measured_units(graph, statuses, ledger)
+    (ace,) = [st for st in statuses if st.stage.key.kind == "ace"]
+    (evaluate,) = [st for st in statuses if st.stage.key.kind == "evaluate"]
+    ace_work = stage_work(ace.stage, graph, ledger, measured)
+    eval_work = stage_work(evaluate.stage, graph, ledger, measured)
+    assert ace_work.units == eval_work.units == 3
+
+    forecast = forecast_wall(
+        graph, statuses, ledger, {}, latency={"gpt-5-mini": 2.0, "qwen3-4b": 0.5}
+    )
+    ace_s = 3 * (ace_work.calls / 3 + BUILD_CALLS_PER_TASK) * 2.0  # three waves of one
+    eval_s = 1 * (eval_work.calls / 3) * 0.5  # one wave of three
+    assert forecast.instant == []
+    assert forecast.wall_s == pytest.approx(ace_s + eval_s)  # the evaluation reads ACE's bank
+    # With a throughput too, the slower of the two counts.
+    slow = forecast_wall(graph, statuses, ledger, {"qwen3-4b": 1.0}, latency={"gpt-5-mini": 2.0})
+    assert slow.wall_s == pytest.approx(ace_s + eval_work.tokens / 1.0)
