@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         stage_status,
     )
     from distillery.orchestrator.planning.plan_totals import (
+        BUILD_CALLS_PER_TASK,
         StageWork,
         measured_units,
         stage_work,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from distillery.orchestrator.planning.tasks import resolve_tasks
 
 __all__ = [
+    "BUILD_CALLS_PER_TASK",
     "EvalPoint",
     "PlannedStatus",
     "PreflightError",
@@ -97,7 +99,7 @@ if not TYPE_CHECKING:
             "tasks": ("resolve_tasks",),
             "plan_check": ("plan_command",),
             "plan_clock": ("WallForecast", "forecast_wall", "format_forecast"),
-            "plan_totals": ("StageWork", "measured_units", "stage_work"),
+            "plan_totals": ("BUILD_CALLS_PER_TASK", "StageWork", "measured_units", "stage_work"),
             "preflight": (
                 "PreflightError",
                 "check_benchmark_environment",
