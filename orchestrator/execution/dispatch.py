@@ -93,8 +93,6 @@ def worker_capacity(
     """Never more episodes in flight than the servers have slots (beyond that episodes
     would only queue, their timeout running), nor than tasks; each worker gets its share
     of every replica's slots (router.worker_slots)."""
-    from distillery.workers.llm.router import worker_slots
-
     in_flight = cluster.num_workers * cluster.episodes_per_worker
     if job.model.backend != "oracle":
         server_slots = max(1, len(endpoints)) * job.model.max_concurrency_per_server
@@ -102,13 +100,12 @@ def worker_capacity(
     n_workers = max(1, min(cluster.num_workers, in_flight, n_tasks))
     if job.model.backend == "oracle":
         return Capacity(in_flight, (cluster.episodes_per_worker,) * n_workers)
-    per_replica = job.model.max_concurrency_per_server
-    caps = tuple(
-        min(
-            cluster.episodes_per_worker,
-            sum(worker_slots(per_replica, len(endpoints), w, n_workers)),
-        )
-        for w in range(n_workers)
+    _, caps = widened_caps(
+        job,
+        endpoints,
+        n_workers,
+        job.model.max_concurrency_per_server,
+        cluster.episodes_per_worker,
     )
     return Capacity(in_flight, caps)
 
