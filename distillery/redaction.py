@@ -50,9 +50,13 @@ _SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 # A command-line flag that takes a secret: --api-key KEY, --hf-token=KEY, --password KEY.
+# Not "tokens" (--max-num-batched-tokens, --cache-tokens: counts), and a number is never
+# taken for a key (--ms-per-token 0.1): registered, "400000" was cut out of every number
+# written after it, a ledger run record's wall time included. A password may be digits.
 _SECRET_FLAG = re.compile(
-    r"^--?[\w-]*(api[_-]?key|token|secret|password|passwd|credential)s?$", re.IGNORECASE
+    r"^--?[\w-]*(api[_-]?keys?|token|secrets?|passwords?|passwd|credentials?)$", re.IGNORECASE
 )
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 # scheme://userinfo@ : the userinfo of any URL in any text.
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#@\"'<>]+)@")
 
@@ -132,11 +136,17 @@ def secrets_in(config: Any, environ: Mapping[str, str] | None = None) -> set[str
             items = [str(v) for v in value if isinstance(v, str | int | float)]
             for i, item in enumerate(items):
                 flag, eq, inline = item.partition("=")
-                if _SECRET_FLAG.match(flag):
-                    if eq:
-                        found.add(inline)
-                    elif i + 1 < len(items) and not items[i + 1].startswith("-"):
-                        found.add(items[i + 1])
+                if not _SECRET_FLAG.match(flag):
+                    continue
+                if eq:
+                    taken = inline
+                elif i + 1 < len(items) and not items[i + 1].startswith("-"):
+                    taken = items[i + 1]
+                else:
+                    continue
+                # A number after --ms-per-token is a count; a password may be digits.
+                if not _NUMBER.match(taken) or re.search("pass", flag, re.IGNORECASE):
+                    found.add(taken)
             for v in value:
                 walk(v, key)
             return

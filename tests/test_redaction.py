@@ -53,6 +53,26 @@ def test_secrets_are_collected_by_value_from_every_place_a_key_can_be():
     }
 
 
+def test_count_flags_and_numbers_are_not_keys_and_a_json_record_stays_readable(tmp_path):
+    # The rehearsal's simulated server took `--cache-tokens 400000`: registered as a key,
+    # "400000" was cut out of a ledger run record's wall time (8.558841172400000...),
+    # and the record could no longer be read.
+    command = (
+        "--cache-tokens", "400000", "--max-num-batched-tokens", "65536",
+        "--ms-per-token", "0.1", "--api-key", "sk-canary-0123", "--password", "424242",
+    )  # fmt: skip
+    assert secrets_in({"extra_args": command}) == {"sk-canary-0123", "424242"}
+
+    from distillery.workers.storage import Location
+
+    register_secrets(["400000", "sk-canary-0123"])  # a numeric key still registered
+    record = {"wall_s": 8.5588411724000008, "note": "key sk-canary-0123", "n": 1400000}
+    target = Location.of(tmp_path / "run.json")
+    target.write_json(record)
+    back = target.read_json()
+    assert back == {"wall_s": 8.5588411724000008, "note": f"key {REDACTED}", "n": 1400000}
+
+
 def test_redact_replaces_registered_values_and_any_url_userinfo():
     register_secrets([ENV_KEY, "short"])  # too short to replace by value safely
     text = (

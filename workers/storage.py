@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from distillery.redaction import redact
+from distillery.redaction import redact_obj
 
 
 def s3_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -155,9 +155,12 @@ class Location:
 
     def write_json(self, data: Any) -> str:
         """Write `data` as JSON, with every secret redacted (ledger records, sweep.json,
-        stage identities: nothing written as JSON may carry a key)."""
-        text = json.dumps(data, indent=1, default=str)
-        return self.write_bytes(redact(text).encode())
+        stage identities: nothing written as JSON may carry a key). Its strings are
+        redacted, never the JSON text: a secret's characters inside a number or across
+        the syntax would leave a file no reader can parse."""
+        plain = json.loads(json.dumps(data, default=str))  # what `default` turns into text
+        text = json.dumps(redact_obj(plain), indent=1)
+        return self.write_bytes(text.encode())
 
     def read_json(self) -> Any:
         return json.loads(self.read_bytes())
