@@ -295,7 +295,8 @@ def report_out(
     serving = {m: row["serving_s"] for m, row in gpu.items()}
     teacher = configs[0].teacher.name
     serving[teacher] = api_stats.get("busy_ms", 0) / 1000
-    work = measure.measured_work(configs, serving, root / "empty")
+    writer, trace_s = measure.trace_writer_line(root / "driver.log")
+    work = measure.measured_work(configs, serving, root / "empty", trace_s)
     say("")
     say(f"== rehearsal of {' '.join(args.overrides)} (latencies / {args.scale:g}) ==")
     say(f"episodes: {work.episodes:,}; model calls: {work.calls:,.0f} (ledger)")
@@ -304,6 +305,7 @@ def report_out(
         f"{api_stats.get('embedded_texts', 0):,}"
     )
     say(f"wall-clock: {wall:.0f} s (the driver, from joining Ray to its exit)")
+    say(f"  {writer}")
     say(
         f"  critical-path bound {work.bound_s:.0f} s (bound / wall = {work.bound_s / wall:.2f}; "
         f"without release times, the longest chain or a model's whole load: "

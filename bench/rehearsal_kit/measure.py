@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -57,13 +58,17 @@ def _measured_units_as(measured: dict[Any, Any]) -> Iterator[None]:
 
 
 def measured_work(
-    configs: list[DistilleryConfig], serving_s: dict[str, float], empty_root: Path
+    configs: list[DistilleryConfig],
+    serving_s: dict[str, float],
+    empty_root: Path,
+    trace_s: float = 0.0,
 ) -> Work:
     """Episodes, calls and tokens per model from the finished ledger; each model's
     throughput (its tokens over its serving seconds and replicas: `serving_s`, model name
     -> seconds with a request in flight); and with those, `--plan`'s forecast of the
     whole sweep (graph schedule, bound, one stage at a time) over each stage's own
-    measured time (`stage_seconds`)."""
+    measured time (`stage_seconds`), the traces written at `trace_s` each (the trace
+    writer's measured time per trace: `trace_writer_line`)."""
     from distillery.orchestrator.planning.plan import plan_sweep
     from distillery.orchestrator.planning.plan_clock import forecast_wall
     from distillery.orchestrator.planning.plan_listing import stage_status
@@ -96,7 +101,12 @@ def measured_work(
             work.throughput[name] = tokens / (serving_s[name] * replicas)
     with _measured_units_as(measured):
         forecast = forecast_wall(
-            empty_graph, statuses, empty, work.throughput, stage_seconds(empty_graph, ledger)
+            empty_graph,
+            statuses,
+            empty,
+            work.throughput,
+            stage_seconds(empty_graph, ledger),
+            trace_s=trace_s,
         )
     work.wall_graph_s = forecast.wall_s
     work.bound_s = forecast.bound_s
@@ -230,3 +240,11 @@ def time_report(output_root: Path, env: dict[str, str], log: Path, timeout_s: fl
             check=True,
         )
     return time.perf_counter() - started
+
+
+def trace_writer_line(log: Path) -> tuple[str, float]:
+    """The driver's line on its trace writer (`traces: N episodes written in X s ...,
+    Y s each`) and Y (0.0 when it wrote none)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = re.search(r"^traces: .* ([0-9.]+) s each.*$", text, re.MULTILINE)
+    return (found.group(0), float(found.group(1))) if found else ("traces: none written", 0.0)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from distillery.orchestrator.core.config import ClusterConfig, DistilleryConfig
 from distillery.orchestrator.core.stats import NO_SCORED_EPISODES
 from distillery.orchestrator.execution.heartbeat import Heartbeat
-from distillery.orchestrator.execution.observers import notify
+from distillery.orchestrator.execution.observers import QueuedObserver, notify
 from distillery.orchestrator.execution.sweep import Sweep
 from distillery.orchestrator.planning.plan import StageGraph, plan_sweep
 from distillery.orchestrator.planning.plan_listing import format_plan, stage_status
@@ -85,7 +85,8 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         print(format_plan(graph, stage_status(graph, sweep.ledger)))
     sweep_json = sweep.sweep_dir / "sweep.json"
     previous = read_sweep_record(sweep_json)
-    tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment)
+    # A point's traces are written by a child process: the driver's stages go on.
+    tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, trace_process=True)
     # The sweep's settings, with the catalog cut to the methods it evaluates.
     shared = shared_params([safe_params(config_params(c, None, c.methods)) for c in graph.configs])
     tags = {
@@ -95,6 +96,7 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         "n_points": str(len(graph.points)),
     }
     with (
+        tracker.exporting_traces(),  # entered first, left last: after every point's logging
         tracker.parent(
             sweep.sweep_id,
             shared,
@@ -128,12 +130,16 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
             }
         )
         live = LiveRuns(sweep, tracker, pid, tags)
-        sweep.observers.append(live)
+        # Told from its own thread: logging a point when its stage ends takes seconds to
+        # minutes, during which every running stage goes on dispatching episodes.
+        live_queue = QueuedObserver(live, "live MLflow runs")
+        sweep.observers.append(live_queue)
         if progress:
             sweep.observers.append(Heartbeat(sweep))
         try:
             sweep.run_stages()
         except BaseException as exc:
+            live_queue.drain()  # what ended before the stop is logged, then runs are closed
             live.abort(interrupted=isinstance(exc, KeyboardInterrupt))
             raise
         finally:
@@ -144,6 +150,9 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         # Stages that report of themselves (a brew's statistics): a run each.
         reports = stage_reports(sweep)
         stage_runs = log_stage_runs(sweep, tracker, pid, tags, reports)
+    written = tracker.trace_summary()
+    if progress and written:
+        print(written, flush=True)
     write_sweep_tables(sweep, logged)
     write_stage_figures(sweep, reports, stage_runs)
     results = []

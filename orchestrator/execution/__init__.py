@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         service_options,
     )
     from distillery.orchestrator.execution.metrics import agent_metrics
-    from distillery.orchestrator.execution.observers import StageObserver, notify
+    from distillery.orchestrator.execution.observers import QueuedObserver, StageObserver, notify
     from distillery.orchestrator.execution.ordered_run import OrderedRun
     from distillery.orchestrator.execution.ordered_stage import (
         OrderedEpisodeStage,
@@ -49,6 +49,7 @@ __all__ = [
     "ModelGpuTime",
     "OrderedEpisodeStage",
     "OrderedRun",
+    "QueuedObserver",
     "Reply",
     "SERVICE_CPUS",
     "ServerPool",
@@ -87,7 +88,7 @@ if not TYPE_CHECKING:
             "heartbeat": ("Heartbeat",),
             "memory_stage": ("BUILD_CPUS", "SERVICE_CPUS", "MemoryStage", "service_options"),
             "metrics": ("agent_metrics",),
-            "observers": ("StageObserver", "notify"),
+            "observers": ("QueuedObserver", "StageObserver", "notify"),
             "ordered_run": ("OrderedRun",),
             "ordered_stage": ("OrderedEpisodeStage", "Reply", "TaskContext", "stage_events"),
             "schedule": ("StageEnd", "StageScheduler"),

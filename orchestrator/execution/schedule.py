@@ -193,6 +193,7 @@ class StageScheduler:
         started = time.perf_counter()
         try:
             sweep.ledger.describe(stage)
+            sweep.started_at[key] = time.time()
             sweep.notify("stage_started", key, prefix)
             ran = stage.run(sweep, prefix)
             wall = time.perf_counter() - started

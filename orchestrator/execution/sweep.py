@@ -86,6 +86,9 @@ class Sweep:
         # Episodes each running stage still has to dispatch (its dispatcher's last
         # word): a stage with some left may widen (`Capacity.grow`).
         self.dispatch_left: dict[StageKey, int] = {}
+        # When each stage of this run started (epoch seconds): a queued observer told
+        # of it later still knows.
+        self.started_at: dict[StageKey, float] = {}
         self._bars = _BarRows()
 
     # -- stages --------------------------------------------------------------------

@@ -61,7 +61,12 @@ def plan_command(
         )
         if totals:  # something still to run calls a model
             forecast = forecast_wall(
-                graph, statuses, ledger, cost.throughput_tokens_per_s, latency=cost.latency_s
+                graph,
+                statuses,
+                ledger,
+                cost.throughput_tokens_per_s,
+                latency=cost.latency_s,
+                trace_s=cost.trace_write_s,
             )
             print(format_forecast(forecast), file=out)
         out.flush()

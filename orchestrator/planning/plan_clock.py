@@ -24,6 +24,11 @@ released since: for each release time r, r + the work of its stages released at 
 later + the shortest chain below them (the single-server bound with release dates,
 which the preemptive schedule meets). Without releases it is the model's whole load.
 
+Every evaluation point's traces are written by one writer beside the driver
+(`tracking.trace_export`), each in `cost.trace_write_s`, from the moment its stage
+ends: the sweep ends when the last is written. The writer is a server of its own in the
+schedule and in the bound (its work released when each point's stage can end).
+
 Its assumptions are the throughput's: the episode slots are taken to feed every server
 (size `cluster.num_workers` x `cluster.episodes_per_worker` to the models' request slots),
 and a replica's throughput at the sweep's concurrency is the figure given.
@@ -60,6 +65,8 @@ class WallForecast:
     instant: list[str] = field(default_factory=list)  # models without a throughput
     # The bound without release times (the longest chain, or a model's whole load).
     load_bound_s: float = 0.0
+    traces: int = 0  # episodes written as traces, one after another
+    trace_write_s: float = 0.0  # their writing, in all
 
 
 def forecast_wall(
@@ -69,10 +76,11 @@ def forecast_wall(
     throughput: dict[str, float],
     durations: Mapping[StageKey, float] | None = None,
     latency: Mapping[str, float] | None = None,
+    trace_s: float = 0.0,
 ) -> WallForecast:
     """The forecast of `statuses`' stages still to run (`durations`: stage times known
     otherwise, e.g. measured, used in place of tokens over throughput; `latency`: seconds
-    a call takes, per model name). Stages of a model without servers of ours (an API)
+    a call takes, per model name; `trace_s`: seconds one trace takes to write). Stages of a model without servers of ours (an API)
     are not queued behind each other: the provider's capacity is not ours to share out,
     and each stage's own limits (its concurrency, its calls in sequence) are in its time."""
     measured = measured_units(graph, statuses, ledger)
@@ -125,6 +133,12 @@ def forecast_wall(
         s: _released_bound(keys, head, duration, lambda k: chain(k) - duration[k])
         for s, keys in by_server.items()
     }
+    traces = traced_episodes(graph, statuses)
+    writes = {k: n * trace_s for k, n in traces.items() if n and trace_s > 0}
+    if writes:  # the writer's work is released when a point's stage can end
+        released["traces"] = _released_bound(
+            list(writes), lambda k: head(k) + duration[k], writes, lambda k: 0.0
+        )
     bound = max([longest, *released.values(), 0.0])
 
     # The driver's schedule: each stage starts when its inputs have ended and its model
@@ -153,19 +167,38 @@ def forecast_wall(
             first.setdefault(s, start)
             last[s] = max(last.get(s, 0.0), end[key])
         waiting.remove(key)
+    written = 0.0  # the trace writer, after each point's stage as simulated
+    for key in sorted(writes, key=lambda k: end.get(k, 0.0)):
+        written = max(written, end.get(key, 0.0)) + writes[key]
     held = {}
     for s, model in models.items():
         gpus = gpus_of(model)
         if gpus:
             held[model.name] = held.get(model.name, 0.0) + gpus * (last[s] - first[s]) / 3600
     return WallForecast(
-        wall_s=max(end.values(), default=0.0),
+        wall_s=max([*end.values(), written, 0.0]),
         bound_s=bound,
         one_at_a_time_s=sum(duration.values()),
         held_gpu_h=held,
         instant=sorted(instant),
-        load_bound_s=max([longest, *load.values(), 0.0]),
+        load_bound_s=max([longest, *load.values(), sum(writes.values()), 0.0]),
+        traces=sum(traces.values()),
+        trace_write_s=sum(writes.values()),
     )
+
+
+def traced_episodes(graph: StageGraph, statuses: Sequence[PlannedStatus]) -> dict[StageKey, int]:
+    """The traces each stage still to run has written when it ends: its evaluation
+    points' evaluated tasks (`tracking.trace_sample` of them; 0: none)."""
+    to_run = {st.stage.key for st in statuses if not st.is_cached}
+    out: dict[StageKey, int] = {}
+    for point in graph.points.values():
+        if point.stage not in to_run:
+            continue
+        n = len(point.split.eval_ids)
+        sample = point.cfg.tracking.trace_sample
+        out[point.stage] = out.get(point.stage, 0) + (n if sample is None else min(n, sample))
+    return out
 
 
 def _in_sequence(
@@ -207,6 +240,12 @@ def format_forecast(forecast: WallForecast) -> str:
         f"{_time(forecast.bound_s)}; one stage at a time {_time(forecast.one_at_a_time_s)}), "
         "from cost.throughput_tokens_per_s and cost.latency_s"
     ]
+    if forecast.trace_write_s:
+        lines.append(
+            f"  traces: {forecast.traces:,} episodes written one after another, "
+            f"{_time(forecast.trace_write_s)} in all (cost.trace_write_s; "
+            "tracking.trace_sample=N writes N per point)"
+        )
     if forecast.held_gpu_h:
         held = ", ".join(f"{m} {h:,.2f}" for m, h in sorted(forecast.held_gpu_h.items()))
         lines.append(f"  GPU-hours held in that schedule (servers up, first to last stage): {held}")

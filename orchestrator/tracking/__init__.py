@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         stage_reports,
         write_stage_figures,
     )
+    from distillery.orchestrator.tracking.trace_export import TraceExporter
+    from distillery.orchestrator.tracking.trace_log import TraceLog
     from distillery.orchestrator.tracking.traces import (
         episode_trace,
         sample_episodes,
@@ -55,6 +57,8 @@ __all__ = [
     "POINT_ID_TAG",
     "RunResult",
     "SweepResult",
+    "TraceExporter",
+    "TraceLog",
     "Tracker",
     "config_params",
     "episode_trace",
@@ -113,6 +117,8 @@ if not TYPE_CHECKING:
                 "write_sweep_tables",
             ),
             "stage_runs": ("log_stage_runs", "stage_reports", "write_stage_figures"),
+            "trace_export": ("TraceExporter",),
+            "trace_log": ("TraceLog",),
             "traces": ("episode_trace", "sample_episodes", "success_label"),
             "tracker": (
                 "CHANGED_PARAM_TAG",

@@ -52,6 +52,10 @@ class LiveRuns:
         self.eval_ids = {p.point_id: frozenset(p.split.eval_ids) for p in self.points()}
         self.open: dict[str, str] = {}  # point id -> its RUNNING child run
         self.tally: dict[str, Counter[str]] = {}
+        # The tasks each open point has counted: told from a queue, `stage_started` may
+        # read the ledger after some of the stage's episodes are in it, and each is
+        # counted once, whether from the ledger or from its event.
+        self.counted: dict[str, set[tuple[str, int]]] = {}
         self.logged: dict[str, MethodResult] = {}  # points whose run is closed
         self._flushed_at: dict[StageKey, float] = {}
 
@@ -69,7 +73,10 @@ class LiveRuns:
         # run that produced it. One that runs now starts now.
         needed = self.sweep.graph.needs.get(key, set())
         cached = needed <= {t for t, s in done.items() if s.finished}
-        start_ms = _ms((_first_start(self.sweep, key) if cached else None) or time.time())
+        start = (_first_start(self.sweep, key) if cached else None) or self.sweep.started_at.get(
+            key
+        )
+        start_ms = _ms(start or time.time())
         for point in points:
             run = point_run(self.sweep, point, self.tags)
             self.open[point.point_id] = self.tracker.open_child(
@@ -81,10 +88,11 @@ class LiveRuns:
                 start_time_ms=start_ms,
             )
             tally: Counter[str] = Counter()
-            for task_id in point.split.eval_ids:  # what earlier runs of the stage finished
-                if task_id in done:
-                    _count(tally, done[task_id])
+            earlier = [done[t] for t in point.split.eval_ids if t in done]
+            for summary in earlier:  # what earlier runs of the stage finished
+                _count(tally, summary)
             self.tally[point.point_id] = tally
+            self.counted[point.point_id] = {(x.task_id, x.attempt) for x in earlier}
         self._flush(key)
 
     def episode(self, key: StageKey, summary: EpisodeSummary) -> None:
@@ -92,7 +100,10 @@ class LiveRuns:
         counted = False
         for point in points:
             if point.point_id in self.open and summary.task_id in self.eval_ids[point.point_id]:
-                _count(self.tally[point.point_id], summary)
+                seen = self.counted[point.point_id]
+                if (summary.task_id, summary.attempt) not in seen:
+                    seen.add((summary.task_id, summary.attempt))
+                    _count(self.tally[point.point_id], summary)
                 counted = True
         if counted and time.monotonic() - self._flushed_at.get(key, 0.0) >= self.interval_s:
             self._flush(key)
@@ -105,6 +116,7 @@ class LiveRuns:
         end = _last_end(self.sweep, key) or time.time()
         for point in points:
             run_id = self.open.pop(point.point_id)
+            self.counted.pop(point.point_id, None)
             self.logged[point.point_id] = log_point(
                 self.sweep,
                 self.tracker,

@@ -9,7 +9,8 @@ Everything is logged from the driver through `MlflowClient` with explicit run id
 the fluent active-run stack), so one process can open the parent, log many children in
 any order and reopen both when a sweep is resumed. Re-logging a point is idempotent: the
 child is found by its `distillery.point_id` tag and updated in place. A child's episodes
-are written as traces by `trace_log.TraceLog`, through the same client.
+are written as traces by `trace_log.TraceLog`, through the same client, or, for a sweep
+(`trace_process=True`), by `trace_export.TraceExporter`'s child process beside it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from mlflow.utils.mlflow_tags import (  # noqa: E402
     MLFLOW_RUN_TYPE_GENAI_EVALUATE,
 )
 
+from distillery.orchestrator.tracking.trace_export import TraceExporter  # noqa: E402
 from distillery.orchestrator.tracking.trace_log import TraceLog  # noqa: E402
 from distillery.orchestrator.tracking.traces import POINT_ID_TAG, success_label  # noqa: E402
 from distillery.redaction import (  # noqa: E402
@@ -142,7 +144,9 @@ class EvalDataset:
 
 
 class Tracker:
-    def __init__(self, uri: str, experiment: str) -> None:
+    def __init__(self, uri: str, experiment: str, trace_process: bool = False) -> None:
+        """`trace_process`: a point's traces are exported by a child process (a sweep's
+        driver: `close_traces` waits for them), else here, before `log_agent` returns."""
         self.uri = uri
         # Traces are exported through MLflow's global tracer provider, which follows the
         # global tracking URI (not a client's), so the URI must be set globally too.
@@ -159,6 +163,33 @@ class Tracker:
         self.parent_run_id: str | None = None
         self._context_tags = _context_tags()
         self.trace_log = TraceLog(self.client, uri, self.experiment_id)
+        self.traces: TraceLog | TraceExporter = (
+            TraceExporter(uri, self.experiment_id) if trace_process else self.trace_log
+        )
+
+    def close_traces(self, wait: bool = True) -> None:
+        """Every point's traces exported (each at most `trace_export.STALL_S`), or with
+        `wait=False` (a stopped sweep) those not exported yet dropped: the next run of
+        the same command logs them."""
+        if isinstance(self.traces, TraceExporter):
+            self.traces.close(wait)
+
+    def trace_summary(self) -> str | None:
+        """What the trace writer wrote, and how long each took (None: nothing)."""
+        return self.traces.summary() if isinstance(self.traces, TraceExporter) else None
+
+    @contextmanager
+    def exporting_traces(self) -> Iterator[None]:
+        """The body's traces are exported when it ends (`close_traces`); a body stopped by
+        Ctrl-C or SIGTERM does not wait for them."""
+        interrupted = False
+        try:
+            yield
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            self.close_traces(wait=not interrupted)
 
     # -- runs -------------------------------------------------------------------------
 
@@ -277,7 +308,7 @@ class Tracker:
             self.client.set_terminated(child_id, RunStatus.to_string(RunStatus.FAILED))
             raise
         if trace_sample != 0:
-            self.trace_log.log(child_id, traces, trace_sample, point_id, trace_tags)
+            self.traces.log(child_id, traces, trace_sample, point_id, trace_tags)
         self.client.set_terminated(
             child_id, RunStatus.to_string(RunStatus.FINISHED), end_time=end_time_ms
         )

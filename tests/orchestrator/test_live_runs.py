@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from distillery.orchestrator.core.compose import rewrite_role_overrides, sweep_p
 from distillery.orchestrator.core.config import to_config
 from distillery.orchestrator.driver.run import run_sweep
 from distillery.orchestrator.execution import heartbeat as heartbeat_module
+from distillery.orchestrator.execution.sweep import Sweep as SweepRun
 from distillery.orchestrator.tracking.live_runs import LiveRuns
 from distillery.testing.scripted_server import run_stub_server
 
@@ -49,19 +51,28 @@ def test_a_stopped_sweep_leaves_its_run_killed_and_the_same_command_continues_it
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     seen: dict[str, object] = {}
     original = LiveRuns.episode
+    landed = SweepRun._episode_done
 
-    def interrupted(self, key, summary):  # Ctrl-C once the first episode has landed
+    def watched(self, key, summary):  # the live run as the first episode left it
         original(self, key, summary)
         (run_id,) = self.open.values()
-        seen["run"] = client.get_run(run_id)
+        seen.setdefault("run", client.get_run(run_id))
+        seen.setdefault("thread", threading.current_thread().name)
+
+    def interrupted(self, key, summary):  # Ctrl-C once the first episode has landed
+        landed(self, key, summary)
         raise KeyboardInterrupt
 
     with run_stub_server(script="distillery.testing.bfcl_scripts:replay_native") as url:
         configs = _configs(tmp_path, url)
-        monkeypatch.setattr(LiveRuns, "episode", interrupted)
+        monkeypatch.setattr(LiveRuns, "episode", watched)
+        monkeypatch.setattr(SweepRun, "_episode_done", interrupted)
         with pytest.raises(KeyboardInterrupt):
             run_sweep(configs, progress=False)
         monkeypatch.setattr(LiveRuns, "episode", original)
+        monkeypatch.setattr(SweepRun, "_episode_done", landed)
+        # Told from its own thread, never the stage's (which goes on dispatching).
+        assert seen["thread"] == "observer live MLflow runs"
         # While its stage ran, the point's run was RUNNING with its params and progress.
         running = seen["run"]
         assert running.info.status == "RUNNING"

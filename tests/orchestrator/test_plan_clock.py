@@ -141,3 +141,40 @@ def test_a_stage_played_one_task_at_a_time_takes_its_calls_in_sequence(tmp_path)
     # With a throughput too, the slower of the two counts.
     slow = forecast_wall(graph, statuses, ledger, {"qwen3-4b": 1.0}, latency={"gpt-5-mini": 2.0})
     assert slow.wall_s == pytest.approx(ace_s + eval_work.tokens / 1.0)
+
+
+def test_traces_are_written_one_after_another_from_the_end_of_each_points_stage(tmp_path):
+    """Two students' evaluations end together; their 3 traces each take the one trace
+    writer 6 x 10 s after that: the sweep ends when the last is written. A sample of 1
+    per point writes 2."""
+    configs = [
+        sweep_config(tmp_path, "benchmark.limit=3", "methods=[zero_shot]", f"student={name}")
+        for name in ("qwen3_4b", "qwen3_8b")
+    ]
+    graph = plan_sweep(configs)
+    ledger = Ledger(configs[0].output_dir)
+    statuses = stage_status(graph, ledger)
+    throughput = {"qwen3-4b": 400.0, "qwen3-8b": 400.0}
+    stages_s = max(_seconds(graph, statuses, ledger, throughput).values())
+    without = forecast_wall(graph, statuses, ledger, throughput)
+    assert without.wall_s == pytest.approx(stages_s) and without.traces == 6
+    forecast = forecast_wall(graph, statuses, ledger, throughput, trace_s=10.0)
+    assert forecast.trace_write_s == pytest.approx(60.0)
+    assert forecast.wall_s == pytest.approx(stages_s + 60.0)
+    assert forecast.bound_s == pytest.approx(stages_s + 60.0)
+    assert "traces: 6 episodes written one after another, 1.0 min in all" in format_forecast(forecast)
+
+    sampled = [
+        sweep_config(
+            tmp_path,
+            "benchmark.limit=3",
+            "methods=[zero_shot]",
+            f"student={name}",
+            "tracking.trace_sample=1",
+        )
+        for name in ("qwen3_4b", "qwen3_8b")
+    ]
+    graph = plan_sweep(sampled)
+    statuses = stage_status(graph, ledger)
+    few = forecast_wall(graph, statuses, ledger, throughput, trace_s=10.0)
+    assert few.traces == 2 and few.wall_s == pytest.approx(stages_s + 20.0)

@@ -85,6 +85,7 @@ class FakeSweep:
         self.servers = FakeServers()
         self.grants: dict[StageKey, Any] = {}
         self.dispatch_left: dict[StageKey, int] = {}
+        self.started_at: dict[StageKey, float] = {}
         self.stages_run = self.stages_cached = 0
         self.said: list[str] = []
         self.events: list[tuple[str, StageKey]] = []

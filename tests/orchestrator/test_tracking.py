@@ -494,3 +494,57 @@ def test_points_logged_at_once_keep_every_trace_past_the_export_queue(
     mlflow.flush_trace_async_logging(terminate=True)
     monkeypatch.delenv("MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE")
     reset()
+
+
+def test_a_sweeps_traces_are_exported_by_a_child_process_and_none_is_lost(
+    uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's tracker hands each point's traces to a child process (the driver goes
+    on at once); closing waits for all of them, with one export in flight at a time."""
+    from distillery.orchestrator.tracking import trace_export
+
+    monkeypatch.setattr(trace_export, "MAX_PENDING", 1)  # each point waits for the last
+    tracker = Tracker(uri, f"test-{uuid.uuid4().hex[:8]}", trace_process=True)
+    records = [
+        dataclasses.replace(_success(), task_id=f"multi_turn_base_{i}", episode_id=f"e{i}")
+        for i in range(4)
+    ]
+    exported_here: list[str] = []
+    monkeypatch.setattr(
+        tracker.trace_log, "log", lambda run_id, *a, **k: exported_here.append(run_id)
+    )
+    with tracker.exporting_traces(), tracker.parent("sweep", {}, {}):
+        children = [_log(tracker, {}, point_id=p, traces=records) for p in ("p", "q", "r")]
+    assert not exported_here  # never by the driver's own client
+    client = MlflowClient(uri)
+    for child in children:
+        found = client.search_traces(locations=[tracker.experiment_id], run_id=child)
+        assert sorted(t.info.tags["distillery.task_id"] for t in found) == sorted(
+            r.task_id for r in records
+        )
+
+
+def test_an_export_that_hangs_is_given_up_with_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tracking server that accepts and never answers: the driver stops waiting after
+    the stall deadline, says for what, and stops the child."""
+    import socket
+
+    from distillery.orchestrator.tracking.trace_export import TraceExporter
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections queue; nothing is ever read or answered
+    try:
+        port = silent.getsockname()[1]
+        exporter = TraceExporter(f"http://127.0.0.1:{port}", "0", stall_s=2.0)
+        exporter.log("run-1", [_success()])
+        with caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking.trace_export"):
+            exporter.close()
+    finally:
+        silent.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.startswith("traces: stopped waiting after 2 s for the export of run run-1's 1")
+    assert "the next run of the same command logs the traces it lacks" in line
+    assert exporter._pool is None  # the stuck child is gone
