@@ -213,11 +213,11 @@ class CostConfig(_Frozen):
     latency_s: dict[str, PositiveFloat] = Field(default_factory=dict)
     # Seconds the tracking store takes to write one episode's trace (its spans), one
     # after another: `--plan`'s wall-clock counts each point's traces written from the
-    # end of its stage (`tracking.trace_sample` of them). Default: 0.15 s, measured for a
-    # BFCL episode of ~20 spans written to MLflow's SQLite store on a 2-core machine
-    # (`bench/trace_write.py`, docs/performance.md); measure yours (a tracking server's
-    # database differs).
-    trace_write_s: float = Field(default=0.15, ge=0)
+    # end of its stage (`tracking.trace_sample` of them). Default: 0.075 s, measured for
+    # a BFCL episode of ~21 spans, in points of 200, written by the sweep's trace writer
+    # to MLflow's SQLite store on a 2-core machine (`bench/trace_write.py`,
+    # docs/performance.md); measure yours (a tracking server's database differs).
+    trace_write_s: float = Field(default=0.075, ge=0)
 
     def prices_dict(self) -> dict[str, Any]:
         return {

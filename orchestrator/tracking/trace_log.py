@@ -46,12 +46,23 @@ _log = logging.getLogger(__name__)
 _EMITTING = threading.Lock()
 
 
-def _queue_room() -> int:
-    """Export tasks between two flushes: half the queue (read now: a test or a user may
-    set the variable)."""
-    from mlflow.environment_variables import MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE
+# Spans MLflow's batch span processor holds before it drops them: OTel's default queue,
+# or the batch size when larger (mlflow/tracing/processor/base_mlflow.py,
+# `_create_batch_span_processor`).
+_SPAN_QUEUE = 2048
 
-    return max(1, MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE.get() // 2)
+
+def _queue_room() -> int:
+    """Export tasks (about one per span) between two flushes: half of the smaller of the
+    export queue and the span processor's queue (read now: a test, a user or the trace
+    writer may set the variables)."""
+    from mlflow.environment_variables import (
+        MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE,
+        MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE,
+    )
+
+    spans = max(_SPAN_QUEUE, MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE.get())
+    return max(1, min(MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE.get(), spans) // 2)
 
 
 class TraceLog:

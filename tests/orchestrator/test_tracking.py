@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import uuid
 from pathlib import Path
 
@@ -516,12 +517,34 @@ def test_a_sweeps_traces_are_exported_by_a_child_process_and_none_is_lost(
     with tracker.exporting_traces(), tracker.parent("sweep", {}, {}):
         children = [_log(tracker, {}, point_id=p, traces=records) for p in ("p", "q", "r")]
     assert not exported_here  # never by the driver's own client
+    # The child ran with the writer's MLflow settings: one export thread, large batches.
+    assert isinstance(tracker.traces, trace_export.TraceExporter)
+    assert tracker.traces.settings == trace_export.writer_settings()
+    child_env = {
+        name: tracker.traces._start().submit(os.getenv, name).result(timeout=60)
+        for name in tracker.traces.settings
+    }
+    assert child_env == trace_export.writer_settings()
+    assert child_env["MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS"] == "1"
+    tracker.close_traces(wait=True)
     client = MlflowClient(uri)
     for child in children:
         found = client.search_traces(locations=[tracker.experiment_id], run_id=child)
         assert sorted(t.info.tags["distillery.task_id"] for t in found) == sorted(
             r.task_id for r in records
         )
+
+
+def test_the_trace_writers_settings_keep_what_the_user_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from distillery.orchestrator.tracking.trace_export import writer_settings
+
+    monkeypatch.delenv("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", raising=False)
+    monkeypatch.setenv("MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS", "3")
+    settings = writer_settings()
+    assert settings["MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS"] == "3"
+    assert settings["MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE"] == "1000"
 
 
 def test_an_export_that_hangs_is_given_up_with_one_line(
