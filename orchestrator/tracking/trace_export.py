@@ -4,8 +4,10 @@ Writing a point's traces is MLflow's span export (its SQLAlchemy store writes ev
 span of every episode): in bfcl_table1's rehearsal it was two thirds of the driver's
 interpreter time, which its stages' dispatch threads then waited for. `TraceExporter`
 hands each point's traces (`TraceLog.log`'s arguments) to one child process, which does
-what `TraceLog.log` does with a client of its own, on another core. The driver goes on;
-at its end it waits for what it handed over (`close`), each export at most `stall_s`.
+what `TraceLog.log` does with a client of its own, on another core, with MLflow's
+exporter set for writing whole points (`writer_settings`). The driver goes on; at its
+end it waits for what it handed over (`close`), each export at most `stall_s`. A writer
+that dies or hangs is one warning line; the next point starts another.
 
 Nothing is lost on a crash: an export is idempotent (a run's traces already logged are
 kept) and every point is logged again by the next run of the same command.
@@ -16,12 +18,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import queue
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from distillery import redaction
 
@@ -39,6 +40,14 @@ STALL_S = 900.0
 # Ours: points handed over and not yet exported; the next waits for the oldest. Each
 # holds its episodes' records (a few MB for 200 episodes) until it is exported.
 MAX_PENDING = 4
+# Ours: the writer's CPU priority, the lowest. Traces are bookkeeping: on a machine the
+# sweep's own processes keep busy (Ray's workers run at niceness 15, Ray's
+# `worker_niceness`), the writer takes the CPU they leave and catches up when they end,
+# rather than slowing the episodes that hold GPUs.
+NICENESS = 19
+# Ours: how long the writer's process may take to exit once its points are written (or
+# once killed) before the driver goes on without it: it exits in about a second.
+EXIT_S = 60.0
 
 # The trace writer's MLflow settings, in its child process only (a variable the user
 # set wins). MLflow's defaults suit an application that traces as it runs: ten export
@@ -71,7 +80,74 @@ def writer_settings() -> dict[str, str]:
 class _Pending:
     run_id: str
     episodes: int
-    future: Future[tuple[int, float]]
+    job: int
+
+
+class WriterGone(RuntimeError):
+    """The trace writer's process exited (killed, out of memory) with exports pending."""
+
+
+class _Writer:
+    """The child process and its two queues: jobs in, `(job, result)` out. The queues'
+    feeder threads hand a point over without waiting for the child to read it."""
+
+    def __init__(self, settings: Mapping[str, str]) -> None:
+        # spawn: the driver has Ray's and MLflow's threads, which a fork would copy
+        # mid-flight.
+        context = multiprocessing.get_context("spawn")
+        self.jobs: multiprocessing.Queue[Any] = context.Queue()
+        self.results: multiprocessing.Queue[Any] = context.Queue()
+        self.process = context.Process(
+            target=_serve,
+            args=(self.jobs, self.results, dict(settings)),
+            name="distillery trace writer",
+            daemon=True,  # never outlives the driver
+        )
+        self.process.start()
+        self.sent = 0
+
+    def submit(self, *args: Any) -> int:
+        self.sent += 1
+        self.jobs.put((self.sent, args))
+        return self.sent
+
+    def result(self, job: int, timeout_s: float) -> Any:
+        """Job `job`'s result (jobs end in the order sent); TimeoutError past
+        `timeout_s`, WriterGone when the process exited, RuntimeError when it raised."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                done, outcome = self.results.get(timeout=min(0.5, timeout_s))
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise WriterGone(f"exit code {self.process.exitcode}") from None
+                if time.monotonic() >= deadline:
+                    raise TimeoutError from None
+                continue
+            if done != job:  # an earlier job's, which was not waited for
+                continue
+            if isinstance(outcome, BaseException):
+                raise RuntimeError(str(outcome))
+            return outcome
+
+    def stop(self, kill: bool) -> None:
+        """`kill`: at once (mid-export or stuck); else after the jobs sent, killed if it
+        has not exited `EXIT_S` later."""
+        if not kill:
+            self.jobs.put(None)
+            self.process.join(EXIT_S)
+            if self.process.is_alive():
+                _log.warning(
+                    "traces: the trace writer had not exited %.0f s after its last point; stopped",
+                    EXIT_S,
+                )
+                kill = True
+        if kill:
+            self.process.kill()
+            self.process.join(EXIT_S)
+        for channel in (self.jobs, self.results):
+            channel.cancel_join_thread()  # what the child never read is dropped
+            channel.close()
 
 
 class TraceExporter:
@@ -91,7 +167,7 @@ class TraceExporter:
         self.experiment_id = experiment_id
         self.stall_s = STALL_S if stall_s is None else stall_s
         self.max_pending = max(1, MAX_PENDING if max_pending is None else max_pending)
-        self._pool: ProcessPoolExecutor | None = None
+        self._writer: _Writer | None = None
         self._pending: list[_Pending] = []
         self.written = 0  # traces the child wrote, and the seconds it took
         self.writing_s = 0.0
@@ -109,8 +185,7 @@ class TraceExporter:
         while len(self._pending) >= self.max_pending:
             self._wait(self._pending[0])
         try:
-            future = self._start().submit(
-                _export,
+            job = self._start().submit(
                 self.uri,
                 self.experiment_id,
                 sorted(redaction.registered()),
@@ -120,18 +195,18 @@ class TraceExporter:
                 point_id,
                 dict(tags or {}),
             )
-        except Exception as exc:  # a child that died: the next point starts another
+        except Exception as exc:  # the child could not start: the next point tries again
             _log.warning("run %s: its traces were not exported: %s", run_id, exc)
-            self._stop(cancel=True)
+            self._stop(kill=True)
             return
-        self._pending.append(_Pending(run_id, len(records), future))
+        self._pending.append(_Pending(run_id, len(records), job))
 
     def close(self, wait: bool = True) -> None:
         """Wait for every export handed over (each at most `stall_s`), then stop the
         child; `wait=False` (the sweep was stopped) drops what is not exported yet."""
         if wait:
             self.drain()
-        self._stop(cancel=not wait)
+        self._stop(kill=not wait)
 
     def drain(self) -> None:
         """Wait for every export handed over (each at most `stall_s`); the child stays."""
@@ -140,9 +215,10 @@ class TraceExporter:
 
     def _wait(self, pending: _Pending) -> None:
         started = time.monotonic()
+        assert self._writer is not None  # a pending export has its child
         try:
-            written, seconds = pending.future.result(timeout=self.stall_s)
-        except FutureTimeout:
+            written, seconds = self._writer.result(pending.job, self.stall_s)
+        except TimeoutError:
             _log.warning(
                 "traces: stopped waiting after %.0f s for the export of run %s's %d "
                 "episodes; the next run of the same command logs the traces it lacks",
@@ -150,10 +226,15 @@ class TraceExporter:
                 pending.run_id,
                 pending.episodes,
             )
-            self._stop(cancel=True)  # a stuck child is not waited for again
-        except Exception as exc:  # the child died (BrokenProcessPool) or raised
-            _log.warning("run %s: exporting its traces failed: %s", pending.run_id, exc)
-            self._stop(cancel=True)
+            self._stop(kill=True)  # a stuck child is not waited for again
+        except (WriterGone, RuntimeError) as exc:
+            _log.warning(
+                "run %s: exporting its traces failed (the trace writer: %s); the next run "
+                "of the same command logs the traces it lacks",
+                pending.run_id,
+                exc,
+            )
+            self._stop(kill=True)
         else:
             self._pending.remove(pending)
             self.written += written
@@ -169,28 +250,17 @@ class TraceExporter:
             f"trace writer, {each:.3f} s each ('cost.trace_write_s={each:.3g}' for --plan)"
         )
 
-    def _start(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            # spawn: the driver has Ray's and MLflow's threads, which a fork would copy
-            # mid-flight.
-            self._pool = ProcessPoolExecutor(
-                1,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_set_environment,
-                initargs=(self.settings,),
-            )
-        return self._pool
+    def _start(self) -> _Writer:
+        if self._writer is None:
+            self._writer = _Writer(self.settings)
+        return self._writer
 
-    def _stop(self, cancel: bool) -> None:
-        pool, self._pool = self._pool, None
-        if cancel:
-            self._pending.clear()
-        if pool is None:
-            return
-        if cancel:
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.kill()  # mid-export or stuck: the next run logs what it lacks
-        pool.shutdown(wait=not cancel, cancel_futures=cancel)
+    def _stop(self, kill: bool) -> None:
+        writer, self._writer = self._writer, None
+        if kill:
+            self._pending.clear()  # the next run of the same command logs them
+        if writer is not None:
+            writer.stop(kill)
 
 
 # -- in the child ----------------------------------------------------------------------
@@ -198,9 +268,19 @@ class TraceExporter:
 _trace_logs: dict[tuple[str, str], TraceLog] = {}
 
 
-def _set_environment(settings: dict[str, str]) -> None:
-    """The child's first act: MLflow reads these when it makes its trace exporter."""
-    os.environ.update(settings)
+def _serve(
+    jobs: multiprocessing.Queue[Any], results: multiprocessing.Queue[Any], settings: dict[str, str]
+) -> None:
+    """The child: each job's traces written, in order, until the driver says stop."""
+    os.environ.update(settings)  # before MLflow makes its trace exporter, which reads them
+    os.nice(max(0, NICENESS - os.nice(0)))
+    while (item := jobs.get()) is not None:
+        job, args = item
+        try:
+            outcome: Any = _export(*args)
+        except Exception as exc:  # the driver says so, in one line (as text: it pickles)
+            outcome = RuntimeError(f"{type(exc).__name__}: {exc}")
+        results.put((job, outcome))
 
 
 def _export(

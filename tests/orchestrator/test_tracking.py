@@ -517,16 +517,8 @@ def test_a_sweeps_traces_are_exported_by_a_child_process_and_none_is_lost(
     with tracker.exporting_traces(), tracker.parent("sweep", {}, {}):
         children = [_log(tracker, {}, point_id=p, traces=records) for p in ("p", "q", "r")]
     assert not exported_here  # never by the driver's own client
-    # The child ran with the writer's MLflow settings: one export thread, large batches.
     assert isinstance(tracker.traces, trace_export.TraceExporter)
     assert tracker.traces.settings == trace_export.writer_settings()
-    child_env = {
-        name: tracker.traces._start().submit(os.getenv, name).result(timeout=60)
-        for name in tracker.traces.settings
-    }
-    assert child_env == trace_export.writer_settings()
-    assert child_env["MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS"] == "1"
-    tracker.close_traces(wait=True)
     client = MlflowClient(uri)
     for child in children:
         found = client.search_traces(locations=[tracker.experiment_id], run_id=child)
@@ -538,13 +530,22 @@ def test_a_sweeps_traces_are_exported_by_a_child_process_and_none_is_lost(
 def test_the_trace_writers_settings_keep_what_the_user_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from distillery.orchestrator.tracking.trace_export import writer_settings
+    import queue
+
+    from distillery.orchestrator.tracking.trace_export import _serve, writer_settings
 
     monkeypatch.delenv("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", raising=False)
     monkeypatch.setenv("MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS", "3")
     settings = writer_settings()
     assert settings["MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS"] == "3"
     assert settings["MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE"] == "1000"
+    # The writer's process runs with them: set before MLflow makes its exporter.
+    jobs: queue.SimpleQueue[object] = queue.SimpleQueue()
+    jobs.put(None)  # no point to write: the process stops at once
+    for name in settings:
+        monkeypatch.setenv(name, "unset")  # restored after the test
+    _serve(jobs, queue.SimpleQueue(), settings)  # type: ignore[arg-type]
+    assert {name: os.environ[name] for name in settings} == settings
 
 
 def test_an_export_that_hangs_is_given_up_with_one_line(
@@ -570,4 +571,37 @@ def test_an_export_that_hangs_is_given_up_with_one_line(
     (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert line.startswith("traces: stopped waiting after 2 s for the export of run run-1's 1")
     assert "the next run of the same command logs the traces it lacks" in line
-    assert exporter._pool is None  # the stuck child is gone
+    assert exporter._writer is None  # the stuck child is gone
+
+
+def test_a_trace_writer_killed_mid_export_is_one_line_and_the_next_point_starts_another(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The writer's process is killed (out of memory, by hand) while a point's export is
+    in flight: the driver says so in one line at once, not after the stall deadline."""
+    import signal
+    import socket
+
+    from distillery.orchestrator.tracking.trace_export import TraceExporter
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the export waits here: in flight until the kill
+    try:
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        exporter = TraceExporter(uri, "0", stall_s=600.0)
+        exporter.log("run-1", [_success()])
+        writer = exporter._writer
+        assert writer is not None
+        assert writer.process.pid is not None
+        os.kill(writer.process.pid, signal.SIGKILL)
+        with caplog.at_level(logging.WARNING, "distillery.orchestrator.tracking.trace_export"):
+            exporter.drain()
+        (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert line.startswith("run run-1: exporting its traces failed (the trace writer: exit")
+        assert exporter._writer is None and not exporter._pending
+        exporter.log("run-2", [_success()])  # another child takes the next point
+        assert exporter._writer is not None and exporter._writer.process.is_alive()
+        exporter.close(wait=False)
+    finally:
+        silent.close()
