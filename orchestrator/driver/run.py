@@ -139,8 +139,8 @@ def _run_locked(graph: StageGraph, progress: bool) -> SweepResult:
         try:
             sweep.run_stages()
         except BaseException as exc:
-            live_queue.drain()  # what ended before the stop is logged, then runs are closed
-            live.abort(interrupted=isinstance(exc, KeyboardInterrupt))
+            # What ended before the stop is logged, then the runs left open are closed.
+            live.stop(live_queue, interrupted=isinstance(exc, KeyboardInterrupt))
             raise
         finally:
             notify(sweep.observers, "close")

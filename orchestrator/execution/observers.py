@@ -119,6 +119,15 @@ class QueuedObserver:
                 return False
         return True
 
+    def pending(self) -> bool:
+        """Whether events are handed over and not handled yet."""
+        return self._in_hand is not None or not self._events.empty()
+
+    def give_up(self) -> None:
+        """Stop handling: the events not yet handled are dropped (the one in hand ends
+        on its own). For a sweep stopped twice (a second Ctrl-C while `drain` waits)."""
+        self._given_up = True
+
     def _run(self) -> None:
         while True:
             event, args = self._events.get()

@@ -15,6 +15,7 @@ KILLED (Ctrl-C, SIGTERM) or FAILED.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from distillery.orchestrator.tracking.results import MethodResult, log_point, po
 from distillery.workers.trajectories import EpisodeSummary
 
 if TYPE_CHECKING:
+    from distillery.orchestrator.execution.observers import QueuedObserver
     from distillery.orchestrator.execution.sweep import Sweep
     from distillery.orchestrator.planning.plan import EvalPoint
     from distillery.orchestrator.tracking.tracker import Tracker
@@ -126,6 +128,31 @@ class LiveRuns:
                 run_id=run_id,
                 end_time_ms=_ms(end),
             )
+
+    def stop(self, told_by: QueuedObserver, interrupted: bool) -> None:
+        """The sweep stopped early (`interrupted`: by Ctrl-C or SIGTERM): the points
+        whose stages ended before the stop are logged (`told_by.drain`), then every run
+        still open is closed (`abort`). A second Ctrl-C while they are logged skips the
+        rest of them, and the runs are still closed; the next run of the same command
+        logs what was skipped."""
+        try:
+            if interrupted and told_by.pending():
+                print(
+                    "distillery: stopping: logging the points that ended before the stop "
+                    "(Ctrl-C again to skip them)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            told_by.drain()
+        except KeyboardInterrupt:
+            interrupted = True
+            told_by.give_up()
+            print(
+                "distillery: skipped; the next run of the same command logs those points",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.abort(interrupted)
 
     def abort(self, interrupted: bool) -> None:
         """The sweep stopped early: close every open run, KILLED when it was interrupted

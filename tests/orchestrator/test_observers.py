@@ -111,3 +111,42 @@ def test_an_observer_that_raises_is_a_warning_and_the_next_events_are_handled(ca
     assert observer.seen == [("episode", "t0"), ("episode", "t2")]
     assert any("503" in r.getMessage() for r in caplog.records)
     queued.close()
+
+
+def test_a_second_ctrl_c_while_points_are_logged_skips_them_and_still_closes_the_runs(
+    capsys,
+):
+    """The sweep was stopped while a point was being logged (Ctrl-C): the driver waits
+    for it, saying so; a second Ctrl-C (a real one: KeyboardInterrupt in the main
+    thread) ends the wait, the events left are dropped, and the open runs are closed."""
+    import _thread
+
+    from distillery.orchestrator.tracking.live_runs import LiveRuns
+
+    observer = Gated()  # logging point "a" takes until the gate opens
+    queued = QueuedObserver(observer, "live MLflow runs")
+    queued.stage_finished("a", True)
+    queued.episode("b", _summary("t1"))
+    closed: list[bool] = []
+
+    class Runs(LiveRuns):
+        def __init__(self) -> None:  # only what `stop` uses
+            pass
+
+        def abort(self, interrupted: bool) -> None:
+            closed.append(interrupted)
+
+    second = threading.Timer(0.5, _thread.interrupt_main)
+    second.start()
+    try:
+        Runs().stop(queued, interrupted=True)
+    finally:
+        second.cancel()
+    assert closed == [True]
+    err = capsys.readouterr().err
+    assert "logging the points that ended before the stop (Ctrl-C again to skip them)" in err
+    assert "skipped; the next run of the same command logs those points" in err
+    observer.gate.set()  # the point in hand ends; the episode behind it is dropped
+    queued.close()
+    queued._thread.join(WAIT_S)
+    assert observer.seen == [("stage_finished", "a")]
