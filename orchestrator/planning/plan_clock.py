@@ -167,18 +167,22 @@ def forecast_wall(
             first.setdefault(s, start)
             last[s] = max(last.get(s, 0.0), end[key])
         waiting.remove(key)
-    written = 0.0  # the trace writer, after each point's stage as simulated
-    for key in sorted(writes, key=lambda k: end.get(k, 0.0)):
-        written = max(written, end.get(key, 0.0)) + writes[key]
+    # One stage at a time, in that schedule's order (a topological one), the trace
+    # writer still beside them.
+    one_end: dict[StageKey, float] = {}
+    clock = 0.0
+    for key in sorted(end, key=lambda k: end[k]):
+        clock += duration[key]
+        one_end[key] = clock
     held = {}
     for s, model in models.items():
         gpus = gpus_of(model)
         if gpus:
             held[model.name] = held.get(model.name, 0.0) + gpus * (last[s] - first[s]) / 3600
     return WallForecast(
-        wall_s=max([*end.values(), written, 0.0]),
+        wall_s=max([*end.values(), _writer_end(writes, end), 0.0]),
         bound_s=bound,
-        one_at_a_time_s=sum(duration.values()),
+        one_at_a_time_s=max(sum(duration.values()), _writer_end(writes, one_end)),
         held_gpu_h=held,
         instant=sorted(instant),
         load_bound_s=max([longest, *load.values(), sum(writes.values()), 0.0]),
@@ -199,6 +203,15 @@ def traced_episodes(graph: StageGraph, statuses: Sequence[PlannedStatus]) -> dic
         sample = point.cfg.tracking.trace_sample
         out[point.stage] = out.get(point.stage, 0) + (n if sample is None else min(n, sample))
     return out
+
+
+def _writer_end(writes: Mapping[StageKey, float], end: Mapping[StageKey, float]) -> float:
+    """When the trace writer is done: each point's traces written one after another,
+    from the end of its stage (`end`)."""
+    written = 0.0
+    for key in sorted(writes, key=lambda k: end.get(k, 0.0)):
+        written = max(written, end.get(key, 0.0)) + writes[key]
+    return written
 
 
 def _in_sequence(
