@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         stage_reports,
         write_stage_figures,
     )
-    from distillery.orchestrator.tracking.trace_export import TraceExporter
+    from distillery.orchestrator.tracking.trace_export import TraceExporter, writer_settings
     from distillery.orchestrator.tracking.trace_log import TraceLog
     from distillery.orchestrator.tracking.traces import (
         episode_trace,
@@ -84,6 +84,7 @@ __all__ = [
     "ui_hint",
     "write_stage_figures",
     "write_sweep_tables",
+    "writer_settings",
 ]
 
 # Each name's module is imported when the name is first read, so importing one module of the
@@ -117,7 +118,7 @@ if not TYPE_CHECKING:
                 "write_sweep_tables",
             ),
             "stage_runs": ("log_stage_runs", "stage_reports", "write_stage_figures"),
-            "trace_export": ("TraceExporter",),
+            "trace_export": ("TraceExporter", "writer_settings"),
             "trace_log": ("TraceLog",),
             "traces": ("episode_trace", "sample_episodes", "success_label"),
             "tracker": (

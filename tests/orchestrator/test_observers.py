@@ -120,6 +120,7 @@ def test_a_second_ctrl_c_while_points_are_logged_skips_them_and_still_closes_the
     for it, saying so; a second Ctrl-C (a real one: KeyboardInterrupt in the main
     thread) ends the wait, the events left are dropped, and the open runs are closed."""
     import _thread
+    import signal
 
     from distillery.orchestrator.tracking.live_runs import LiveRuns
 
@@ -136,12 +137,16 @@ def test_a_second_ctrl_c_while_points_are_logged_skips_them_and_still_closes_the
         def abort(self, interrupted: bool) -> None:
             closed.append(interrupted)
 
+    # Ctrl-C raises KeyboardInterrupt (Python's own handler), also where this test runs
+    # with SIGINT ignored (a job started in the background: interrupt_main does nothing).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     second = threading.Timer(0.5, _thread.interrupt_main)
     second.start()
     try:
         Runs().stop(queued, interrupted=True)
     finally:
         second.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert closed == [True]
     err = capsys.readouterr().err
     assert "logging the points that ended before the stop (Ctrl-C again to skip them)" in err
